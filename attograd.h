@@ -1,0 +1,8 @@
+/* attograd: one header for the whole library. */
+#ifndef ATTOGRAD_H
+#define ATTOGRAD_H
+#include "tensor/tensor.h"
+#include "tensor/node.h"
+#include "autograd/autograd.h"
+#include "nn/nn.h"
+#endif

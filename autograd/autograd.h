@@ -1,0 +1,91 @@
+/* attograd autograd: the engine that replays recorded ops backward, parameters in one slab,
+ * anomaly detection, and finite-difference gradient checking.
+ *
+ * Ops record themselves (tensor/node.h). ag_backward walks the nodes reachable from the output
+ * in reverse creation order (the tape order) and calls each op's backward. Gradients of leaves
+ * accumulate across calls until zeroed; gradients of intermediate tensors are valid for the
+ * last pass only. Double backward (gradients of gradients) is not supported: backward runs
+ * with grad mode off. */
+#ifndef AG_AUTOGRAD_H
+#define AG_AUTOGRAD_H
+
+#include "../tensor/node.h"
+#include "../tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Backpropagate from out. grad is dL/d(out) with out's shape; NULL means 1 and then out must
+ * have one element. Reports through the error handler (and returns) on misuse. */
+void ag_backward(ag_tensor *out, ag_tensor *grad);
+
+/* Mark a leaf as requiring grad (or not). Its gradient buffer is allocated on first use from
+ * the arena current at that time. */
+void ag_requires_grad_(ag_tensor *t, bool on);
+/* Zero t->grad if present. */
+void ag_zero_grad_(ag_tensor *t);
+
+/* Anomaly mode: after each op's forward and each node's backward, check the results for
+ * NaN/Inf and report the first one through the error handler, naming the op and the shapes of
+ * its inputs. Also switched on by the environment variable AG_ANOMALY=1. */
+void ag_set_anomaly_enabled(bool on);
+bool ag_anomaly_enabled(void);
+
+/* ---- parameters: one slab for values, one parallel slab for gradients ------------------- */
+typedef struct ag_params {
+    ag_dtype dtype;
+    int count;               /* number of parameter tensors */
+    int64_t numel;           /* total elements */
+    ag_tensor **list;        /* in the order added */
+    ag_tensor *flat;         /* 1-d view of all values (valid after the last add) */
+    ag_tensor *flat_grad;    /* 1-d view of all gradients */
+    /* internal */
+    char *data, *grad;
+    int64_t capacity;
+    int cap_list;
+    ag_arena *meta;
+} ag_params;
+
+ag_params *ag_params_new(ag_dtype dt);
+void ag_params_free(ag_params *p);
+/* Add a zero-initialised parameter named name (copied; PyTorch state_dict style, e.g.
+ * "encoder.layers.0.linear1.weight"). Adding may move the slab: tensors keep their headers,
+ * but views made of parameters before the last add are invalid. Duplicate names are misuse. */
+ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape);
+ag_tensor *ag_params_find(const ag_params *p, const char *name);
+/* one memset of the gradient slab */
+void ag_params_zero_grad(ag_params *p);
+
+/* ---- gradient checking ------------------------------------------------------------------- */
+/* The function under test: builds its output from the inputs (and anything reachable through
+ * ctx, e.g. a model's parameters) with differentiable ops. */
+typedef ag_tensor *(*ag_fn)(int n, ag_tensor **inputs, void *ctx);
+
+typedef struct {
+    double eps;   /* 0 → 1e-6 (PyTorch's default) */
+    double atol;  /* 0 → 1e-5 */
+    double rtol;  /* 0 → 1e-3 */
+    bool fast;    /* compare vᵀJu for random u, v (one backward, two forwards per input) */
+    uint64_t seed;
+} ag_gradcheck_opts;
+
+typedef struct {
+    bool ok;
+    int input;          /* failing input, -1 if none */
+    int64_t index;      /* flat element of that input (-1 in fast mode) */
+    int64_t out_index;  /* flat element of the output (-1 in fast mode) */
+    double numerical, analytic;
+    char message[512];  /* what failed, where, both values and the error; empty when ok */
+} ag_gradcheck_result;
+
+/* Compare analytic gradients with central finite differences for every input that requires
+ * grad. Inputs must be f64 (report otherwise). Inputs' data are perturbed and restored. The
+ * same check with |numerical - analytic| <= atol + rtol * |numerical| as PyTorch's gradcheck.
+ * opts may be NULL. */
+ag_gradcheck_result ag_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **inputs, const ag_gradcheck_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

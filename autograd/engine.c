@@ -1,0 +1,171 @@
+/* The backward engine: collect the nodes reachable from the output, replay them newest first
+ * (reverse tape order), calling each op's backward. Also anomaly mode. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tensor/internal.h"
+#include "autograd.h"
+
+/* Reachable nodes; kept across calls so steady-state backward allocates nothing. */
+static ag_node **order;
+static size_t order_cap;
+
+static void order_reserve(size_t n) {
+    if (n <= order_cap) return;
+    size_t cap = order_cap ? order_cap : 1024;
+    while (cap < n) cap *= 2;
+    ag_node **o = ag_xmalloc(cap * sizeof *o);
+    if (order) memcpy(o, order, order_cap * sizeof *o);
+    ag_xfree(order);
+    order = o;
+    order_cap = cap;
+}
+
+static int newest_first(const void *a, const void *b) {
+    uint64_t x = (*(ag_node *const *)a)->seq, y = (*(ag_node *const *)b)->seq;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Every node reachable from root, marked with this pass; returns the count. order[] doubles as
+ * the DFS stack: entries [done, top) are discovered but not yet expanded. */
+static size_t collect(ag_node *root, uint32_t pass) {
+    size_t top = 0;
+    order_reserve(1);
+    root->visit = pass;
+    order[top++] = root;
+    for (size_t done = 0; done < top; done++) {
+        ag_node *n = order[done];
+        for (int i = 0; i < n->nin; i++) {
+            ag_tensor *in = n->in[i];
+            if (!in || !in->node || in->node->visit == pass) continue;
+            order_reserve(top + 1);
+            in->node->visit = pass;
+            order[top++] = in->node;
+        }
+    }
+    qsort(order, top, sizeof *order, newest_first);
+    return top;
+}
+
+static bool anomaly;
+
+static void check_backward(ag_node *n);
+
+void ag_backward(ag_tensor *out, ag_tensor *grad) {
+    const char *op = "ag_backward";
+    char b1[128], b2[128];
+    if (!ag__check_not_null(op, out)) return;
+    if (!out->requires_grad) {
+        ag_error(op, "output %s does not require grad (no input requires grad, or it was computed with grad "
+                     "mode off)", ag_shape_str(out, b1));
+        return;
+    }
+    if (!grad && ag_numel(out) != 1) {
+        ag_error(op, "output %s has %lld elements: pass its gradient explicitly (grad may be NULL only for a "
+                     "one-element output)", ag_shape_str(out, b1), (long long)ag_numel(out));
+        return;
+    }
+    if (grad && !ag__same_shape(grad, out)) {
+        ag_error(op, "gradient %s does not match output %s", ag_shape_str(grad, b1), ag_shape_str(out, b2));
+        return;
+    }
+    uint32_t pass = ++ag__grad_pass;
+    ag_tensor *g0 = ag_grad_buffer(out);
+    if (grad) ag__add_into(g0, grad);
+    else ag__add_into(g0, ag_scalar(out->dtype, 1.0));
+    if (!out->node) return; /* a leaf: its gradient is the seed */
+
+    size_t count = collect(out->node, pass);
+    bool prev = ag_set_grad_enabled(false);
+    for (size_t i = 0; i < count; i++) {
+        ag_node *n = order[i];
+        if (!n->out->grad || n->out->grad_pass != pass) continue; /* no gradient reached it */
+        n->op->backward(n);
+        if (anomaly) check_backward(n);
+    }
+    ag_set_grad_enabled(prev);
+}
+
+void ag_requires_grad_(ag_tensor *t, bool on) {
+    if (!ag__check_not_null("ag_requires_grad_", t)) return;
+    char b[128];
+    if (t->node) {
+        ag_error("ag_requires_grad_", "%s is the result of op %s, not a leaf: use ag_detach first",
+                 ag_shape_str(t, b), t->node->op->name);
+        return;
+    }
+    if (on && t->dtype != AG_F32 && t->dtype != AG_F64) {
+        ag_error("ag_requires_grad_", "%s of dtype %s: only f32 and f64 tensors can require grad", ag_shape_str(t, b),
+                 ag_dtype_name(t->dtype));
+        return;
+    }
+    t->requires_grad = on;
+}
+
+void ag_zero_grad_(ag_tensor *t) {
+    if (t && t->grad) ag_fill_(t->grad, 0.0);
+}
+
+/* ---- anomaly mode ---- */
+
+/* flat index of the first NaN/Inf in t (any layout), or -1 */
+static int64_t first_bad(const ag_tensor *t, double *value) {
+    if (!t || (t->dtype != AG_F32 && t->dtype != AG_F64)) return -1;
+    int64_t n = ag_numel(t);
+    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(n ? n : 1));
+    ag_to_buffer(t, AG_F64, v);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) {
+            *value = v[i];
+            return i;
+        }
+    return -1;
+}
+
+static void inputs_str(char *buf, size_t size, int nin, ag_tensor *const *in) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < nin && used < size; i++) {
+        char b[128];
+        used += (size_t)snprintf(buf + used, size - used, "%s%s %s", i ? ", " : "", ag_shape_str(in[i], b),
+                                 in[i] ? ag_dtype_name(in[i]->dtype) : "");
+    }
+}
+
+static void check_forward(const ag_op *op, const ag_tensor *out, int nin, ag_tensor *const *in) {
+    double v;
+    int64_t i = first_bad(out, &v);
+    if (i < 0) return;
+    char b[128], ins[512];
+    inputs_str(ins, sizeof ins, nin, in);
+    ag_error(op->name, "anomaly in forward: output %s has %g at flat index %lld; inputs: %s", ag_shape_str(out, b), v,
+             (long long)i, ins);
+}
+
+static void check_backward(ag_node *n) {
+    for (int k = 0; k < n->nin; k++) {
+        ag_tensor *in = n->in[k];
+        if (!in || !in->requires_grad || !in->grad) continue;
+        double v;
+        int64_t i = first_bad(in->grad, &v);
+        if (i < 0) continue;
+        char b[128], ins[512];
+        inputs_str(ins, sizeof ins, n->nin, n->in);
+        ag_error(n->op->name, "anomaly in backward: gradient of input %d %s has %g at flat index %lld; inputs: %s",
+                 k, ag_shape_str(in, b), v, (long long)i, ins);
+        return;
+    }
+}
+
+void ag_set_anomaly_enabled(bool on) {
+    anomaly = on;
+    ag__anomaly_hook = on ? check_forward : NULL;
+}
+
+bool ag_anomaly_enabled(void) { return anomaly; }
+
+__attribute__((constructor)) static void anomaly_from_env(void) {
+    const char *e = getenv("AG_ANOMALY");
+    if (e && *e && strcmp(e, "0") != 0) ag_set_anomaly_enabled(true);
+}

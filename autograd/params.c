@@ -1,0 +1,112 @@
+/* Parameters in one slab and their gradients in a parallel slab (llm.c's layout), so zeroing,
+ * clipping, optimizer steps and checkpoints are single loops over flat memory. */
+#include <string.h>
+
+#include "../tensor/internal.h"
+#include "autograd.h"
+
+ag_params *ag_params_new(ag_dtype dt) {
+    if (dt != AG_F32 && dt != AG_F64) {
+        ag_error("ag_params_new", "dtype %s: parameters are f32 or f64", ag_dtype_name(dt));
+        return NULL;
+    }
+    ag_params *p = ag_xmalloc(sizeof *p);
+    memset(p, 0, sizeof *p);
+    p->dtype = dt;
+    p->meta = ag_arena_new(1 << 16);
+    return p;
+}
+
+void ag_params_free(ag_params *p) {
+    if (!p) return;
+    ag_xfree(p->data);
+    ag_xfree(p->grad);
+    ag_xfree(p->list);
+    ag_arena_free(p->meta);
+    ag_xfree(p);
+}
+
+static ag_tensor *slab_tensor(ag_params *p, char *base, int64_t offset, int ndim, const int64_t *shape) {
+    ag_arena *prev = ag_arena_use(p->meta);
+    ag_tensor *t = ag_wrap(p->dtype, ndim, shape, base);
+    ag_arena_use(prev);
+    t->offset = offset;
+    return t;
+}
+
+/* point every tensor (and the flat views) at the current slabs */
+static void repoint(ag_params *p) {
+    for (int i = 0; i < p->count; i++) {
+        p->list[i]->data = p->data;
+        p->list[i]->grad->data = p->grad;
+    }
+    p->flat = slab_tensor(p, p->data, 0, 1, &p->numel);
+    p->flat_grad = slab_tensor(p, p->grad, 0, 1, &p->numel);
+}
+
+ag_tensor *ag_params_find(const ag_params *p, const char *name) {
+    for (int i = 0; i < p->count; i++)
+        if (strcmp(p->list[i]->name, name) == 0) return p->list[i];
+    return NULL;
+}
+
+ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape) {
+    char b[128];
+    if (!p || !name || ndim < 0 || ndim > AG_MAX_DIMS) {
+        ag_error("ag_params_add", "'%s': needs a parameter set, a name and 0 to %d dims", name ? name : "(null)",
+                 AG_MAX_DIMS);
+        return NULL;
+    }
+    if (ag_params_find(p, name)) {
+        ag_error("ag_params_add", "'%s' %s: a parameter of that name already exists", name,
+                 ag__shape_str(ndim, shape, b));
+        return NULL;
+    }
+    int64_t n = ag__shape_numel(ndim, shape);
+    if (n < 0) {
+        ag_error("ag_params_add", "'%s': negative size in %s", name, ag__shape_str(ndim, shape, b));
+        return NULL;
+    }
+    /* keep every parameter 64-byte aligned */
+    int64_t es = (int64_t)ag_dtype_size(p->dtype), align = 64 / es;
+    int64_t offset = (p->numel + align - 1) / align * align;
+    if (offset + n > p->capacity) {
+        int64_t cap = p->capacity ? p->capacity : 1024;
+        while (cap < offset + n) cap *= 2;
+        char *data = ag_xmalloc((size_t)(cap * es)), *grad = ag_xmalloc((size_t)(cap * es));
+        memset(data, 0, (size_t)(cap * es));
+        memset(grad, 0, (size_t)(cap * es));
+        if (p->data) {
+            memcpy(data, p->data, (size_t)(p->numel * es));
+            memcpy(grad, p->grad, (size_t)(p->numel * es));
+        }
+        ag_xfree(p->data);
+        ag_xfree(p->grad);
+        p->data = data;
+        p->grad = grad;
+        p->capacity = cap;
+    }
+    if (p->count == p->cap_list) {
+        int cap = p->cap_list ? 2 * p->cap_list : 64;
+        ag_tensor **list = ag_xmalloc(sizeof *list * (size_t)cap);
+        if (p->list) memcpy(list, p->list, sizeof *list * (size_t)p->count);
+        ag_xfree(p->list);
+        p->list = list;
+        p->cap_list = cap;
+    }
+    ag_tensor *t = slab_tensor(p, p->data, offset, ndim, shape);
+    t->grad = slab_tensor(p, p->grad, offset, ndim, shape);
+    t->requires_grad = true;
+    size_t len = strlen(name) + 1;
+    char *copy = ag_arena_alloc(p->meta, len);
+    memcpy(copy, name, len);
+    t->name = copy;
+    p->list[p->count++] = t;
+    p->numel = offset + n;
+    repoint(p);
+    return t;
+}
+
+void ag_params_zero_grad(ag_params *p) {
+    if (p->grad) memset(p->grad, 0, (size_t)p->numel * ag_dtype_size(p->dtype));
+}

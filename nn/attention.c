@@ -1,0 +1,495 @@
+/* Masked softmax and fused scaled dot-product attention (PyTorch 1.13 mask semantics, see
+ * attention.h). Both share one row kernel: masked positions become -inf, a row with nothing
+ * left becomes zeros (not NaN), and the backward of a row is y*(g - Σ g*y), which is zero
+ * wherever y is. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "../tensor/internal.h"
+#include "attention.h"
+
+enum { MASK_NONE, MASK_BOOL, MASK_ADD };
+
+/* NULL, bool, or a float mask of the scores' dtype, broadcastable to ndim/shape (the scores'
+ * shape, whose name the message gives as what). Returns the mask kind, -1 after reporting. */
+static int check_mask(const char *op, const ag_tensor *mask, ag_dtype dt, int ndim, const int64_t *shape,
+                      const char *what) {
+    if (!mask) return MASK_NONE;
+    char b1[128], b2[128];
+    if (mask->dtype != AG_BOOL && mask->dtype != dt) {
+        ag_error(op, "mask %s of dtype %s: expected bool or %s (the scores' dtype)", ag_shape_str(mask, b1),
+                 ag_dtype_name(mask->dtype), ag_dtype_name(dt));
+        return -1;
+    }
+    bool ok = mask->ndim <= ndim;
+    for (int i = 0; ok && i < mask->ndim; i++) {
+        int64_t m = mask->shape[mask->ndim - 1 - i], s = shape[ndim - 1 - i];
+        ok = m == s || m == 1;
+    }
+    if (!ok) {
+        ag_error(op, "mask %s is not broadcastable to the %s %s", ag_shape_str(mask, b1), what,
+                 ag__shape_str(ndim, shape, b2));
+        return -1;
+    }
+    return mask->dtype == AG_BOOL ? MASK_BOOL : MASK_ADD;
+}
+
+/* ---- row kernels, one body per float type ----
+ * fwd: y = softmax(x + mask) over n elements (x, y strides in elements, mask stride in bytes);
+ *      positions j > lim count as masked (the causal limit; lim >= n - 1 masks nothing).
+ * bwd: dx (+)= y*(g - Σ g*y), all rows with stride st. */
+#define ROW_KERNELS(T, S, D)                                                                                        \
+    static void row_fwd_##S(const T *x, int64_t xs, T *y, int64_t ys, int64_t n, const char *m, int64_t ms,         \
+                            int mk, int64_t lim) {                                                                  \
+        T mx = -(T)INFINITY;                                                                                        \
+        for (int64_t j = 0; j < n; j++) {                                                                           \
+            T z = x[j * xs];                                                                                        \
+            if (j > lim || (mk == MASK_BOOL && m[j * ms]))                                                          \
+                z = -(T)INFINITY;                                                                                   \
+            else if (mk == MASK_ADD)                                                                                \
+                z += *(const T *)(m + j * ms);                                                                      \
+            y[j * ys] = z;                                                                                          \
+            if (z > mx) mx = z;                                                                                     \
+        }                                                                                                           \
+        if (mx == -(T)INFINITY) { /* nothing may be attended: zeros, not 0/0 */                                     \
+            for (int64_t j = 0; j < n; j++) y[j * ys] = 0;                                                          \
+            return;                                                                                                 \
+        }                                                                                                           \
+        T sum = 0;                                                                                                  \
+        for (int64_t j = 0; j < n; j++) {                                                                           \
+            T e = exp(y[j * ys] - mx);                                                                              \
+            y[j * ys] = e;                                                                                          \
+            sum += e;                                                                                               \
+        }                                                                                                           \
+        T inv = 1 / sum;                                                                                            \
+        for (int64_t j = 0; j < n; j++) y[j * ys] *= inv;                                                           \
+    }                                                                                                               \
+    static void row_bwd_##S(const T *y, const T *g, T *dx, int64_t st, int64_t n, bool acc) {                       \
+        T dot = 0;                                                                                                  \
+        for (int64_t j = 0; j < n; j++) dot += g[j * st] * y[j * st];                                               \
+        for (int64_t j = 0; j < n; j++) {                                                                           \
+            T d = y[j * st] * (g[j * st] - dot);                                                                    \
+            dx[j * st] = acc ? dx[j * st] + d : d;                                                                  \
+        }                                                                                                           \
+    }
+AG_FLOAT_TYPES(ROW_KERNELS)
+
+/* ---- masked softmax ---- */
+
+/* Rows of x along dim: element offsets of row r in x and in a contiguous tensor of x's shape,
+ * and byte offset in the broadcast mask. */
+typedef struct {
+    int nd;
+    int64_t shape[AG_MAX_DIMS], xst[AG_MAX_DIMS], cst[AG_MAX_DIMS], mst[AG_MAX_DIMS];
+} rows_t;
+
+static void rows_init(rows_t *r, const ag_tensor *x, const ag_tensor *mask, int dim) {
+    int64_t cst[AG_MAX_DIMS], mb[AG_MAX_DIMS] = {0};
+    ag__contiguous_strides(x->ndim, x->shape, cst);
+    if (mask) ag__bcast_bstrides(mask, x->ndim, x->shape, mb);
+    r->nd = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d == dim) continue;
+        r->shape[r->nd] = x->shape[d];
+        r->xst[r->nd] = x->stride[d];
+        r->cst[r->nd] = cst[d];
+        r->mst[r->nd] = mb[d];
+        r->nd++;
+    }
+}
+
+static void rows_at(const rows_t *r, int64_t row, int64_t *xo, int64_t *co, int64_t *mo) {
+    *xo = *co = *mo = 0;
+    for (int d = r->nd - 1; d >= 0; d--) {
+        int64_t i = row % r->shape[d];
+        row /= r->shape[d];
+        *xo += i * r->xst[d];
+        *co += i * r->cst[d];
+        *mo += i * r->mst[d];
+    }
+}
+
+#define MSM_KERNELS(T, S, D)                                                                                        \
+    static void msm_fwd_##S(const ag_tensor *x, const ag_tensor *mask, int mk, int dim, ag_tensor *y) {             \
+        rows_t r;                                                                                                   \
+        rows_init(&r, x, mask, dim);                                                                                \
+        int64_t n = x->shape[dim], rows = ag_numel(x) / n, ys = y->stride[dim], xs = x->stride[dim];                \
+        int64_t ms = 0;                                                                                             \
+        if (mask) {                                                                                                 \
+            int64_t mb[AG_MAX_DIMS];                                                                                \
+            ag__bcast_bstrides(mask, x->ndim, x->shape, mb);                                                        \
+            ms = mb[dim];                                                                                           \
+        }                                                                                                           \
+        const T *xp = (const T *)ag__ptr(x);                                                                        \
+        const char *mp = mask ? ag__ptr(mask) : NULL;                                                               \
+        T *yp = (T *)ag__ptr(y);                                                                                    \
+        _Pragma("omp parallel for if (rows * n > AG_PAR_THRESHOLD) schedule(static)")                               \
+        for (int64_t row = 0; row < rows; row++) {                                                                  \
+            int64_t xo, co, mo;                                                                                     \
+            rows_at(&r, row, &xo, &co, &mo);                                                                        \
+            row_fwd_##S(xp + xo, xs, yp + co, ys, n, mp ? mp + mo : NULL, ms, mk, n);                               \
+        }                                                                                                           \
+    }                                                                                                               \
+    static void msm_bwd_##S(const ag_tensor *y, const ag_tensor *g, ag_tensor *dx, int dim, bool acc) {             \
+        rows_t r;                                                                                                   \
+        rows_init(&r, y, NULL, dim);                                                                                \
+        int64_t n = y->shape[dim], rows = ag_numel(y) / n, st = y->stride[dim];                                     \
+        const T *yp = (const T *)ag__ptr(y), *gp = (const T *)ag__ptr(g);                                           \
+        T *dp = (T *)ag__ptr(dx);                                                                                   \
+        _Pragma("omp parallel for if (rows * n > AG_PAR_THRESHOLD) schedule(static)")                               \
+        for (int64_t row = 0; row < rows; row++) {                                                                  \
+            int64_t xo, co, mo;                                                                                     \
+            rows_at(&r, row, &xo, &co, &mo);                                                                        \
+            row_bwd_##S(yp + co, gp + co, dp + co, st, n, acc);                                                     \
+        }                                                                                                           \
+    }
+AG_FLOAT_TYPES(MSM_KERNELS)
+
+/* dscores = y*(g - Σ g*y) along dim; an additive mask gets the same gradient, summed over the
+ * dims it was broadcast along. y, g and the grad buffers are contiguous of one shape. */
+static void masked_softmax_backward(ag_node *n) {
+    ag_tensor *x = n->in[0], *mask = n->in[1], *y = n->out, *g = y->grad;
+    int dim = (int)n->ctx.i[0];
+    ag_tensor *dx = ag_grad_buffer(x);
+    bool mask_grad = mask && mask->dtype != AG_BOOL && mask->requires_grad;
+    if (!dx && !mask_grad) return;
+    ag_tensor *ds = mask_grad ? ag__new(y->dtype, y->ndim, y->shape) : dx;
+    if (y->dtype == AG_F32)
+        msm_bwd_f32(y, g, ds, dim, !mask_grad);
+    else
+        msm_bwd_f64(y, g, ds, dim, !mask_grad);
+    if (mask_grad) {
+        if (dx) ag__add_into(dx, ds);
+        ag_accum_grad(mask, ds);
+    }
+}
+static const ag_op MASKED_SOFTMAX = {"ag_masked_softmax", masked_softmax_backward};
+
+ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim) {
+    const char *op = "ag_masked_softmax";
+    if (!ag__check_float(op, scores)) return NULL;
+    int d = ag_wrap_dim(op, scores, dim);
+    if (d < 0) return NULL;
+    int mk = check_mask(op, mask, scores->dtype, scores->ndim, scores->shape, "scores");
+    if (mk < 0) return NULL;
+    ag_tensor *y = ag__new(scores->dtype, scores->ndim, scores->shape);
+    if (ag_numel(y) > 0) {
+        if (y->dtype == AG_F32)
+            msm_fwd_f32(scores, mask, mk, d, y);
+        else
+            msm_fwd_f64(scores, mask, mk, d, y);
+    }
+    ag_node *n = ag_finish(&MASKED_SOFTMAX, y, 2, (ag_tensor *[]){scores, mask});
+    if (n) n->ctx.i[0] = d;
+    return y;
+}
+
+/* ---- fused attention ---- */
+
+/* One (B,H,R,C) operand as a BLAS matrix per (b,h): row-major R×C with leading dimension ld,
+ * or (trans) stored as its C×R transpose. */
+typedef struct {
+    const char *base;
+    int64_t sb, sh; /* byte strides of b and h */
+    bool trans;
+    int ld;
+} mat;
+
+/* t itself when every (b,h) slice is a BLAS matrix, else a contiguous copy (outside the graph:
+ * the op's gradient goes to t). */
+static ag_tensor *as_mat(ag_tensor *t, mat *m) {
+    int64_t R = t->shape[2], C = t->shape[3], *st = t->stride;
+    if (st[3] == 1 && (R == 1 || st[2] >= C)) {
+        m->trans = false;
+        m->ld = (int)(R == 1 ? C : st[2]);
+    } else if (st[2] == 1 && (C == 1 || st[3] >= R)) {
+        m->trans = true;
+        m->ld = (int)(C == 1 ? R : st[3]);
+    } else {
+        bool prev = ag_set_grad_enabled(false);
+        ag_tensor *c = ag_contiguous(t);
+        ag_set_grad_enabled(prev);
+        return as_mat(c, m);
+    }
+    int64_t es = (int64_t)ag_dtype_size(t->dtype);
+    m->base = ag__ptr(t);
+    m->sb = st[0] * es;
+    m->sh = st[1] * es;
+    return t;
+}
+
+typedef struct {
+    int64_t B, H, L, S, Dh, Dv;
+    double alpha, keep_scale; /* 1/√Dh; 1/(1-p) */
+    mat q, k, v;
+    ag_tensor *qm, *km, *vm;  /* the tensors behind q, k, v (inputs or their copies) */
+    int mk;                   /* mask kind */
+    const char *mask;
+    int64_t mst[4];           /* mask byte strides broadcast to (B,H,L,S) */
+    bool causal;
+    char *p, *pd, *out;       /* probabilities, after dropout (NULL without), output */
+    const uint8_t *keep;      /* dropout keep mask (NULL without) */
+    /* backward only */
+    const char *dout;
+    char *dq, *dk, *dv, *ds;  /* grad buffers (NULL if not needed) and dscores */
+    bool mask_grad;
+} attn;
+
+static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b * m->sb + h * m->sh; }
+
+static CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
+/* BLAS wants leading dimensions >= 1 even for empty matrices */
+static int ld1(int ld) { return ld > 1 ? ld : 1; }
+#define CBLAS_GEMM_f32 cblas_sgemm
+#define CBLAS_GEMM_f64 cblas_dgemm
+
+/* Per (b,h) = bh, with P, dP, dS (L,S) slices of contiguous (B,H,L,S) buffers:
+ *   forward   P = softmax(α Q Kᵀ + mask), Pd = dropout(P), O = Pd V
+ *   backward  dV += Pdᵀ dO; dP = dropout'(dO Vᵀ); dS = P*(dP - rowsum(dP*P));
+ *             dQ += α dS K; dK += α dSᵀ Q */
+#define ATTN_KERNELS(T, S_, D_)                                                                                     \
+    static void gemm_##S_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int lda,          \
+                          const T *B, int ldb, T beta, T *C, int ldc) {                                             \
+        CBLAS_GEMM_##S_(CblasRowMajor, tr(ta), tr(tb), (int)M, (int)N, (int)K, alpha, A, ld1(lda), B, ld1(ldb),     \
+                        beta, C, ld1(ldc));                                                                         \
+    }                                                                                                               \
+    static void attn_fwd_##S_(const attn *a, int64_t bh) {                                                          \
+        int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S, LS = L * S, Dv = a->Dv;                           \
+        const T *Q = (const T *)at(&a->q, b, h), *K = (const T *)at(&a->k, b, h), *V = (const T *)at(&a->v, b, h);  \
+        T *P = (T *)a->p + bh * LS, *O = (T *)a->out + bh * L * Dv, alpha = (T)a->alpha;                            \
+        gemm_##S_(a->q.trans, !a->k.trans, L, S, a->Dh, alpha, Q, a->q.ld, K, a->k.ld, 0, P, (int)S);               \
+        const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
+        for (int64_t i = 0; i < L; i++)                                                                             \
+            row_fwd_##S_(P + i * S, 1, P + i * S, 1, S, m ? m + i * a->mst[2] : NULL, a->mst[3], a->mk,             \
+                         a->causal ? i : S);                                                                        \
+        const T *Pu = P;                                                                                            \
+        if (a->pd) {                                                                                                \
+            T *Pd = (T *)a->pd + bh * LS, sc = (T)a->keep_scale;                                                    \
+            const uint8_t *kp = a->keep + bh * LS;                                                                  \
+            for (int64_t i = 0; i < LS; i++) Pd[i] = kp[i] ? P[i] * sc : 0;                                         \
+            Pu = Pd;                                                                                                \
+        }                                                                                                           \
+        gemm_##S_(false, a->v.trans, L, Dv, S, 1, Pu, (int)S, V, a->v.ld, 0, O, (int)Dv);                           \
+    }                                                                                                               \
+    static void attn_bwd_##S_(const attn *a, int64_t bh) {                                                          \
+        int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S, LS = L * S, Dh = a->Dh, Dv = a->Dv;               \
+        const T *Q = (const T *)at(&a->q, b, h), *K = (const T *)at(&a->k, b, h), *V = (const T *)at(&a->v, b, h);  \
+        const T *P = (const T *)a->p + bh * LS, *dO = (const T *)a->dout + bh * L * Dv;                             \
+        T *W = (T *)a->ds + bh * LS, sc = (T)a->keep_scale, alpha = (T)a->alpha;                                    \
+        const uint8_t *kp = a->keep ? a->keep + bh * LS : NULL;                                                     \
+        if (a->dv) {                                                                                                \
+            const T *Pu = P;                                                                                        \
+            if (kp) {                                                                                               \
+                for (int64_t i = 0; i < LS; i++) W[i] = kp[i] ? P[i] * sc : 0;                                      \
+                Pu = W;                                                                                             \
+            }                                                                                                       \
+            gemm_##S_(true, false, S, Dv, L, 1, Pu, (int)S, dO, (int)Dv, 1, (T *)a->dv + bh * S * Dv, (int)Dv);     \
+        }                                                                                                           \
+        if (!a->dq && !a->dk && !a->mask_grad) return;                                                              \
+        gemm_##S_(false, !a->v.trans, L, S, Dv, 1, dO, (int)Dv, V, a->v.ld, 0, W, (int)S);                          \
+        if (kp)                                                                                                     \
+            for (int64_t i = 0; i < LS; i++) W[i] = kp[i] ? W[i] * sc : 0;                                          \
+        for (int64_t i = 0; i < L; i++) row_bwd_##S_(P + i * S, W + i * S, W + i * S, 1, S, false);                 \
+        if (a->dq)                                                                                                  \
+            gemm_##S_(false, a->k.trans, L, Dh, S, alpha, W, (int)S, K, a->k.ld, 1, (T *)a->dq + bh * L * Dh,       \
+                      (int)Dh);                                                                                     \
+        if (a->dk)                                                                                                  \
+            gemm_##S_(true, a->q.trans, S, Dh, L, alpha, W, (int)S, Q, a->q.ld, 1, (T *)a->dk + bh * S * Dh,        \
+                      (int)Dh);                                                                                     \
+    }
+AG_FLOAT_TYPES(ATTN_KERNELS)
+
+/* Above the threshold each (b,h) is one thread's work with single-threaded BLAS, so results
+ * never depend on the thread count. OpenBLAS's thread count is global (in its OpenMP build it
+ * is OpenMP's), hence the team size is read before it is lowered. */
+static void for_each_head(void (*fn)(const attn *, int64_t), const attn *a) {
+    int64_t nbh = a->B * a->H, work = nbh * a->L * a->S * (a->Dh + a->Dv);
+    int nt = omp_get_max_threads();
+    if (nt > 1 && nbh >= 2 * (int64_t)nt && work > AG_PAR_THRESHOLD) {
+        int prev = openblas_get_num_threads();
+        openblas_set_num_threads(1);
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < nbh; i++) fn(a, i);
+        openblas_set_num_threads(prev);
+    } else {
+        for (int64_t i = 0; i < nbh; i++) fn(a, i);
+    }
+}
+
+static void attention_backward(ag_node *n) {
+    attn a = *(const attn *)n->extra;
+    ag_tensor *mask = n->in[3], *dq = ag_grad_buffer(n->in[0]), *dk = ag_grad_buffer(n->in[1]),
+              *dv = ag_grad_buffer(n->in[2]);
+    a.mask_grad = mask && a.mk == MASK_ADD && mask->requires_grad;
+    if (!dq && !dk && !dv && !a.mask_grad) return;
+    ag_tensor *ds = ag__new(n->out->dtype, 4, (int64_t[]){a.B, a.H, a.L, a.S});
+    a.dout = ag__ptr(n->out->grad);
+    a.dq = dq ? ag__ptr(dq) : NULL;
+    a.dk = dk ? ag__ptr(dk) : NULL;
+    a.dv = dv ? ag__ptr(dv) : NULL;
+    a.ds = ag__ptr(ds);
+    if (a.L > 0 && a.S > 0) for_each_head(n->out->dtype == AG_F32 ? attn_bwd_f32 : attn_bwd_f64, &a);
+    if (a.mask_grad) ag_accum_grad(mask, ds);
+}
+static const ag_op ATTENTION = {"ag_attention", attention_backward};
+
+/* keep[i] with probability 1-p, from consecutive draws of rng */
+static void draw_keep(ag_rng *rng, double p, uint8_t *keep, int64_t n) {
+    double u[1024];
+    for (int64_t i = 0; i < n; i += 1024) {
+        int64_t c = n - i < 1024 ? n - i : 1024;
+        ag_rng_uniform_f64(rng, c, u);
+        for (int64_t j = 0; j < c; j++) keep[i + j] = u[j] >= p;
+    }
+}
+
+static bool check_qkv(const char *op, const ag_tensor *q, const ag_tensor *k, const ag_tensor *v) {
+    if (!ag__check_float(op, q) || !ag__check_float(op, k) || !ag__check_float(op, v)) return false;
+    char b1[128], b2[128], b3[128];
+    const char *why = NULL;
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        why = "expected 4-d q (B,H,L,Dh), k (B,H,S,Dh), v (B,H,S,Dv)";
+    else if (q->dtype != k->dtype || q->dtype != v->dtype)
+        why = "dtypes differ";
+    else if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] ||
+             v->shape[1] != q->shape[1])
+        why = "batch and head dims (B,H) differ";
+    else if (k->shape[2] != v->shape[2])
+        why = "k and v differ in source length S (dim 2)";
+    else if (k->shape[3] != q->shape[3])
+        why = "q and k differ in head dim Dh (dim 3)";
+    if (!why) return true;
+    ag_error(op, "q %s %s, k %s %s, v %s %s: %s", ag_shape_str(q, b1), ag_dtype_name(q->dtype), ag_shape_str(k, b2),
+             ag_dtype_name(k->dtype), ag_shape_str(v, b3), ag_dtype_name(v->dtype), why);
+    return false;
+}
+
+ag_tensor *ag_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mask, bool causal, double dropout_p,
+                        ag_rng *rng, bool training, ag_tensor **weights_out) {
+    const char *op = "ag_attention";
+    if (weights_out) *weights_out = NULL;
+    if (!check_qkv(op, q, k, v)) return NULL;
+    if (!(dropout_p >= 0 && dropout_p <= 1)) {
+        ag_error(op, "dropout_p %g: must be in [0, 1]", dropout_p);
+        return NULL;
+    }
+    ag_dtype dt = q->dtype;
+    attn a = {.B = q->shape[0], .H = q->shape[1], .L = q->shape[2], .S = k->shape[2], .Dh = q->shape[3],
+              .Dv = v->shape[3], .causal = causal};
+    int64_t sshape[4] = {a.B, a.H, a.L, a.S};
+    a.mk = check_mask(op, mask, dt, 4, sshape, "scores (B,H,L,S)");
+    if (a.mk < 0) return NULL;
+    if (mask) {
+        ag__bcast_bstrides(mask, 4, sshape, a.mst);
+        a.mask = ag__ptr(mask);
+    }
+    a.alpha = a.Dh > 0 ? 1 / sqrt((double)a.Dh) : 1;
+    a.qm = as_mat(q, &a.q);
+    a.km = as_mat(k, &a.k);
+    a.vm = as_mat(v, &a.v);
+    ag_tensor *p = ag__new(dt, 4, sshape), *out = ag__new(dt, 4, (int64_t[]){a.B, a.H, a.L, a.Dv});
+    ag_tensor *keep = NULL, *pd = NULL;
+    a.p = ag__ptr(p);
+    a.out = ag__ptr(out);
+    if (training && dropout_p > 0) {
+        keep = ag__new(AG_BOOL, 4, sshape);
+        pd = ag__new(dt, 4, sshape);
+        draw_keep(rng, dropout_p, (uint8_t *)keep->data, ag_numel(keep));
+        a.keep = (const uint8_t *)keep->data;
+        a.pd = pd->data;
+        a.keep_scale = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;
+    }
+    if (a.S == 0)
+        ag_fill_(out, 0); /* every row fully masked */
+    else if (a.L > 0)
+        for_each_head(dt == AG_F32 ? attn_fwd_f32 : attn_fwd_f64, &a);
+    ag_node *n = ag_finish(&ATTENTION, out, 4, (ag_tensor *[]){q, k, v, mask});
+    if (n) {
+        attn *saved = ag_arena_alloc(ag_arena_current(), sizeof *saved);
+        *saved = a;
+        saved->pd = NULL;
+        n->extra = saved;
+        n->saved[0] = p;
+        n->saved[1] = keep;
+    }
+    if (weights_out) {
+        if (pd || !n) {
+            *weights_out = pd ? pd : p;
+        } else { /* p is saved for backward: hand out a copy */
+            *weights_out = ag__new(dt, 4, sshape);
+            ag_copy_(*weights_out, p);
+        }
+    }
+    return out;
+}
+
+/* ---- masks ---- */
+
+static ag_tensor *neg_inf_where(ag_tensor *m, ag_dtype dt) {
+    return ag_where(m, ag_scalar(dt, -INFINITY), ag_scalar(dt, 0));
+}
+
+ag_tensor *ag_attention_mask(ag_tensor *attn_mask, ag_tensor *key_padding_mask, int64_t B, int64_t H) {
+    const char *op = "ag_attention_mask";
+    ag_tensor *am = attn_mask, *kpm = key_padding_mask;
+    char b1[128], b2[128];
+    for (int i = 0; i < 2; i++) {
+        ag_tensor *m = i ? kpm : am;
+        if (m && m->dtype != AG_BOOL && m->dtype != AG_F32 && m->dtype != AG_F64) {
+            ag_error(op, "%s %s of dtype %s: expected bool, f32 or f64", i ? "key_padding_mask" : "attn_mask",
+                     ag_shape_str(m, b1), ag_dtype_name(m->dtype));
+            return NULL;
+        }
+    }
+    if (am) {
+        bool ok = am->ndim == 2 || (am->ndim == 3 && am->shape[0] == B * H);
+        if (!ok || (kpm && kpm->ndim == 2 && kpm->shape[1] != am->shape[am->ndim - 1])) {
+            ag_error(op, "attn_mask %s, key_padding_mask %s with B=%lld, H=%lld: expected (L,S) or (B*H,L,S) and (B,S)",
+                     ag_shape_str(am, b1), ag_shape_str(kpm, b2), (long long)B, (long long)H);
+            return NULL;
+        }
+        int64_t L = am->shape[am->ndim - 2], S = am->shape[am->ndim - 1];
+        am = am->ndim == 2 ? ag_reshape(am, AG_SHAPE(1, 1, L, S)) : ag_reshape(am, AG_SHAPE(B, H, L, S));
+    }
+    if (kpm) {
+        if (kpm->ndim != 2 || kpm->shape[0] != B) {
+            ag_error(op, "key_padding_mask %s with B=%lld: expected (B,S)", ag_shape_str(kpm, b1), (long long)B);
+            return NULL;
+        }
+        kpm = ag_reshape(kpm, AG_SHAPE(B, 1, 1, kpm->shape[1]));
+    }
+    if (!am || !kpm) return am ? am : kpm;
+    if (am->dtype == AG_BOOL && kpm->dtype == AG_BOOL) return ag_logical_or(am, kpm);
+    if (am->dtype != AG_BOOL && kpm->dtype == AG_BOOL) /* torch: attn_mask.masked_fill(kpm, -inf) */
+        return ag_where(kpm, ag_scalar(am->dtype, -INFINITY), am);
+    if (am->dtype == AG_BOOL) am = neg_inf_where(am, kpm->dtype);
+    return ag_add(am, kpm);
+}
+
+static bool check_len(const char *op, int64_t L) {
+    if (L >= 0) return true;
+    ag_error(op, "L = %lld: must be >= 0", (long long)L);
+    return false;
+}
+
+ag_tensor *ag_square_subsequent_mask(int64_t L, ag_dtype dt) {
+    const char *op = "ag_square_subsequent_mask";
+    if (!check_len(op, L)) return NULL;
+    if (dt != AG_F32 && dt != AG_F64) {
+        ag_error(op, "dtype %s: expected f32 or f64", ag_dtype_name(dt));
+        return NULL;
+    }
+    return neg_inf_where(ag_causal_bool_mask(L), dt);
+}
+
+ag_tensor *ag_causal_bool_mask(int64_t L) {
+    if (!check_len("ag_causal_bool_mask", L)) return NULL;
+    ag_tensor *m = ag__new(AG_BOOL, 2, (int64_t[]){L, L});
+    uint8_t *p = (uint8_t *)m->data;
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t j = 0; j < L; j++) p[i * L + j] = j > i;
+    return m;
+}

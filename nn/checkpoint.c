@@ -1,0 +1,496 @@
+/* HDF5 checkpoints (layout in docs/checkpoint.md).
+ *
+ * Files are the outside world, so nothing here aborts or calls ag_error: every problem becomes
+ * a line of a report that ends up in the caller's message buffer, and HDF5's own error printing
+ * is switched off for the duration of each call (its innermost error text is quoted instead).
+ * Loading stages everything (slab copies, optimizer hyperparameters, a training-state copy)
+ * and commits with memcpy only when the load as a whole succeeds. */
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../tensor/internal.h"
+#include "checkpoint.h"
+
+#define FORMAT_NAME "attograd-checkpoint"
+#define FORMAT_VERSION 1
+/* Largest chunk written: HDF5 caps chunks at 4 GiB, and a dataset must be chunked to carry a
+ * Fletcher32 checksum. */
+#define CHUNK_MAX ((hsize_t)1 << 30)
+
+/* ---- the report: every problem found, joined into one message ----------------------------- */
+
+/* Severity of a problem; the worst one decides the status. SKIP problems are what a non-strict
+ * load leaves out (a missing, unexpected or misshapen tensor); the rest always fail. */
+enum { SKIP = 1, MISMATCH, FORMAT, IO, INVAL, NOMEM };
+
+typedef struct {
+    char text[8192];
+    size_t len;
+    int count, omitted, worst;
+} report;
+
+static void problem(report *r, int severity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void problem(report *r, int severity, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (severity > r->worst) r->worst = severity;
+    size_t n = strlen(buf);
+    if (r->len + n + 3 > sizeof r->text) {
+        r->omitted++;
+        return;
+    }
+    if (r->count++) {
+        memcpy(r->text + r->len, "; ", 2);
+        r->len += 2;
+    }
+    memcpy(r->text + r->len, buf, n + 1);
+    r->len += n;
+}
+
+static ag_ckpt_status report_status(const report *r, bool strict) {
+    switch (r->worst) {
+    case 0: return AG_CKPT_OK;
+    case SKIP: return strict ? AG_CKPT_EMISMATCH : AG_CKPT_PARTIAL;
+    case MISMATCH: return AG_CKPT_EMISMATCH;
+    case FORMAT: return AG_CKPT_EFORMAT;
+    case IO: return AG_CKPT_EIO;
+    case INVAL: return AG_CKPT_EINVAL;
+    default: return AG_CKPT_ENOMEM;
+    }
+}
+
+/* "<path>: <problem>" or "<path>: <lead>N problems: <p1>; <p2>; ..." into msg */
+static void report_write(const report *r, const char *path, const char *lead, char *msg, size_t size) {
+    if (!msg || !size) return;
+    int total = r->count + r->omitted, n;
+    if (total == 0)
+        n = snprintf(msg, size, "%s", "");
+    else if (total == 1 && !*lead)
+        n = snprintf(msg, size, "%s: %s", path ? path : "(null)", r->text);
+    else
+        n = snprintf(msg, size, "%s: %s%d problem%s: %s%s", path ? path : "(null)", lead, total, total > 1 ? "s" : "",
+                     r->text, r->omitted ? "; ... (more omitted)" : "");
+    if (n >= 0 && (size_t)n >= size && size > 4) strcpy(msg + size - 4, "...");
+}
+
+const char *ag_ckpt_status_name(ag_ckpt_status s) {
+    switch (s) {
+    case AG_CKPT_OK: return "ok";
+    case AG_CKPT_PARTIAL: return "partial";
+    case AG_CKPT_EIO: return "io error";
+    case AG_CKPT_EFORMAT: return "format error";
+    case AG_CKPT_EMISMATCH: return "mismatch";
+    case AG_CKPT_EINVAL: return "invalid argument";
+    case AG_CKPT_ENOMEM: return "out of memory";
+    }
+    return "unknown status";
+}
+
+/* ---- HDF5 error handling ------------------------------------------------------------------ */
+
+typedef struct {
+    H5E_auto2_t fn;
+    void *data;
+} hush_t;
+
+static hush_t hush(void) {
+    hush_t h = {NULL, NULL};
+    H5Eget_auto2(H5E_DEFAULT, &h.fn, &h.data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    return h;
+}
+
+static void unhush(hush_t h) {
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, h.fn, h.data);
+}
+
+typedef struct {
+    char desc[300];
+    hid_t minor;
+} cause_t;
+
+static herr_t cause_walk(unsigned n, const H5E_error2_t *e, void *u) {
+    cause_t *c = u;
+    snprintf(c->desc, sizeof c->desc, "%s", e->desc ? e->desc : "");
+    for (char *p = c->desc; *p; p++)
+        if (*p == '\n') *p = ' ';
+    c->minor = e->min_num;
+    return 0;
+}
+
+/* The innermost entry of HDF5's error stack (the actual cause), then clear the stack. */
+static cause_t cause(void) {
+    cause_t c = {"unknown HDF5 error", -1};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, cause_walk, &c);
+    H5Eclear2(H5E_DEFAULT);
+    return c;
+}
+
+static const char *type_desc(hid_t ty, char *buf) {
+    size_t bits = 8 * H5Tget_size(ty);
+    switch (H5Tget_class(ty)) {
+    case H5T_INTEGER: sprintf(buf, "%s%zu (integer)", H5Tget_sign(ty) == H5T_SGN_NONE ? "uint" : "int", bits); break;
+    case H5T_FLOAT: sprintf(buf, "float%zu", bits); break;
+    case H5T_STRING: strcpy(buf, "string"); break;
+    case H5T_ENUM: strcpy(buf, "enum (e.g. bool)"); break;
+    case H5T_COMPOUND: strcpy(buf, "compound"); break;
+    default: strcpy(buf, "a non-numeric type"); break;
+    }
+    return buf;
+}
+
+static char *dims_str(int nd, const hsize_t *dims, char *buf) {
+    int64_t s[AG_MAX_DIMS];
+    if (nd > AG_MAX_DIMS) {
+        sprintf(buf, "(%d dims)", nd);
+        return buf;
+    }
+    for (int i = 0; i < nd; i++) s[i] = (int64_t)dims[i];
+    return ag__shape_str(nd, s, buf);
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+static herr_t attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, hsize_t n, const void *v) {
+    hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Awrite(a, mtype, v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return r;
+}
+
+static herr_t attr_i64(hid_t loc, const char *name, int64_t v) {
+    return attr_write(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &v);
+}
+
+static herr_t attr_f64(hid_t loc, const char *name, double v) {
+    return attr_write(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &v);
+}
+
+/* variable-length UTF-8, which h5py reads as str */
+static herr_t attr_str(hid_t loc, const char *name, const char *s) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    herr_t r = attr_write(loc, name, t, t, 0, &s);
+    H5Tclose(t);
+    return r;
+}
+
+/* A group that remembers the order its links and attributes were created in, so readers
+ * (h5py, the loader's config) see parameters and config keys in the order they were added. */
+static hid_t group_new(hid_t loc, const char *name) {
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    H5Pset_attr_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    H5Pclose(gcpl);
+    return g;
+}
+
+/* Dataset name in loc with t's shape from numel(t) contiguous elements at data (t's dtype). */
+static herr_t write_tensor(hid_t loc, const char *name, const ag_tensor *t, const void *data) {
+    hsize_t dims[AG_MAX_DIMS], chunk[AG_MAX_DIMS], bytes = ag_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) bytes *= chunk[d] = dims[d] = (hsize_t)t->shape[d];
+    hid_t sp = t->ndim ? H5Screate_simple(t->ndim, dims, NULL) : H5Screate(H5S_SCALAR);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (t->ndim && bytes) {
+        /* checksummed data lets a load tell a flipped bit from a weight */
+        hsize_t row = bytes / dims[0];
+        if (bytes > CHUNK_MAX) chunk[0] = row >= CHUNK_MAX ? 1 : CHUNK_MAX / row;
+        if (chunk[0] * row < ((hsize_t)1 << 32)) {
+            H5Pset_chunk(dcpl, t->ndim, chunk);
+            H5Pset_fletcher32(dcpl);
+        }
+    }
+    bool f32 = t->dtype == AG_F32;
+    hid_t ds = H5Dcreate2(loc, name, f32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    herr_t r = ds < 0 ? -1 : bytes ? H5Dwrite(ds, f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
+                                              H5P_DEFAULT, data) : 0;
+    if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    return r;
+}
+
+/* every parameter's slice of slab as a dataset of loc */
+static herr_t write_slab(hid_t loc, const ag_params *p, const char *slab) {
+    size_t es = ag_dtype_size(p->dtype);
+    for (int i = 0; i < p->count; i++) {
+        const ag_tensor *t = p->list[i];
+        if (write_tensor(loc, t->name, t, slab + (size_t)t->offset * es) < 0) return -1;
+    }
+    return 0;
+}
+
+static const char *kind_name(ag_optim_kind k) {
+    return k == AG_OPTIM_SGD ? "sgd" : k == AG_OPTIM_ADAM ? "adam" : k == AG_OPTIM_ADAMW ? "adamw" : "?";
+}
+
+#define TRY(x)                                                                                                     \
+    do {                                                                                                           \
+        if ((x) < 0) return -1;                                                                                    \
+    } while (0)
+
+/* The whole file. Handles left open on failure are closed by the file's strong close degree. */
+static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag_train_state *s) {
+    hid_t g, sub;
+    TRY(attr_str(f, "format", FORMAT_NAME));
+    TRY(attr_i64(f, "format_version", FORMAT_VERSION));
+    TRY(g = group_new(f, "model"));
+    TRY(write_slab(g, p, p->data));
+    H5Gclose(g);
+    if (o) {
+        TRY(g = group_new(f, "optimizer"));
+        TRY(attr_str(g, "kind", kind_name(o->kind)));
+        TRY(attr_f64(g, "lr", o->lr));
+        TRY(attr_write(g, "betas", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 2, o->betas));
+        TRY(attr_f64(g, "eps", o->eps));
+        TRY(attr_f64(g, "weight_decay", o->weight_decay));
+        TRY(attr_f64(g, "momentum", o->momentum));
+        TRY(attr_f64(g, "dampening", o->dampening));
+        TRY(attr_i64(g, "nesterov", o->nesterov));
+        TRY(attr_i64(g, "step", o->step));
+        for (int k = 0; k < ag_optim_state_count(o); k++) {
+            void *slab;
+            const char *name = ag_optim_state(o, k, &slab);
+            TRY(sub = group_new(g, name));
+            TRY(write_slab(sub, p, slab));
+            H5Gclose(sub);
+        }
+        H5Gclose(g);
+    }
+    if (s) {
+        TRY(g = group_new(f, "training"));
+        TRY(attr_i64(g, "global_step", s->global_step));
+        TRY(attr_i64(g, "epoch", s->epoch));
+        TRY(attr_i64(g, "data_position", s->data_position));
+        TRY(sub = group_new(g, "rng"));
+        for (int i = 0; i < s->nrng; i++) {
+            uint64_t v[2] = {s->rng[i].rng.seed, s->rng[i].rng.counter};
+            TRY(attr_write(sub, s->rng[i].name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 2, v));
+        }
+        H5Gclose(sub);
+        H5Gclose(g);
+        TRY(g = group_new(f, "config"));
+        for (int i = 0; i < s->nconfig; i++) {
+            const ag_config_entry *e = &s->config[i];
+            TRY(e->type == AG_CONFIG_INT ? attr_i64(g, e->key, e->i)
+                : e->type == AG_CONFIG_DOUBLE ? attr_f64(g, e->key, e->d) : attr_str(g, e->key, e->s));
+        }
+        H5Gclose(g);
+    }
+    return 0;
+}
+
+static bool bounded(const char *s, size_t cap) { return memchr(s, 0, cap) && *s; }
+
+/* Arguments a file cannot be made from; reported as INVAL. */
+static void check_save_args(const ag_params *p, const ag_optim *o, const ag_train_state *s, report *r) {
+    if (!p) return problem(r, INVAL, "no parameters to save");
+    if (p->dtype != AG_F32 && p->dtype != AG_F64) return problem(r, INVAL, "parameters must be f32 or f64");
+    for (int i = 0; i < p->count; i++) {
+        const char *n = p->list[i]->name;
+        if (!n || !*n || strchr(n, '/') || strcmp(n, ".") == 0)
+            problem(r, INVAL, "parameter %d's name '%s' cannot name an HDF5 dataset (empty, '.' or contains '/')", i,
+                    n ? n : "(null)");
+    }
+    if (o && (o->params != p || o->numel != p->numel))
+        problem(r, INVAL, "the optimizer was made for another parameter set, or before the last parameter was added");
+    if (!s) return;
+    if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || s->nconfig > AG_CKPT_MAX_CONFIG)
+        return problem(r, INVAL, "training state holds %d rngs and %d config entries (at most %d and %d)", s->nrng,
+                       s->nconfig, AG_CKPT_MAX_RNGS, AG_CKPT_MAX_CONFIG);
+    for (int i = 0; i < s->nrng; i++) {
+        if (!bounded(s->rng[i].name, AG_CKPT_NAME_MAX)) problem(r, INVAL, "rng %d has no name", i);
+        for (int j = 0; j < i; j++)
+            if (strncmp(s->rng[i].name, s->rng[j].name, AG_CKPT_NAME_MAX) == 0)
+                problem(r, INVAL, "rng name '%.63s' appears twice", s->rng[i].name);
+    }
+    for (int i = 0; i < s->nconfig; i++) {
+        const ag_config_entry *e = &s->config[i];
+        if (!bounded(e->key, AG_CKPT_NAME_MAX)) problem(r, INVAL, "config entry %d has no key", i);
+        if (e->type == AG_CONFIG_STRING && !memchr(e->s, 0, AG_CKPT_STRING_MAX))
+            problem(r, INVAL, "config '%.63s': string is not terminated", e->key);
+        if ((unsigned)e->type > AG_CONFIG_STRING) problem(r, INVAL, "config '%.63s': bad type %d", e->key, e->type);
+        for (int j = 0; j < i; j++)
+            if (strncmp(e->key, s->config[j].key, AG_CKPT_NAME_MAX) == 0)
+                problem(r, INVAL, "config key '%.63s' appears twice", e->key);
+    }
+}
+
+static hid_t fapl_new(void) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    /* 1.8 file format: checksummed metadata, readable by any HDF5 >= 1.8 */
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
+    H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+    return fapl;
+}
+
+static int fsync_path(const char *path, int flags) {
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd), err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
+/* the directory holding path ("." for a bare name) */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+/* write tmp, flush, close, fsync, rename over path, fsync the directory */
+static void save_atomic(const char *path, const char *tmp, const ag_params *p, const ag_optim *o,
+                        const ag_train_state *s, bool sync, report *r) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return problem(r, IO, "cannot create '%s': %s", tmp, strerror(errno));
+    close(fd);
+    hid_t fapl = fapl_new();
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (f < 0) {
+        problem(r, IO, "HDF5 cannot create '%s': %s", tmp, cause().desc);
+        unlink(tmp);
+        return;
+    }
+    bool ok = write_all(f, p, o, s) >= 0 && H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0;
+    cause_t c = cause();
+    ok = H5Fclose(f) >= 0 && ok;
+    if (!ok) {
+        problem(r, IO, "writing '%s' failed: %s", tmp, c.desc);
+        unlink(tmp);
+        return;
+    }
+    if (sync && fsync_path(tmp, O_RDWR) < 0) {
+        problem(r, IO, "cannot fsync '%s': %s", tmp, strerror(errno));
+        unlink(tmp);
+        return;
+    }
+    if (rename(tmp, path) < 0) {
+        problem(r, IO, "cannot rename '%s' over it: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return;
+    }
+    char *dir = dir_of(path);
+    /* some file systems cannot sync a directory (EINVAL); the rename is then as durable as they get */
+    if (sync && dir && fsync_path(dir, O_RDONLY | O_DIRECTORY) < 0 && errno != EINVAL && errno != ENOTSUP)
+        problem(r, IO, "saved, but cannot fsync directory '%s' (the new file may not survive a power loss): %s", dir,
+                strerror(errno));
+    free(dir);
+}
+
+ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
+                                  const ag_train_state *state, const ag_ckpt_save_opts *opts, char *msg,
+                                  size_t msgsize) {
+    report r = {.len = 0};
+    if (!path || !*path)
+        problem(&r, INVAL, "ag_checkpoint_save: no path given");
+    else
+        check_save_args(params, opt, state, &r);
+    if (!r.worst) {
+        size_t n = strlen(path) + 5;
+        char *tmp = malloc(n);
+        if (!tmp) {
+            problem(&r, NOMEM, "out of memory");
+        } else {
+            snprintf(tmp, n, "%s.tmp", path);
+            hush_t h = hush();
+            save_atomic(path, tmp, params, opt, state, !(opts && opts->no_fsync), &r);
+            unhush(h);
+            free(tmp);
+        }
+    }
+    report_write(&r, path, "", msg, msgsize);
+    return report_status(&r, true);
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+/* One scalar attribute (integer, float or string; a one-element array counts) into e.
+ * Returns false with *why set when it is none of these. */
+static bool attr_value(hid_t a, ag_config_entry *e, const char **why) {
+    hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
+    H5T_class_t cls = ty < 0 ? H5T_NO_CLASS : H5Tget_class(ty);
+    bool ok = false;
+    *why = "cannot be read (corrupted?)";
+    if (sp < 0 || ty < 0) {
+    } else if (H5Sget_simple_extent_npoints(sp) != 1 || H5Sget_simple_extent_type(sp) == H5S_NULL) {
+        *why = "is not a single value";
+    } else if (cls == H5T_INTEGER) {
+        e->type = AG_CONFIG_INT;
+        ok = H5Aread(a, H5T_NATIVE_INT64, &e->i) >= 0;
+    } else if (cls == H5T_FLOAT) {
+        e->type = AG_CONFIG_DOUBLE;
+        ok = H5Aread(a, H5T_NATIVE_DOUBLE, &e->d) >= 0;
+    } else if (cls == H5T_STRING) {
+        e->type = AG_CONFIG_STRING;
+        hid_t m = H5Tcopy(ty);
+        if (H5Tis_variable_str(ty) > 0) {
+            char *s = NULL;
+            ok = H5Aread(a, m, &s) >= 0 && s && strlen(s) < AG_CKPT_STRING_MAX;
+            if (ok) strcpy(e->s, s);
+            if (s) H5free_memory(s);
+        } else {
+            size_t n = H5Tget_size(ty);
+            char buf[AG_CKPT_STRING_MAX];
+            ok = n < AG_CKPT_STRING_MAX && H5Aread(a, m, buf) >= 0;
+            if (ok) {
+                buf[n] = 0;
+                for (size_t i = strlen(buf); i > 0 && buf[i - 1] == ' '; i--) buf[i - 1] = 0; /* space padding */
+                strcpy(e->s, buf);
+            }
+        }
+        if (!ok) *why = "is not a string this build can hold (at most 255 bytes)";
+        H5Tclose(m);
+    } else {
+        *why = "has a type other than integer, float or string";
+    }
+    if (ty >= 0) H5Tclose(ty);
+    if (sp >= 0) H5Sclose(sp);
+    return ok;
+}
+
+/* Attribute name of loc (called where in messages). Returns false (FORMAT reported) when it is
+ * missing or not of type want (an integer is accepted for a double). */
+static bool attr_get(hid_t loc, const char *where, const char *name, ag_config_type want, ag_config_entry *e,
+                     report *r) {
+    static const char *const tn[] = {"an integer", "a number", "a string"};
+    htri_t ex = H5Aexists(loc, name);
+    if (ex <= 0) {
+        problem(r, FORMAT, "%s has no '%s' attribute%s", where, name, ex < 0 ? " (corrupted?)" : "");
+        return false;
+    }
+    const char *why;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    bool ok = a >= 0 && attr_value(a, e, &why);
+    if (a >= 0) H5Aclose(a);
+    if (ok && e->type == AG_CONFIG_INT && want == AG_CONFIG_DOUBLE) {
+        e->type = AG_CONFIG_DOUBLE;
+        e->d = (double)e->i;
+    }
+    if (!ok) {
+        problem(r, FORMAT, "attribute '%s' of %s %s", name, where, why);
+        return false;
+    }
+    if (e->type != want) {
+        problem(r, FORMAT, "attribute '%s' of %s is not %s", name, where, tn[want]);
+        return false;
+    }
+    return true;
+}

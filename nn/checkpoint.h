@@ -1,0 +1,120 @@
+/* HDF5 checkpoints: model parameters, optimizer state, training position and model
+ * configuration in one file (layout in docs/checkpoint.md; the model's datasets are named by
+ * their PyTorch state_dict names, so the file maps onto a state_dict one to one).
+ *
+ * Files are the outside world: these functions never abort and never report through
+ * ag_error. They return a status and write into the caller's buffer a message that names the
+ * file and every problem, e.g.
+ *   ckpt.h5: dataset 'decoder.layers.0.linear1.weight' has shape (512,128), model expects (256,128)
+ * Saving is atomic (write "<path>.tmp", flush, fsync, rename over path, fsync the directory):
+ * a crash at any moment leaves the previous checkpoint or the new one, never a mix. Loading
+ * reads and checks everything into staging memory first, so a failed load changes nothing.
+ * One writer per path at a time (concurrent saves to one path share the ".tmp" name). */
+#ifndef AG_NN_CHECKPOINT_H
+#define AG_NN_CHECKPOINT_H
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    AG_CKPT_OK = 0,
+    AG_CKPT_PARTIAL = 1,      /* non-strict load: what matched was loaded, msg lists the rest */
+    AG_CKPT_EIO = -1,         /* missing file, unwritable directory, failed write/fsync/rename */
+    AG_CKPT_EFORMAT = -2,     /* not HDF5, truncated, corrupted, not an attograd checkpoint,
+                                 unsupported format_version, malformed attributes */
+    AG_CKPT_EMISMATCH = -3,   /* the file does not fit the model or optimizer: missing or
+                                 unexpected names, shapes, dtypes, optimizer kind */
+    AG_CKPT_EINVAL = -4,      /* bad arguments (NULL path, optimizer of another parameter set) */
+    AG_CKPT_ENOMEM = -5,
+} ag_ckpt_status;
+
+/* "ok", "partial", "io error", ... */
+const char *ag_ckpt_status_name(ag_ckpt_status s);
+
+/* ---- training state: where training is, and what the model is ---------------------------- */
+#define AG_CKPT_NAME_MAX 64    /* config keys and RNG names, including the NUL */
+#define AG_CKPT_STRING_MAX 256 /* config string values, including the NUL */
+#define AG_CKPT_MAX_RNGS 16
+#define AG_CKPT_MAX_CONFIG 64
+
+typedef enum { AG_CONFIG_INT, AG_CONFIG_DOUBLE, AG_CONFIG_STRING } ag_config_type;
+
+typedef struct {
+    char key[AG_CKPT_NAME_MAX];
+    ag_config_type type;
+    int64_t i;
+    double d;
+    char s[AG_CKPT_STRING_MAX];
+} ag_config_entry;
+
+typedef struct {
+    char name[AG_CKPT_NAME_MAX];
+    ag_rng rng;
+} ag_named_rng;
+
+/* Plain data; zero-initialise it (ag_train_state st = {0};). The config is what the model code
+ * needs to rebuild the model with no other input (sizes, dropout, activation name, ...). */
+typedef struct ag_train_state {
+    int64_t global_step;   /* optimizer updates taken */
+    int64_t epoch;
+    int64_t data_position; /* where in the epoch's data order the next batch starts */
+    int nrng;
+    ag_named_rng rng[AG_CKPT_MAX_RNGS];
+    int nconfig;
+    ag_config_entry config[AG_CKPT_MAX_CONFIG];
+} ag_train_state;
+
+/* Record a copy of *rng under name (replacing one of that name). false (reported through
+ * ag_error: these are programming errors) on a NULL argument, an empty or too long name, or
+ * when full. */
+bool ag_state_set_rng(ag_train_state *s, const char *name, const ag_rng *rng);
+/* Copy the rng recorded under name into *out; false if there is none. */
+bool ag_state_get_rng(const ag_train_state *s, const char *name, ag_rng *out);
+/* Set a config entry (replacing one of that key, whatever its type); false as ag_state_set_rng,
+ * or for a string of AG_CKPT_STRING_MAX bytes or more. */
+bool ag_config_set_int(ag_train_state *s, const char *key, int64_t value);
+bool ag_config_set_double(ag_train_state *s, const char *key, double value);
+bool ag_config_set_string(ag_train_state *s, const char *key, const char *value);
+/* Read a config entry; false (nothing reported) when absent or of another type. get_double
+ * also accepts an int entry. get_string returns NULL when absent or not a string. */
+bool ag_config_get_int(const ag_train_state *s, const char *key, int64_t *out);
+bool ag_config_get_double(const ag_train_state *s, const char *key, double *out);
+const char *ag_config_get_string(const ag_train_state *s, const char *key);
+
+/* ---- save and load ------------------------------------------------------------------------- */
+typedef struct {
+    /* Skip both fsyncs: still atomic against a crash of the process (rename is), but a power
+     * loss may lose the new file's data. For tests and scratch files. */
+    bool no_fsync;
+} ag_ckpt_save_opts;
+
+typedef struct {
+    /* Like load_state_dict(strict=False): load every parameter and optimizer state whose name
+     * and shape match, leave the rest as they are, list the rest in msg and return
+     * AG_CKPT_PARTIAL. Format errors and an optimizer of another kind still fail. */
+    bool non_strict;
+} ag_ckpt_load_opts;
+
+/* Save params (required), opt (NULL: no /optimizer) and state (NULL: no /training, /config)
+ * to path atomically, in the params' dtype. opts may be NULL. msg (msgsize bytes, may be NULL)
+ * receives the message on failure and "" on success. */
+ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
+                                  const ag_train_state *state, const ag_ckpt_save_opts *opts, char *msg,
+                                  size_t msgsize);
+
+/* Load path into params, opt and state; each may be NULL to skip that part (params NULL and
+ * state non-NULL reads just the training state and config, e.g. to learn how to build the
+ * model). Strict unless opts say otherwise: every missing name, unexpected name, shape and
+ * dtype problem is reported together. f32 data load into f64 parameters and back (rounded to
+ * nearest). opt's hyperparameters and step are restored too (as PyTorch's
+ * Optimizer.load_state_dict restores its param_groups); opt must belong to params. On any
+ * status other than OK and PARTIAL nothing was changed. */
+ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
+                                  const ag_ckpt_load_opts *opts, char *msg, size_t msgsize);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

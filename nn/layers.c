@@ -1,0 +1,495 @@
+/* Linear, Embedding, LayerNorm, Dropout and positional encodings: the fused ops and the
+ * modules that own their parameters. Reductions accumulate in double with a fixed order per
+ * output element, so results do not depend on the OpenMP thread count. */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../tensor/internal.h"
+#include "layers.h"
+
+/* parallel loop when the int64_t par_work in scope (elements touched) is large enough */
+#define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
+/* columns handled by one thread in column reductions (a block's partial sums stay in registers/L1) */
+#define COLS 64
+
+static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
+
+/* A grad-free contiguous copy for kernels that walk rows; t itself when already contiguous. */
+static ag_tensor *dense(ag_tensor *t) {
+    if (ag_is_contiguous(t)) return t;
+    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
+    ag_copy_(c, t);
+    return c;
+}
+
+/* "<prefix>.<leaf>", or just leaf for an empty prefix (a top-level module's state_dict) */
+static const char *param_name(char *buf, size_t size, const char *prefix, const char *leaf) {
+    if (prefix && *prefix)
+        snprintf(buf, size, "%s.%s", prefix, leaf);
+    else
+        snprintf(buf, size, "%s", leaf);
+    return buf;
+}
+
+/* ==== Linear ================================================================================ */
+
+/* An m×k operand for row-major BLAS: stored as is (trans false, rows ld apart) or stored as its
+ * k×m transpose (trans true, rows of the transpose ld apart). */
+typedef struct {
+    const char *p;
+    bool trans;
+    int64_t ld;
+} mat;
+
+static mat transposed(mat a) {
+    a.trans = !a.trans;
+    return a;
+}
+
+/* t (..., k) read in place as an m×k matrix when its strides allow (contiguous, row-sliced, or a
+ * 2-d transpose); p is NULL when it must be copied first. */
+static mat as_matrix(const ag_tensor *t, int64_t m, int64_t k) {
+    int nd = t->ndim;
+    if (k == 1 || t->stride[nd - 1] == 1) {
+        bool found = false, ok = true;
+        int64_t row = 0, expect = 0;
+        for (int d = nd - 2; d >= 0 && ok; d--) { /* leading dims must collapse into one row stride */
+            if (t->shape[d] == 1) continue;
+            if (!found) {
+                found = true;
+                row = t->stride[d];
+                expect = row * t->shape[d];
+            } else if (t->stride[d] != expect) {
+                ok = false;
+            } else {
+                expect *= t->shape[d];
+            }
+        }
+        if (!found) row = max1(k);
+        if (ok && row >= max1(k)) return (mat){ag__ptr(t), false, row};
+    }
+    if (nd == 2 && (m == 1 || t->stride[0] == 1) && (k == 1 || t->stride[1] >= max1(m)))
+        return (mat){ag__ptr(t), true, k == 1 ? max1(m) : t->stride[1]};
+    return (mat){NULL, false, 0};
+}
+
+/* t as an m×k operand, copying it (without recording) only when BLAS cannot read it in place */
+static ag_tensor *operand(ag_tensor *t, int64_t m, int64_t k, mat *out) {
+    *out = as_matrix(t, m, k);
+    if (out->p) return t;
+    t = dense(t);
+    *out = (mat){ag__ptr(t), false, max1(k)};
+    return t;
+}
+
+/* C (m×n, row-major, rows ldc apart) += op(A) op(B), op(A) m×k, op(B) k×n */
+static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k, char *c, int64_t ldc) {
+    if (m == 0 || n == 0 || k == 0) return;
+    CBLAS_TRANSPOSE ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+    if (dt == AG_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, (const float *)a.p,
+                    (blasint)a.ld, (const float *)b.p, (blasint)b.ld, 1.0f, (float *)c, (blasint)ldc);
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, (const double *)a.p,
+                    (blasint)a.ld, (const double *)b.p, (blasint)b.ld, 1.0, (double *)c, (blasint)ldc);
+}
+
+/* y (m×n contiguous) = bias broadcast over rows (b strided by bs), or 0 without bias;
+ * out[j·os] += Σ_i g[i, j] for g (m×n contiguous) */
+#define ROW_KERNELS(T, S, D)                                                                                      \
+    static void fill_rows_##S(char *y_, int64_t m, int64_t n, const char *b_, int64_t bs) {                       \
+        T *y = (T *)y_;                                                                                           \
+        const T *b = (const T *)b_;                                                                               \
+        int64_t par_work = m * n;                                                                                 \
+        PAR_FOR                                                                                                   \
+        for (int64_t i = 0; i < m; i++)                                                                           \
+            for (int64_t j = 0; j < n; j++) y[i * n + j] = b ? b[j * bs] : 0;                                     \
+    }                                                                                                             \
+    static void add_col_sums_##S(const char *g_, int64_t m, int64_t n, char *out_, int64_t os) {                  \
+        const T *g = (const T *)g_;                                                                               \
+        T *out = (T *)out_;                                                                                       \
+        int64_t par_work = m * n;                                                                                 \
+        PAR_FOR                                                                                                   \
+        for (int64_t j0 = 0; j0 < n; j0 += COLS) {                                                                \
+            int64_t nj = n - j0 < COLS ? n - j0 : COLS;                                                           \
+            double acc[COLS] = {0};                                                                               \
+            for (int64_t i = 0; i < m; i++)                                                                       \
+                for (int64_t j = 0; j < nj; j++) acc[j] += g[i * n + j0 + j];                                     \
+            for (int64_t j = 0; j < nj; j++) out[(j0 + j) * os] += (T)acc[j];                                     \
+        }                                                                                                         \
+    }
+AG_FLOAT_TYPES(ROW_KERNELS)
+
+static void linear_backward(ag_node *n) { /* dx += dy w ; dw += dyᵀ x ; db += Σ_rows dy */
+    ag_tensor *x = n->saved[0], *w = n->saved[1], *b = n->in[2], *dy = n->out->grad;
+    ag_dtype dt = dy->dtype;
+    int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
+    mat g = {ag__ptr(dy), false, max1(out)}, xm = as_matrix(x, m, in), wm = as_matrix(w, out, in);
+    ag_tensor *dx = ag_grad_buffer(n->in[0]), *dw = ag_grad_buffer(n->in[1]), *db = ag_grad_buffer(b);
+    if (dx) gemm_acc(dt, g, wm, m, in, out, ag__ptr(dx), max1(in));
+    if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, ag__ptr(dw), max1(in));
+    if (db) (dt == AG_F32 ? add_col_sums_f32 : add_col_sums_f64)(ag__ptr(dy), m, out, ag__ptr(db), 1);
+}
+static const ag_op LINEAR = {"ag_linear", linear_backward};
+
+ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
+    const char *op = "ag_linear";
+    if (!ag__check_float(op, x) || !ag__check_float(op, w) || (b && !ag__check_float(op, b))) return NULL;
+    char b1[128], b2[128], b3[128];
+    if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
+        ag_error(op, "input %s, weight %s, bias %s: expected input (..., in), weight (out, in), bias (out)",
+                 ag_shape_str(x, b1), ag_shape_str(w, b2), b ? ag_shape_str(b, b3) : "none");
+        return NULL;
+    }
+    if (w->dtype != x->dtype || (b && b->dtype != x->dtype)) {
+        ag_error(op, "input %s %s, weight %s %s, bias %s: dtypes differ (convert with ag_to)", ag_shape_str(x, b1),
+                 ag_dtype_name(x->dtype), ag_shape_str(w, b2), ag_dtype_name(w->dtype),
+                 b ? ag_dtype_name(b->dtype) : "none");
+        return NULL;
+    }
+    ag_dtype dt = x->dtype;
+    int64_t in = w->shape[1], out = w->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
+    int64_t shape[AG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = out;
+    ag_tensor *y = ag__new(dt, x->ndim, shape);
+    mat xm, wm;
+    ag_tensor *xs = operand(x, m, in, &xm), *ws = operand(w, out, in, &wm);
+    (dt == AG_F32 ? fill_rows_f32 : fill_rows_f64)(ag__ptr(y), m, out, b ? ag__ptr(b) : NULL, b ? b->stride[0] : 0);
+    gemm_acc(dt, xm, transposed(wm), m, out, in, ag__ptr(y), max1(out));
+    ag_node *n = ag_finish(&LINEAR, y, 3, (ag_tensor *[]){x, w, b});
+    if (n) {
+        n->saved[0] = xs;
+        n->saved[1] = ws;
+        n->ctx.i[0] = m;
+    }
+    return y;
+}
+
+ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,
+                          ag_rng *rng) {
+    ag_linear_t m = {NULL, NULL, in_features, out_features};
+    char name[512];
+    if (!p || in_features < 0 || out_features < 0) {
+        ag_error("ag_linear_new", "'%s': needs a parameter set and in_features %lld, out_features %lld >= 0",
+                 prefix ? prefix : "", (long long)in_features, (long long)out_features);
+        return m;
+    }
+    /* kaiming_uniform_(a=√5): gain √(2/(1+5)), bound √3·gain/√fan_in = 1/√fan_in; the bias uses
+     * the same bound. fan_in 0 leaves zeros (PyTorch skips zero-element init). */
+    double bound = in_features > 0 ? 1.0 / sqrt((double)in_features) : 0.0;
+    ag_tensor *w = ag_params_add(p, param_name(name, sizeof name, prefix, "weight"), AG_SHAPE(out_features, in_features));
+    if (!w) return m;
+    ag_uniform_(rng, w, -bound, bound);
+    if (bias) {
+        ag_tensor *b = ag_params_add(p, param_name(name, sizeof name, prefix, "bias"), AG_SHAPE(out_features));
+        if (!b) return m;
+        ag_uniform_(rng, b, -bound, bound);
+        m.bias = b;
+    }
+    m.weight = w;
+    return m;
+}
+
+ag_tensor *ag_linear_forward(const ag_linear_t *m, ag_tensor *x) {
+    if (!m || !m->weight) {
+        ag_error("ag_linear_forward", "module is NULL or was not created (ag_linear_new failed?)");
+        return NULL;
+    }
+    return ag_linear(x, m->weight, m->bias);
+}
+
+/* ==== Embedding ============================================================================= */
+
+/* dw[id] += dy row for each id except padding; parallel over column blocks so each element of
+ * dw is summed by one thread in id order */
+#define EMBED_KERNEL(T, S, D)                                                                                     \
+    static void embed_scatter_##S(char *dw_, const char *dy_, const int64_t *ids, int64_t n, int64_t e,         \
+                                  int64_t pad) {                                                                  \
+        T *dw = (T *)dw_;                                                                                         \
+        const T *dy = (const T *)dy_;                                                                             \
+        int64_t par_work = n * e;                                                                                 \
+        PAR_FOR                                                                                                   \
+        for (int64_t j0 = 0; j0 < e; j0 += COLS) {                                                                \
+            int64_t nj = e - j0 < COLS ? e - j0 : COLS;                                                           \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                if (ids[i] == pad) continue;                                                                      \
+                T *row = dw + ids[i] * e + j0;                                                                    \
+                const T *g = dy + i * e + j0;                                                                     \
+                for (int64_t j = 0; j < nj; j++) row[j] += g[j];                                                  \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+AG_FLOAT_TYPES(EMBED_KERNEL)
+
+static void embedding_backward(ag_node *n) {
+    ag_tensor *dw = ag_grad_buffer(n->in[0]), *ids = n->saved[0], *dy = n->out->grad;
+    if (!dw) return;
+    (dw->dtype == AG_F32 ? embed_scatter_f32 : embed_scatter_f64)(
+        ag__ptr(dw), ag__ptr(dy), (const int64_t *)ag__ptr(ids), ag_numel(ids), dw->shape[1], n->ctx.i[0]);
+}
+static const ag_op EMBEDDING = {"ag_embedding", embedding_backward};
+
+ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx) {
+    const char *op = "ag_embedding";
+    if (!ag__check_float(op, weight) || !ag__check_not_null(op, ids)) return NULL;
+    char b1[128], b2[128];
+    if (weight->ndim != 2 || (ids->dtype != AG_I64 && ids->dtype != AG_I32)) {
+        ag_error(op, "weight %s %s, ids %s %s: expected weight (num, dim) and integer ids", ag_shape_str(weight, b1),
+                 ag_dtype_name(weight->dtype), ag_shape_str(ids, b2), ag_dtype_name(ids->dtype));
+        return NULL;
+    }
+    if (padding_idx == -1) return ag_embedding_lookup(weight, ids);
+    if (padding_idx < 0 || padding_idx >= weight->shape[0]) {
+        ag_error(op, "padding_idx %lld out of range for weight %s (0..%lld, or -1 for none)", (long long)padding_idx,
+                 ag_shape_str(weight, b1), (long long)weight->shape[0] - 1);
+        return NULL;
+    }
+    bool prev = ag_set_grad_enabled(false);
+    ag_tensor *y = ag_embedding_lookup(weight, ids);
+    ag_set_grad_enabled(prev);
+    if (!y) return NULL;
+    ag_tensor *idx = ag__new(AG_I64, ids->ndim, ids->shape);
+    ag_copy_(idx, ids);
+    ag_node *n = ag_finish(&EMBEDDING, y, 1, &weight);
+    if (n) {
+        n->saved[0] = idx;
+        n->ctx.i[0] = padding_idx;
+    }
+    return y;
+}
+
+ag_embedding_t ag_embedding_new(ag_params *p, const char *prefix, int64_t num_embeddings, int64_t embedding_dim,
+                                int64_t padding_idx, ag_rng *rng) {
+    ag_embedding_t m = {NULL, num_embeddings, embedding_dim, padding_idx};
+    char name[512];
+    if (!p || num_embeddings < 0 || embedding_dim < 0 || padding_idx < -1 || padding_idx >= num_embeddings) {
+        ag_error("ag_embedding_new",
+                 "'%s': needs a parameter set, sizes >= 0 and padding_idx in [0, %lld) or -1 (got %lld)",
+                 prefix ? prefix : "", (long long)num_embeddings, (long long)padding_idx);
+        return m;
+    }
+    ag_tensor *w = ag_params_add(p, param_name(name, sizeof name, prefix, "weight"),
+                                 AG_SHAPE(num_embeddings, embedding_dim));
+    if (!w) return m;
+    ag_normal_(rng, w, 0.0, 1.0);
+    if (padding_idx >= 0) {
+        ag_tensor row = *w; /* a header copy: the row view is not an op */
+        row.offset += padding_idx * w->stride[0];
+        row.shape[0] = 1;
+        ag_fill_(&row, 0.0);
+    }
+    m.weight = w;
+    return m;
+}
+
+ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
+    if (!m || !m->weight) {
+        ag_error("ag_embedding_forward", "module is NULL or was not created (ag_embedding_new failed?)");
+        return NULL;
+    }
+    return ag_embedding(m->weight, ids, m->padding_idx);
+}
+
+/* ==== LayerNorm ============================================================================= */
+
+/* x, y, dy, dx: (m, d) contiguous; w, b: (d) with strides ws, bs, or NULL; mean, rstd: (m). */
+#define LN_KERNELS(T, S, D)                                                                                       \
+    static void ln_forward_##S(const char *x_, int64_t m, int64_t d, const char *w_, int64_t ws, const char *b_, \
+                               int64_t bs, double eps, char *y_, double *mean, double *rstd) {                    \
+        const T *x = (const T *)x_, *w = (const T *)w_, *b = (const T *)b_;                                       \
+        T *y = (T *)y_;                                                                                           \
+        int64_t par_work = m * d;                                                                                 \
+        PAR_FOR                                                                                                   \
+        for (int64_t i = 0; i < m; i++) {                                                                         \
+            const T *xr = x + i * d;                                                                              \
+            double s = 0, v = 0;                                                                                  \
+            for (int64_t j = 0; j < d; j++) s += xr[j];                                                           \
+            double mu = s / (double)d;                                                                            \
+            for (int64_t j = 0; j < d; j++) v += ((double)xr[j] - mu) * ((double)xr[j] - mu);                     \
+            double r = 1.0 / sqrt(v / (double)d + eps);                                                           \
+            mean[i] = mu;                                                                                         \
+            rstd[i] = r;                                                                                          \
+            for (int64_t j = 0; j < d; j++) {                                                                     \
+                double h = ((double)xr[j] - mu) * r;                                                              \
+                if (w) h *= w[j * ws];                                                                            \
+                if (b) h += b[j * bs];                                                                            \
+                y[i * d + j] = (T)h;                                                                              \
+            }                                                                                                     \
+        }                                                                                                         \
+    }                                                                                                             \
+    /* dx += rstd·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·w; dw += Σ_rows dy·x̂; db += Σ_rows dy */               \
+    static void ln_backward_##S(const char *x_, const char *dy_, int64_t m, int64_t d, const char *w_,          \
+                                int64_t ws, const double *mean, const double *rstd, char *dx_, char *dw_,         \
+                                char *db_) {                                                                      \
+        const T *x = (const T *)x_, *dy = (const T *)dy_, *w = (const T *)w_;                                     \
+        T *dx = (T *)dx_, *dw = (T *)dw_, *db = (T *)db_;                                                         \
+        if (dx) {                                                                                                 \
+            int64_t par_work = m * d;                                                                             \
+            PAR_FOR                                                                                               \
+            for (int64_t i = 0; i < m; i++) {                                                                     \
+                const T *xr = x + i * d, *gr = dy + i * d;                                                        \
+                double a = 0, c = 0;                                                                              \
+                for (int64_t j = 0; j < d; j++) {                                                                 \
+                    double g = w ? (double)gr[j] * w[j * ws] : gr[j];                                             \
+                    a += g;                                                                                       \
+                    c += g * ((double)xr[j] - mean[i]) * rstd[i];                                                 \
+                }                                                                                                 \
+                a /= (double)d;                                                                                   \
+                c /= (double)d;                                                                                   \
+                for (int64_t j = 0; j < d; j++) {                                                                 \
+                    double g = w ? (double)gr[j] * w[j * ws] : gr[j];                                             \
+                    double xh = ((double)xr[j] - mean[i]) * rstd[i];                                              \
+                    dx[i * d + j] += (T)(rstd[i] * (g - a - xh * c));                                             \
+                }                                                                                                 \
+            }                                                                                                     \
+        }                                                                                                         \
+        if (!dw && !db) return;                                                                                   \
+        int64_t par_work = m * d;                                                                                 \
+        PAR_FOR                                                                                                   \
+        for (int64_t j0 = 0; j0 < d; j0 += COLS) {                                                                \
+            int64_t nj = d - j0 < COLS ? d - j0 : COLS;                                                           \
+            double aw[COLS] = {0}, ab[COLS] = {0};                                                                \
+            for (int64_t i = 0; i < m; i++)                                                                       \
+                for (int64_t j = 0; j < nj; j++) {                                                                \
+                    double g = dy[i * d + j0 + j];                                                                \
+                    aw[j] += g * ((double)x[i * d + j0 + j] - mean[i]) * rstd[i];                                 \
+                    ab[j] += g;                                                                                   \
+                }                                                                                                 \
+            for (int64_t j = 0; j < nj; j++) {                                                                    \
+                if (dw) dw[j0 + j] += (T)aw[j];                                                                   \
+                if (db) db[j0 + j] += (T)ab[j];                                                                   \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+AG_FLOAT_TYPES(LN_KERNELS)
+
+static const char *ptr_or_null(ag_tensor *t) { return t ? ag__ptr(t) : NULL; }
+static char *grad_ptr(ag_tensor *t) {
+    ag_tensor *g = ag_grad_buffer(t);
+    return g ? ag__ptr(g) : NULL;
+}
+
+static void layer_norm_backward(ag_node *n) {
+    ag_tensor *x = n->saved[0], *w = n->in[1], *dy = n->out->grad;
+    int64_t d = x->shape[x->ndim - 1], m = d ? ag_numel(x) / d : 0;
+    const double *mean = (const double *)ag__ptr(n->saved[1]), *rstd = (const double *)ag__ptr(n->saved[2]);
+    char *dx = grad_ptr(n->in[0]), *dw = grad_ptr(w), *db = grad_ptr(n->in[2]);
+    (x->dtype == AG_F32 ? ln_backward_f32 : ln_backward_f64)(ag__ptr(x), ag__ptr(dy), m, d, ptr_or_null(w),
+                                                               w ? w->stride[0] : 0, mean, rstd, dx, dw, db);
+}
+static const ag_op LAYER_NORM = {"ag_layer_norm", layer_norm_backward};
+
+ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps) {
+    const char *op = "ag_layer_norm";
+    if (!ag__check_float(op, x) || (w && !ag__check_float(op, w)) || (b && !ag__check_float(op, b))) return NULL;
+    char b1[128], b2[128], b3[128];
+    int64_t d = x->ndim ? x->shape[x->ndim - 1] : 0;
+    if (x->ndim < 1 || (w && (w->ndim != 1 || w->shape[0] != d)) || (b && (b->ndim != 1 || b->shape[0] != d))) {
+        ag_error(op, "input %s, weight %s, bias %s: expected input (..., D) with weight and bias (D)",
+                 ag_shape_str(x, b1), w ? ag_shape_str(w, b2) : "none", b ? ag_shape_str(b, b3) : "none");
+        return NULL;
+    }
+    if ((w && w->dtype != x->dtype) || (b && b->dtype != x->dtype) || !(eps >= 0)) {
+        ag_error(op, "input %s %s, weight %s, bias %s, eps %g: dtypes must match and eps be >= 0",
+                 ag_shape_str(x, b1), ag_dtype_name(x->dtype), w ? ag_dtype_name(w->dtype) : "none",
+                 b ? ag_dtype_name(b->dtype) : "none", eps);
+        return NULL;
+    }
+    int64_t m = d ? ag_numel(x) / d : 0;
+    ag_tensor *xc = dense(x), *y = ag__new(x->dtype, x->ndim, x->shape);
+    ag_tensor *mean = ag__new(AG_F64, 1, &m), *rstd = ag__new(AG_F64, 1, &m);
+    (x->dtype == AG_F32 ? ln_forward_f32 : ln_forward_f64)(ag__ptr(xc), m, d, ptr_or_null(w), w ? w->stride[0] : 0,
+                                                             ptr_or_null(b), b ? b->stride[0] : 0, eps, ag__ptr(y),
+                                                             (double *)ag__ptr(mean), (double *)ag__ptr(rstd));
+    ag_node *n = ag_finish(&LAYER_NORM, y, 3, (ag_tensor *[]){x, w, b});
+    if (n) {
+        n->saved[0] = xc;
+        n->saved[1] = mean;
+        n->saved[2] = rstd;
+    }
+    return y;
+}
+
+ag_layer_norm_t ag_layer_norm_new(ag_params *p, const char *prefix, int64_t normalized_shape, double eps,
+                                  bool elementwise_affine) {
+    ag_layer_norm_t m = {NULL, NULL, normalized_shape, eps};
+    char name[512];
+    if (!p || normalized_shape < 0 || !(eps >= 0)) {
+        ag_error("ag_layer_norm_new", "'%s': needs a parameter set, normalized_shape %lld >= 0 and eps %g >= 0",
+                 prefix ? prefix : "", (long long)normalized_shape, eps);
+        return m;
+    }
+    if (!elementwise_affine) return m;
+    m.weight = ag_params_add(p, param_name(name, sizeof name, prefix, "weight"), AG_SHAPE(normalized_shape));
+    m.bias = ag_params_add(p, param_name(name, sizeof name, prefix, "bias"), AG_SHAPE(normalized_shape));
+    if (m.weight) ag_fill_(m.weight, 1.0);
+    if (m.bias) ag_fill_(m.bias, 0.0);
+    return m;
+}
+
+ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
+    if (!m) {
+        ag_error("ag_layer_norm_forward", "module is NULL");
+        return NULL;
+    }
+    return ag_layer_norm(x, m->weight, m->bias, m->eps);
+}
+
+/* ==== Dropout =============================================================================== */
+
+static void dropout_backward(ag_node *n) { ag_accum_grad(n->in[0], ag_mul(n->out->grad, n->saved[0])); }
+static const ag_op DROPOUT = {"ag_dropout", dropout_backward};
+
+ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng) {
+    const char *op = "ag_dropout";
+    if (!ag__check_float(op, x)) return NULL;
+    if (!(p >= 0 && p <= 1)) {
+        char b[128];
+        ag_error(op, "input %s: p = %g, expected a probability in [0, 1]", ag_shape_str(x, b), p);
+        return NULL;
+    }
+    if (!training || p == 0) return x;
+    /* mask holds 0 or 1/(1-p), so backward is one multiply by it */
+    ag_tensor *mask = ag__new(x->dtype, x->ndim, x->shape);
+    int64_t n = ag_numel(x);
+    if (p == 1) {
+        ag_fill_(mask, 0.0);
+    } else {
+        double *u = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(n));
+        ag_rng_uniform_f64(rng, n, u);
+        double keep = 1.0 - p, scale = 1.0 / keep;
+        int64_t par_work = n;
+        PAR_FOR
+        for (int64_t i = 0; i < n; i++) u[i] = u[i] < keep ? scale : 0.0;
+        ag_copy_(mask, ag_wrap(AG_F64, x->ndim, x->shape, u));
+    }
+    bool prev = ag_set_grad_enabled(false);
+    ag_tensor *y = ag_mul(x, mask);
+    ag_set_grad_enabled(prev);
+    ag_node *nd = ag_finish(&DROPOUT, y, 1, &x);
+    if (nd) nd->saved[0] = mask;
+    return y;
+}
+
+/* ==== positional encodings ================================================================== */
+
+ag_tensor *ag_sinusoidal_positions(int64_t L, int64_t D, ag_dtype dtype) {
+    if (L < 0 || D < 0 || (dtype != AG_F32 && dtype != AG_F64)) {
+        ag_error("ag_sinusoidal_positions", "L %lld, D %lld, dtype %s: sizes must be >= 0 and dtype f32 or f64",
+                 (long long)L, (long long)D, ag_dtype_name(dtype));
+        return NULL;
+    }
+    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(L * D));
+    for (int64_t j = 0; j < D; j++) {
+        double div = pow(10000.0, (double)(j - j % 2) / (double)D);
+        for (int64_t pos = 0; pos < L; pos++)
+            v[pos * D + j] = j % 2 ? cos((double)pos / div) : sin((double)pos / div);
+    }
+    ag_tensor *t = ag__new(dtype, AG_SHAPE(L, D));
+    ag_copy_(t, ag_wrap(AG_F64, AG_SHAPE(L, D), v));
+    return t;
+}

@@ -1,0 +1,103 @@
+/* Linear, Embedding, LayerNorm, Dropout, positional encodings and losses, with PyTorch 1.13's
+ * formulas, defaults, parameter names, shapes and initialisation.
+ *
+ * Each functional form is one fused op (one node, backward beside it in layers.c / loss.c);
+ * each module is a plain struct of parameter pointers made by ag_<module>_new, which adds the
+ * parameters to an ag_params slab as "<prefix>.weight" / "<prefix>.bias" (just "weight" /
+ * "bias" when prefix is NULL or "") and initialises them as torch.nn does. rng NULL means the
+ * global generator. On misuse the functions report through ag_error and return NULL (modules:
+ * a struct whose weight is NULL). */
+#ifndef AG_NN_LAYERS_H
+#define AG_NN_LAYERS_H
+#include "../autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Linear ------------------------------------------------------------------------------- */
+/* y = x @ w^T + b (F.linear). x: (..., in)  w: (out, in)  b: (out) or NULL  ->  y: (..., out).
+ * One GEMM over the flattened leading dims; transposed or row-sliced x and w are read in place. */
+ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b);
+
+typedef struct {
+    ag_tensor *weight, *bias; /* (out, in), (out) or NULL */
+    int64_t in_features, out_features;
+} ag_linear_t;
+/* nn.Linear: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)). */
+ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,
+                          ag_rng *rng);
+/* x: (..., in) -> (..., out) */
+ag_tensor *ag_linear_forward(const ag_linear_t *m, ag_tensor *x);
+
+/* ---- Embedding ---------------------------------------------------------------------------- */
+/* Rows of weight for every id. weight: (V, E)  ids: any shape, i32/i64  ->  ids.shape + (E).
+ * Rows equal to padding_idx (0..V-1; -1 for none) are looked up but receive no gradient.
+ * Unlike PyTorch, -1 means "no padding", not "the last row". */
+ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx);
+
+typedef struct {
+    ag_tensor *weight; /* (num_embeddings, embedding_dim) */
+    int64_t num_embeddings, embedding_dim, padding_idx;
+} ag_embedding_t;
+/* nn.Embedding: weight ~ N(0, 1), row padding_idx (if not -1) zeroed. A learned positional
+ * encoding is such an embedding over positions 0..L-1 (nn.Embedding(max_len, d_model)). */
+ag_embedding_t ag_embedding_new(ag_params *p, const char *prefix, int64_t num_embeddings, int64_t embedding_dim,
+                                int64_t padding_idx, ag_rng *rng);
+/* ids: any shape -> ids.shape + (embedding_dim) */
+ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids);
+
+/* ---- LayerNorm over the last dim ---------------------------------------------------------- */
+/* (x - mean) / sqrt(var + eps) * w + b, with the biased variance, over the last dim
+ * (normalized_shape = (D,)). x: (..., D)  w, b: (D) or NULL  ->  (..., D). */
+ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps);
+
+typedef struct {
+    ag_tensor *weight, *bias; /* (D) each, NULL without elementwise_affine */
+    int64_t normalized_shape;
+    double eps;
+} ag_layer_norm_t;
+/* nn.LayerNorm((D,), eps, elementwise_affine): weight ones, bias zeros (PyTorch's eps is 1e-5). */
+ag_layer_norm_t ag_layer_norm_new(ag_params *p, const char *prefix, int64_t normalized_shape, double eps,
+                                  bool elementwise_affine);
+/* x: (..., D) -> (..., D) */
+ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x);
+
+/* ---- Dropout ------------------------------------------------------------------------------ */
+/* Inverted dropout: each element kept with probability 1-p and scaled by 1/(1-p), else 0.
+ * x: any shape -> same shape. The mask comes from the counter-based rng (numel(x) uniforms, in
+ * row-major order), so it is reproducible and independent of the thread count. Returns x
+ * itself (drawing nothing) when !training or p == 0; zeros when p == 1 (drawing nothing). */
+ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng);
+
+/* ---- positional encodings ----------------------------------------------------------------- */
+/* "Attention is all you need" table (L, D), no grad: pe[pos, 2i] = sin(pos / 10000^(2i/D)),
+ * pe[pos, 2i+1] = cos(pos / 10000^(2i/D)); computed in double. For a learned encoding use an
+ * ag_embedding_t over positions. */
+ag_tensor *ag_sinusoidal_positions(int64_t L, int64_t D, ag_dtype dtype);
+
+/* ---- losses (nn/loss.c) ------------------------------------------------------------------- */
+/* PyTorch's numbering of reductions. */
+typedef enum { AG_REDUCTION_NONE = 0, AG_REDUCTION_MEAN = 1, AG_REDUCTION_SUM = 2 } ag_reduction;
+
+/* F.cross_entropy with class-index targets, log-softmax fused inside.
+ * logits: (N, C) or (N, C, d1, ...) or (C)  targets: i64/i32 (N) or (N, d1, ...) or ()
+ * -> NONE: targets' shape; MEAN/SUM: a 0-d tensor.
+ * Per target: (1-ε)·(-log p_t) + ε·(-Σ_c log p_c)/C, with ε = label_smoothing in [0, 1];
+ * targets equal to ignore_index (PyTorch's default is -100) contribute 0, and MEAN divides
+ * by the number of non-ignored targets (for both terms, as torch 1.13 does).
+ * Deviation: when every target is ignored, MEAN returns 0 with a zero gradient (PyTorch
+ * returns NaN). A target outside [0, C) that is not ignore_index is reported as misuse. */
+ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, int64_t ignore_index, double label_smoothing,
+                            ag_reduction reduction);
+/* F.nll_loss: -log_probs[target] per target, same layouts, ignore_index and MEAN rule (and
+ * the same all-ignored deviation) as ag_cross_entropy. */
+ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_index, ag_reduction reduction);
+/* F.mse_loss: (a - b)². a, b: same shape (no broadcasting, unlike PyTorch which only warns)
+ * -> NONE: that shape; MEAN/SUM: a 0-d tensor. */
+ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,314 @@
+/* Losses as fused ops: cross entropy (log-softmax inside, never log of probabilities), NLL and
+ * MSE. Per-position work runs in parallel; the reduction over positions is one serial sum in
+ * double, so results do not depend on the thread count. */
+#include <math.h>
+#include <string.h>
+
+#include "../tensor/internal.h"
+#include "layers.h"
+
+/* parallel loop when the int64_t par_work in scope (elements touched) is large enough */
+#define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
+/* elements per partial sum in mse (fixed, so the summation order is fixed) */
+#define BLOCK 8192
+
+static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
+
+static ag_tensor *dense(ag_tensor *t) {
+    if (ag_is_contiguous(t)) return t;
+    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
+    ag_copy_(c, t);
+    return c;
+}
+
+static double *scratch(int64_t n) { return ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(n)); }
+
+static bool check_reduction(const char *op, ag_reduction r) {
+    if (r == AG_REDUCTION_NONE || r == AG_REDUCTION_MEAN || r == AG_REDUCTION_SUM) return true;
+    ag_error(op, "reduction %d: expected AG_REDUCTION_NONE, AG_REDUCTION_MEAN or AG_REDUCTION_SUM", (int)r);
+    return false;
+}
+
+/* ==== class-index losses: logits/log-probs viewed as (N, C, S), targets as (N, S) ========== */
+
+typedef struct {
+    int64_t n, c, s;       /* positions are r = i·s + k, class j of r at x[i·c·s + j·s + k] */
+    int64_t ignore, valid; /* valid: targets not equal to ignore */
+    double smoothing;
+    ag_reduction reduction;
+} cls_info;
+
+/* Check shapes, targets and options; contiguous logits into *xc and i64 targets into *tc. */
+static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ignore, ag_reduction red,
+                         cls_info *L, ag_tensor **xc, ag_tensor **tc) {
+    if (!ag__check_float(op, x) || !ag__check_not_null(op, t) || !check_reduction(op, red)) return false;
+    char b1[128], b2[128];
+    bool ok = (t->dtype == AG_I64 || t->dtype == AG_I32) && x->ndim >= 1 && t->ndim == x->ndim - 1;
+    if (ok && x->ndim >= 2) {
+        ok = t->shape[0] == x->shape[0];
+        for (int d = 2; ok && d < x->ndim; d++) ok = t->shape[d - 1] == x->shape[d];
+    }
+    if (!ok) {
+        ag_error(op, "input %s and target %s %s: expected input (N,C,d1,...) with integer target (N,d1,...), or "
+                     "input (C) with target ()",
+                 ag_shape_str(x, b1), ag_shape_str(t, b2), ag_dtype_name(t->dtype));
+        return false;
+    }
+    memset(L, 0, sizeof *L);
+    L->n = x->ndim >= 2 ? x->shape[0] : 1;
+    L->c = x->ndim >= 2 ? x->shape[1] : x->shape[0];
+    L->s = ag__shape_numel(x->ndim > 2 ? x->ndim - 2 : 0, x->shape + 2);
+    L->ignore = ignore;
+    L->reduction = red;
+    *xc = dense(x);
+    *tc = ag__new(AG_I64, t->ndim, t->shape);
+    ag_copy_(*tc, t);
+    const int64_t *tv = (const int64_t *)ag__ptr(*tc);
+    for (int64_t r = 0; r < L->n * L->s; r++) {
+        if (tv[r] == ignore) continue;
+        if (tv[r] < 0 || tv[r] >= L->c) {
+            ag_error(op, "input %s, target %s: target %lld at flat position %lld is outside [0, %lld) and not "
+                         "ignore_index %lld",
+                     ag_shape_str(x, b1), ag_shape_str(t, b2), (long long)tv[r], (long long)r, (long long)L->c,
+                     (long long)ignore);
+            return false;
+        }
+        L->valid++;
+    }
+    return true;
+}
+
+/* Forward: lse[r] = log Σ_j exp x_j and loss[r] = (1-ε)(lse - x_t) + ε(lse - Σ_j x_j / C) (0 if ignored).
+ * Backward: dx_j += w_r (softmax_j - ε/C - (1-ε)[j = t]), w_r = g[r·gs]·scale. */
+#define CE_KERNELS(T, S, D)                                                                                       \
+    static void ce_forward_##S(const char *x_, const int64_t *t, const cls_info *L, double *lse, double *loss) { \
+        const T *x = (const T *)x_;                                                                               \
+        int64_t ns = L->s, c = L->c, npos = L->n * ns, par_work = npos * c;                                       \
+        double eps = L->smoothing;                                                                                \
+        PAR_FOR                                                                                                   \
+        for (int64_t r = 0; r < npos; r++) {                                                                      \
+            const T *xr = x + (r / ns) * c * ns + r % ns;                                                         \
+            double mx = -INFINITY, se = 0, sx = 0;                                                                \
+            for (int64_t j = 0; j < c; j++) mx = xr[j * ns] > mx ? xr[j * ns] : mx;                               \
+            if (mx == -INFINITY) mx = 0; /* all -inf: lse is -inf, not NaN */                                      \
+            for (int64_t j = 0; j < c; j++) {                                                                     \
+                se += exp((double)xr[j * ns] - mx);                                                               \
+                sx += xr[j * ns];                                                                                 \
+            }                                                                                                     \
+            double l = mx + log(se);                                                                              \
+            lse[r] = l;                                                                                           \
+            if (t[r] == L->ignore) {                                                                              \
+                loss[r] = 0;                                                                                      \
+                continue;                                                                                         \
+            }                                                                                                     \
+            loss[r] = (1 - eps) * (l - (double)xr[t[r] * ns]);                                                    \
+            if (eps > 0) loss[r] += eps * (l - sx / (double)c);                                                   \
+        }                                                                                                         \
+    }                                                                                                             \
+    static void ce_backward_##S(const char *x_, const int64_t *t, const cls_info *L, const double *lse,          \
+                                const char *g_, int64_t gs, double scale, char *dx_) {                            \
+        const T *x = (const T *)x_, *g = (const T *)g_;                                                           \
+        T *dx = (T *)dx_;                                                                                         \
+        int64_t ns = L->s, c = L->c, npos = L->n * ns, par_work = npos * c;                                       \
+        double eps = L->smoothing;                                                                                \
+        PAR_FOR                                                                                                   \
+        for (int64_t r = 0; r < npos; r++) {                                                                      \
+            if (t[r] == L->ignore) continue;                                                                      \
+            int64_t base = (r / ns) * c * ns + r % ns;                                                            \
+            double w = (double)g[r * gs] * scale;                                                                 \
+            for (int64_t j = 0; j < c; j++) {                                                                     \
+                double d = exp((double)x[base + j * ns] - lse[r]) - eps / (double)c;                              \
+                if (j == t[r]) d -= 1 - eps;                                                                      \
+                dx[base + j * ns] += (T)(w * d);                                                                  \
+            }                                                                                                     \
+        }                                                                                                         \
+    }                                                                                                             \
+    static void nll_forward_##S(const char *x_, const int64_t *t, const cls_info *L, double *loss) {             \
+        const T *x = (const T *)x_;                                                                               \
+        int64_t ns = L->s, c = L->c, npos = L->n * ns;                                                            \
+        for (int64_t r = 0; r < npos; r++)                                                                        \
+            loss[r] = t[r] == L->ignore ? 0 : -(double)x[(r / ns) * c * ns + t[r] * ns + r % ns];                 \
+    }                                                                                                             \
+    static void nll_backward_##S(const int64_t *t, const cls_info *L, const char *g_, int64_t gs, double scale,  \
+                                 char *dx_) {                                                                     \
+        const T *g = (const T *)g_;                                                                               \
+        T *dx = (T *)dx_;                                                                                         \
+        int64_t ns = L->s, c = L->c, npos = L->n * ns;                                                            \
+        for (int64_t r = 0; r < npos; r++)                                                                        \
+            if (t[r] != L->ignore) dx[(r / ns) * c * ns + t[r] * ns + r % ns] -= (T)((double)g[r * gs] * scale);  \
+    }
+AG_FLOAT_TYPES(CE_KERNELS)
+
+/* The loss tensor from per-position losses: targets' shape for NONE, else a 0-d sum or mean
+ * (mean over valid targets; 0 when there are none). */
+static ag_tensor *reduce_positions(ag_dtype dt, const ag_tensor *t, const cls_info *L, const double *loss) {
+    int64_t npos = L->n * L->s;
+    if (L->reduction == AG_REDUCTION_NONE) {
+        ag_tensor *y = ag__new(dt, t->ndim, t->shape);
+        ag_copy_(y, ag_wrap(AG_F64, t->ndim, t->shape, (void *)loss));
+        return y;
+    }
+    double sum = 0;
+    for (int64_t r = 0; r < npos; r++) sum += loss[r];
+    if (L->reduction == AG_REDUCTION_MEAN) sum = L->valid ? sum / (double)L->valid : 0.0;
+    return ag_scalar(dt, sum);
+}
+
+/* upstream grad per position: g[r·gs]·scale */
+static void position_weights(const cls_info *L, int64_t *gs, double *scale) {
+    *gs = L->reduction == AG_REDUCTION_NONE ? 1 : 0;
+    *scale = L->reduction == AG_REDUCTION_MEAN ? (L->valid ? 1.0 / (double)L->valid : 0.0) : 1.0;
+}
+
+static void cross_entropy_backward(ag_node *n) {
+    ag_tensor *dx = ag_grad_buffer(n->in[0]);
+    const cls_info *L = n->extra;
+    if (!dx || (L->reduction == AG_REDUCTION_MEAN && L->valid == 0)) return;
+    int64_t gs;
+    double scale;
+    position_weights(L, &gs, &scale);
+    (dx->dtype == AG_F32 ? ce_backward_f32 : ce_backward_f64)(
+        ag__ptr(n->saved[0]), (const int64_t *)ag__ptr(n->saved[1]), L, (const double *)ag__ptr(n->saved[2]),
+        ag__ptr(n->out->grad), gs, scale, ag__ptr(dx));
+}
+static const ag_op CROSS_ENTROPY = {"ag_cross_entropy", cross_entropy_backward};
+
+ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, int64_t ignore_index, double label_smoothing,
+                            ag_reduction reduction) {
+    const char *op = "ag_cross_entropy";
+    cls_info L;
+    ag_tensor *xc, *tc;
+    if (!class_layout(op, logits, targets, ignore_index, reduction, &L, &xc, &tc)) return NULL;
+    if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
+        char b[128];
+        ag_error(op, "input %s: label_smoothing %g, expected a value in [0, 1]", ag_shape_str(logits, b),
+                 label_smoothing);
+        return NULL;
+    }
+    L.smoothing = label_smoothing;
+    int64_t npos = L.n * L.s;
+    ag_tensor *lse = ag__new(AG_F64, 1, &npos);
+    double *loss = scratch(npos);
+    (logits->dtype == AG_F32 ? ce_forward_f32 : ce_forward_f64)(ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L,
+                                                                 (double *)ag__ptr(lse), loss);
+    ag_tensor *y = reduce_positions(logits->dtype, targets, &L, loss);
+    ag_node *n = ag_finish(&CROSS_ENTROPY, y, 1, &logits);
+    if (n) {
+        cls_info *keep = ag_arena_alloc(ag_arena_current(), sizeof *keep);
+        *keep = L;
+        n->extra = keep;
+        n->saved[0] = xc;
+        n->saved[1] = tc;
+        n->saved[2] = lse;
+    }
+    return y;
+}
+
+static void nll_backward(ag_node *n) {
+    ag_tensor *dx = ag_grad_buffer(n->in[0]);
+    const cls_info *L = n->extra;
+    if (!dx || (L->reduction == AG_REDUCTION_MEAN && L->valid == 0)) return;
+    int64_t gs;
+    double scale;
+    position_weights(L, &gs, &scale);
+    (dx->dtype == AG_F32 ? nll_backward_f32 : nll_backward_f64)((const int64_t *)ag__ptr(n->saved[0]), L,
+                                                                 ag__ptr(n->out->grad), gs, scale, ag__ptr(dx));
+}
+static const ag_op NLL_LOSS = {"ag_nll_loss", nll_backward};
+
+ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_index, ag_reduction reduction) {
+    cls_info L;
+    ag_tensor *xc, *tc;
+    if (!class_layout("ag_nll_loss", log_probs, targets, ignore_index, reduction, &L, &xc, &tc)) return NULL;
+    double *loss = scratch(L.n * L.s);
+    (log_probs->dtype == AG_F32 ? nll_forward_f32 : nll_forward_f64)(ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L,
+                                                                      loss);
+    ag_tensor *y = reduce_positions(log_probs->dtype, targets, &L, loss);
+    ag_node *n = ag_finish(&NLL_LOSS, y, 1, &log_probs);
+    if (n) {
+        cls_info *keep = ag_arena_alloc(ag_arena_current(), sizeof *keep);
+        *keep = L;
+        n->extra = keep;
+        n->saved[0] = tc;
+    }
+    return y;
+}
+
+/* ==== MSE =================================================================================== */
+
+/* a, b, out, da, db: n contiguous elements. Forward writes (a-b)² to out (NONE) or per-BLOCK
+ * partial sums; backward da += 2(a-b)·g[i·gs]·scale and db -= the same. */
+#define MSE_KERNELS(T, S, D)                                                                                      \
+    static void mse_forward_##S(const char *a_, const char *b_, int64_t n, char *out_, double *partial) {        \
+        const T *a = (const T *)a_, *b = (const T *)b_;                                                           \
+        T *out = (T *)out_;                                                                                       \
+        int64_t nb = (n + BLOCK - 1) / BLOCK, par_work = n;                                                       \
+        PAR_FOR                                                                                                   \
+        for (int64_t k = 0; k < nb; k++) {                                                                        \
+            int64_t end = (k + 1) * BLOCK < n ? (k + 1) * BLOCK : n;                                              \
+            double s = 0;                                                                                         \
+            for (int64_t i = k * BLOCK; i < end; i++) {                                                           \
+                double d = (double)a[i] - (double)b[i];                                                           \
+                if (out) out[i] = (T)(d * d);                                                                     \
+                s += d * d;                                                                                       \
+            }                                                                                                     \
+            partial[k] = s;                                                                                       \
+        }                                                                                                         \
+    }                                                                                                             \
+    static void mse_backward_##S(const char *a_, const char *b_, int64_t n, const char *g_, int64_t gs,          \
+                                 double scale, char *da_, char *db_) {                                            \
+        const T *a = (const T *)a_, *b = (const T *)b_, *g = (const T *)g_;                                       \
+        T *da = (T *)da_, *db = (T *)db_;                                                                         \
+        int64_t par_work = n;                                                                                     \
+        PAR_FOR                                                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                                         \
+            double v = 2 * ((double)a[i] - (double)b[i]) * (double)g[i * gs] * scale;                             \
+            if (da) da[i] += (T)v;                                                                                \
+            if (db) db[i] -= (T)v;                                                                                \
+        }                                                                                                         \
+    }
+AG_FLOAT_TYPES(MSE_KERNELS)
+
+static void mse_backward(ag_node *n) {
+    ag_tensor *da = ag_grad_buffer(n->in[0]), *db = ag_grad_buffer(n->in[1]), *a = n->saved[0];
+    ag_reduction red = (ag_reduction)n->ctx.i[0];
+    int64_t count = ag_numel(a);
+    double scale = red == AG_REDUCTION_MEAN ? 1.0 / (double)max1(count) : 1.0;
+    (a->dtype == AG_F32 ? mse_backward_f32 : mse_backward_f64)(
+        ag__ptr(a), ag__ptr(n->saved[1]), count, ag__ptr(n->out->grad), red == AG_REDUCTION_NONE ? 1 : 0, scale,
+        da ? ag__ptr(da) : NULL, db ? ag__ptr(db) : NULL);
+}
+static const ag_op MSE_LOSS = {"ag_mse_loss", mse_backward};
+
+ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
+    const char *op = "ag_mse_loss";
+    if (!ag__check_float(op, a) || !ag__check_float(op, b) || !check_reduction(op, reduction)) return NULL;
+    if (!ag__same_shape(a, b) || a->dtype != b->dtype) {
+        char b1[128], b2[128];
+        ag_error(op, "input %s %s and target %s %s: expected the same shape and dtype", ag_shape_str(a, b1),
+                 ag_dtype_name(a->dtype), ag_shape_str(b, b2), ag_dtype_name(b->dtype));
+        return NULL;
+    }
+    ag_tensor *ac = dense(a), *bc = dense(b), *y;
+    int64_t count = ag_numel(a);
+    double *partial = scratch((count + BLOCK - 1) / BLOCK);
+    char *out = NULL;
+    if (reduction == AG_REDUCTION_NONE) {
+        y = ag__new(a->dtype, a->ndim, a->shape);
+        out = ag__ptr(y);
+    }
+    (a->dtype == AG_F32 ? mse_forward_f32 : mse_forward_f64)(ag__ptr(ac), ag__ptr(bc), count, out, partial);
+    if (reduction != AG_REDUCTION_NONE) {
+        double sum = 0;
+        for (int64_t k = 0; k < (count + BLOCK - 1) / BLOCK; k++) sum += partial[k];
+        /* mean of nothing is NaN, as in PyTorch */
+        y = ag_scalar(a->dtype, reduction == AG_REDUCTION_MEAN ? sum / (double)count : sum);
+    }
+    ag_node *n = ag_finish(&MSE_LOSS, y, 2, (ag_tensor *[]){a, b});
+    if (n) {
+        n->saved[0] = ac;
+        n->saved[1] = bc;
+        n->ctx.i[0] = reduction;
+    }
+    return y;
+}

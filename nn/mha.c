@@ -1,0 +1,187 @@
+/* nn.MultiheadAttention, step for step as torch 1.13's F.multi_head_attention_forward, with the
+ * attention itself as one fused op (ag_attention). Internally (N, L, E): a seq-first input is
+ * used through a transposed view, never copied. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../tensor/internal.h"
+#include "mha.h"
+
+static const char *name_of(char *buf, const char *prefix, const char *name) {
+    if (prefix && *prefix) snprintf(buf, 256, "%s.%s", prefix, name);
+    else snprintf(buf, 256, "%s", name);
+    return buf;
+}
+
+ag_mha_config ag_mha_defaults(int64_t embed_dim, int64_t num_heads) {
+    return (ag_mha_config){.embed_dim = embed_dim, .num_heads = num_heads, .bias = true};
+}
+
+/* torch.nn.init.xavier_uniform_ / xavier_normal_ for a weight with these fans */
+static void xavier_uniform(ag_rng *rng, ag_tensor *w, int64_t fan_in, int64_t fan_out) {
+    double bound = sqrt(6.0 / (double)(fan_in + fan_out));
+    ag_uniform_(rng, w, -bound, bound);
+}
+
+ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng) {
+    ag_mha_t m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    int64_t E = cfg->embed_dim, H = cfg->num_heads;
+    if (E <= 0 || H <= 0 || E % H != 0 || cfg->dropout < 0 || cfg->dropout > 1 || cfg->kdim < 0 || cfg->vdim < 0) {
+        ag_error("ag_mha_new", "embed_dim %lld, num_heads %lld, dropout %g, kdim %lld, vdim %lld: embed_dim must be a "
+                               "positive multiple of num_heads and dropout in [0,1]",
+                 (long long)E, (long long)H, cfg->dropout, (long long)cfg->kdim, (long long)cfg->vdim);
+        return m;
+    }
+    if (!m.cfg.kdim) m.cfg.kdim = E;
+    if (!m.cfg.vdim) m.cfg.vdim = E;
+    int64_t kd = m.cfg.kdim, vd = m.cfg.vdim;
+    char b[256];
+    if (kd == E && vd == E) {
+        m.in_proj_weight = ag_params_add(p, name_of(b, prefix, "in_proj_weight"), AG_SHAPE(3 * E, E));
+        xavier_uniform(rng, m.in_proj_weight, E, 3 * E);
+    } else {
+        m.q_proj_weight = ag_params_add(p, name_of(b, prefix, "q_proj_weight"), AG_SHAPE(E, E));
+        m.k_proj_weight = ag_params_add(p, name_of(b, prefix, "k_proj_weight"), AG_SHAPE(E, kd));
+        m.v_proj_weight = ag_params_add(p, name_of(b, prefix, "v_proj_weight"), AG_SHAPE(E, vd));
+        xavier_uniform(rng, m.q_proj_weight, E, E);
+        xavier_uniform(rng, m.k_proj_weight, kd, E);
+        xavier_uniform(rng, m.v_proj_weight, vd, E);
+    }
+    if (cfg->bias) m.in_proj_bias = ag_params_add(p, name_of(b, prefix, "in_proj_bias"), AG_SHAPE(3 * E));
+    if (cfg->add_bias_kv) {
+        /* xavier_normal_ on (1,1,E): fan_in = fan_out = E */
+        m.bias_k = ag_params_add(p, name_of(b, prefix, "bias_k"), AG_SHAPE(1, 1, E));
+        m.bias_v = ag_params_add(p, name_of(b, prefix, "bias_v"), AG_SHAPE(1, 1, E));
+        ag_normal_(rng, m.bias_k, 0, sqrt(1.0 / (double)E));
+        ag_normal_(rng, m.bias_v, 0, sqrt(1.0 / (double)E));
+    }
+    m.out_proj = ag_linear_new(p, name_of(b, prefix, "out_proj"), E, E, cfg->bias, rng);
+    if (m.out_proj.bias) ag_fill_(m.out_proj.bias, 0.0);
+    return m;
+}
+
+/* mask (..., S) → (..., S+1), the new key never masked (F.pad(mask, (0, 1))) */
+static ag_tensor *pad_key(ag_tensor *mask) {
+    if (!mask) return NULL;
+    int64_t shape[AG_MAX_DIMS];
+    memcpy(shape, mask->shape, sizeof(int64_t) * (size_t)mask->ndim);
+    shape[mask->ndim - 1] = 1;
+    ag_tensor *parts[2] = {mask, ag_zeros(mask->dtype, mask->ndim, shape)};
+    return ag_cat(2, parts, -1);
+}
+
+/* (N,L,E) → (N,H,L,Dh): a view, no copy */
+static ag_tensor *split_heads(ag_tensor *t, int64_t H) {
+    int64_t N = t->shape[0], L = t->shape[1], E = t->shape[2];
+    return ag_transpose(ag_reshape(t, AG_SHAPE(N, L, H, E / H)), 1, 2);
+}
+
+static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tensor *v, const ag_mha_args *a) {
+    const char *op = "ag_mha_forward";
+    char b1[128], b2[128], b3[128];
+    if (!ag__check_float(op, q) || !ag__check_float(op, k) || !ag__check_float(op, v)) return false;
+    const ag_mha_config *c = &m->cfg;
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || q->shape[2] != c->embed_dim || k->shape[2] != c->kdim ||
+        v->shape[2] != c->vdim || k->shape[0] != v->shape[0] || k->shape[1] != v->shape[1] ||
+        q->shape[0] != k->shape[0]) {
+        ag_error(op, "query %s, key %s, value %s (batch_first=%d): expected query (N,L,%lld), key (N,S,%lld), "
+                     "value (N,S,%lld) in batch-first order",
+                 ag_shape_str(q, b1), ag_shape_str(k, b2), ag_shape_str(v, b3), c->batch_first,
+                 (long long)c->embed_dim, (long long)c->kdim, (long long)c->vdim);
+        return false;
+    }
+    int64_t N = q->shape[0], L = q->shape[1], S = k->shape[1], H = c->num_heads;
+    ag_tensor *kpm = a ? a->key_padding_mask : NULL, *am = a ? a->attn_mask : NULL;
+    if (kpm && (kpm->ndim != 2 || kpm->shape[0] != N || kpm->shape[1] != S)) {
+        ag_error(op, "key_padding_mask %s: expected (%lld,%lld) (batch, source length)", ag_shape_str(kpm, b1),
+                 (long long)N, (long long)S);
+        return false;
+    }
+    if (am && !((am->ndim == 2 && am->shape[0] == L && am->shape[1] == S) ||
+                (am->ndim == 3 && am->shape[0] == N * H && am->shape[1] == L && am->shape[2] == S))) {
+        ag_error(op, "attn_mask %s: expected (%lld,%lld) or (%lld,%lld,%lld) (batch*heads, target, source)",
+                 ag_shape_str(am, b1), (long long)L, (long long)S, (long long)(N * H), (long long)L, (long long)S);
+        return false;
+    }
+    return true;
+}
+
+ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
+                          const ag_mha_args *args, ag_tensor **weights) {
+    const ag_mha_config *c = &m->cfg;
+    ag_mha_args none = {0};
+    const ag_mha_args *a = args ? args : &none;
+    if (!query || !key || !value) {
+        ag_error("ag_mha_forward", "query, key and value are required");
+        return NULL;
+    }
+    bool self_attn = query == key && key == value;
+    ag_tensor *q_in = query, *k_in = key, *v_in = value;
+    if (!c->batch_first) {
+        q_in = ag_transpose(query, 0, 1);
+        k_in = self_attn ? q_in : ag_transpose(key, 0, 1);
+        v_in = self_attn ? q_in : ag_transpose(value, 0, 1);
+    }
+    if (!check_inputs(m, q_in, k_in, v_in, a)) return NULL;
+    int64_t E = c->embed_dim, H = c->num_heads, N = q_in->shape[0];
+
+    /* in-projection: one GEMM for self-attention, else three over slices of the packed weight */
+    ag_tensor *q, *k, *v, *bq = NULL, *bk = NULL, *bv = NULL;
+    if (m->in_proj_bias) {
+        bq = ag_narrow(m->in_proj_bias, 0, 0, E);
+        bk = ag_narrow(m->in_proj_bias, 0, E, E);
+        bv = ag_narrow(m->in_proj_bias, 0, 2 * E, E);
+    }
+    if (m->in_proj_weight && self_attn) {
+        ag_tensor *qkv = ag_linear(q_in, m->in_proj_weight, m->in_proj_bias); /* (N,L,3E) */
+        q = ag_narrow(qkv, -1, 0, E);
+        k = ag_narrow(qkv, -1, E, E);
+        v = ag_narrow(qkv, -1, 2 * E, E);
+    } else {
+        ag_tensor *wq = m->q_proj_weight, *wk = m->k_proj_weight, *wv = m->v_proj_weight;
+        if (m->in_proj_weight) {
+            wq = ag_narrow(m->in_proj_weight, 0, 0, E);
+            wk = ag_narrow(m->in_proj_weight, 0, E, E);
+            wv = ag_narrow(m->in_proj_weight, 0, 2 * E, E);
+        }
+        q = ag_linear(q_in, wq, bq);
+        k = ag_linear(k_in, wk, bk);
+        v = ag_linear(v_in, wv, bv);
+    }
+
+    ag_tensor *kpm = a->key_padding_mask, *am = a->attn_mask;
+    if (m->bias_k) { /* one more key and value for every sequence */
+        ag_tensor *kk[2] = {k, ag_expand(m->bias_k, AG_SHAPE(N, 1, E))};
+        ag_tensor *vv[2] = {v, ag_expand(m->bias_v, AG_SHAPE(N, 1, E))};
+        k = ag_cat(2, kk, 1);
+        v = ag_cat(2, vv, 1);
+        am = pad_key(am);
+        kpm = pad_key(kpm);
+    }
+    q = split_heads(q, H);
+    k = split_heads(k, H);
+    v = split_heads(v, H);
+    if (c->add_zero_attn) {
+        ag_tensor *zero = ag_zeros(k->dtype, AG_SHAPE(N, H, 1, E / H));
+        ag_tensor *kk[2] = {k, zero}, *vv[2] = {v, zero};
+        k = ag_cat(2, kk, 2);
+        v = ag_cat(2, vv, 2);
+        am = pad_key(am);
+        kpm = pad_key(kpm);
+    }
+    ag_tensor *mask = ag_attention_mask(am, kpm, N, H);
+    ag_tensor *w = NULL;
+    bool want_w = a->need_weights && weights;
+    ag_tensor *o = ag_attention(q, k, v, mask, a->is_causal, c->dropout, a->rng, a->training, want_w ? &w : NULL);
+    if (!o) return NULL;
+    /* (N,H,L,Dh) → (N,L,E) → out_proj */
+    o = ag_reshape(ag_transpose(o, 1, 2), AG_SHAPE(N, q_in->shape[1], E));
+    ag_tensor *y = ag_linear_forward(&m->out_proj, o);
+    if (!c->batch_first) y = ag_transpose(y, 0, 1);
+    if (want_w) *weights = a->average_attn_weights ? ag_mean(w, 1, (int[]){1}, false) : w;
+    else if (weights) *weights = NULL;
+    return y;
+}

@@ -1,0 +1,88 @@
+/* Optimizers, gradient clipping, learning-rate schedules, with PyTorch 1.13's update formulas
+ * (the single-tensor, foreach=False code paths of torch.optim and torch.nn.utils.clip_grad).
+ *
+ * State lives in slabs parallel to the parameter slab (llm.c's layout): exp_avg, exp_avg_sq and
+ * momentum_buffer are each one array of params->numel elements in the params' dtype, so a step
+ * is one loop over flat memory and allocates nothing. A parameter t's state is the slice
+ * [t->offset, t->offset + numel(t)) of each slab, which is what a checkpoint saves per name.
+ * Arithmetic is done in the params' dtype with every hyperparameter rounded to it first, as
+ * PyTorch's CPU kernels do, so f32 results match PyTorch's scalar kernels element for element.
+ * Misuse (bad hyperparameters, a parameter set that grew after the optimizer was made) is
+ * reported through ag_error naming the function and the bad value. */
+#ifndef AG_NN_OPTIM_H
+#define AG_NN_OPTIM_H
+#include "../autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { AG_OPTIM_SGD, AG_OPTIM_ADAM, AG_OPTIM_ADAMW } ag_optim_kind;
+
+typedef struct ag_optim {
+    ag_optim_kind kind;
+    ag_params *params;
+    int64_t numel;           /* params->numel when created; the state slabs' length */
+    /* hyperparameters; lr is read at every step, so a schedule just assigns it */
+    double lr;
+    double betas[2];         /* Adam, AdamW */
+    double eps;              /* Adam, AdamW */
+    double weight_decay;     /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
+    double momentum, dampening;
+    bool nesterov;           /* SGD */
+    /* Steps taken. Adam's bias corrections use it (PyTorch's state["step"]); SGD treats its
+     * momentum buffer as initialised once step > 0, so a loader restoring momentum_buffer
+     * must also set step >= 1. */
+    int64_t step;
+    /* state slabs of numel elements of params->dtype, NULL when the optimizer has none */
+    void *exp_avg, *exp_avg_sq, *momentum_buffer;
+} ag_optim;
+
+/* torch.optim.SGD(lr, momentum, dampening, weight_decay, nesterov); state: momentum_buffer if momentum != 0. */
+ag_optim *ag_sgd_new(ag_params *params, double lr, double momentum, double dampening, double weight_decay,
+                     bool nesterov);
+/* torch.optim.Adam(lr, betas=(beta1, beta2), eps, weight_decay) without amsgrad; state: exp_avg, exp_avg_sq. */
+ag_optim *ag_adam_new(ag_params *params, double lr, double beta1, double beta2, double eps, double weight_decay);
+/* torch.optim.AdamW(lr, betas=(beta1, beta2), eps, weight_decay) without amsgrad; state: exp_avg, exp_avg_sq. */
+ag_optim *ag_adamw_new(ag_params *params, double lr, double beta1, double beta2, double eps, double weight_decay);
+/* One update of every parameter from the gradient slab, with opt->lr. Parallel, thread-count independent. */
+void ag_optim_step(ag_optim *opt);
+/* Free the optimizer and its state slabs (not the parameters). */
+void ag_optim_free(ag_optim *opt);
+
+/* Number of state slabs opt keeps: 2 for Adam/AdamW, 1 for SGD with momentum, else 0. */
+int ag_optim_state_count(const ag_optim *opt);
+/* The i-th state slab's PyTorch state_dict name ("exp_avg", "exp_avg_sq", "momentum_buffer"),
+ * its memory in *slab (numel elements of the params' dtype) when slab is non-NULL; NULL if none. */
+const char *ag_optim_state(const ag_optim *opt, int i, void **slab);
+/* The state named name for parameter t, as a tensor of t's shape viewing the slab (header from
+ * the current arena); NULL (reported) when opt has no such state or t is not one of its params. */
+ag_tensor *ag_optim_state_view(const ag_optim *opt, const char *name, const ag_tensor *t);
+
+/* torch.nn.utils.clip_grad_norm_(params, max_norm): total 2-norm of all gradients before
+ * clipping (sum of squares in double, fixed order), then grads *= max_norm / (norm + 1e-6)
+ * when that coefficient is < 1 (or NaN, as PyTorch's clamp propagates it). Returns NAN on misuse. */
+double ag_clip_grad_norm(ag_params *params, double max_norm);
+
+/* ---- learning-rate schedules: pure functions of the step (the update about to be taken,
+ * counting from 1: pass opt->step + 1). Misuse reports and returns NAN. ---- */
+/* Linear warmup then inverse square root:
+ *   step <= warmup: base_lr * step / warmup      (0 at step 0, base_lr at step == warmup)
+ *   step >  warmup: base_lr * sqrt(warmup / step)
+ * warmup_steps >= 1. */
+double ag_lr_warmup_inv_sqrt(int64_t step, double base_lr, int64_t warmup_steps);
+/* "Noam" (Vaswani et al. 2017, as in The Annotated Transformer's rate()):
+ *   factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step 0 taken as 1.
+ * Equals ag_lr_warmup_inv_sqrt(step, factor * (d_model * warmup)^-0.5, warmup) for step >= 1. */
+double ag_lr_noam(int64_t step, int64_t d_model, int64_t warmup_steps, double factor);
+/* Linear warmup then cosine decay to min_lr:
+ *   step <  warmup:          base_lr * step / warmup
+ *   warmup <= step <= total: min_lr + (base_lr - min_lr) * (1 + cos(pi * (step - warmup) / (total - warmup))) / 2
+ *   step >  total:           min_lr
+ * 0 <= warmup_steps < total_steps, 0 <= min_lr <= base_lr. */
+double ag_lr_cosine(int64_t step, double base_lr, int64_t warmup_steps, int64_t total_steps, double min_lr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,403 @@
+/* Elementwise ops with broadcasting. Each op is one line of a table below that gives its
+ * forward and backward formulas side by side; the macros turn a line into the f32 and f64
+ * kernels (one body), the backward function, the ag_op and the op function. */
+#include <math.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "internal.h"
+
+/* ---- the strided loops: one per operand count, contiguous fast path first ---- */
+
+#define AT(T, k, i) (*(T *)(p[k] + (i) * s[k]))
+#define CONTIG2(T) (s[0] == (int64_t)sizeof(T) && s[1] == (int64_t)sizeof(T))
+#define CONTIG3(T) (CONTIG2(T) && s[2] == (int64_t)sizeof(T))
+
+/* ---- unary ops: y = f(x, s); dx += expr(g, x, y, s) ---- */
+
+#define SQRT_2_OVER_PI 0.79788456080286535588
+#define INV_SQRT_2PI 0.39894228040143267794
+#define GELU_TANH_IN(x) ((T)SQRT_2_OVER_PI * ((x) + (T)0.044715 * (x) * (x) * (x)))
+
+/*      name       forward                                  dx = (g: upstream grad)                              */
+#define UNARY_OPS(X)                                                                                              \
+    X(neg, -x, -g)                                                                                                \
+    X(exp, exp(x), g * y)                                                                                         \
+    X(log, log(x), g / x)                                                                                         \
+    X(sqrt, sqrt(x), g / (2 * y))                                                                                 \
+    X(abs, fabs(x), x > 0 ? g : x < 0 ? -g : 0)                                                                   \
+    X(tanh, tanh(x), g * (1 - y * y))                                                                             \
+    X(sigmoid, 1 / (1 + exp(-x)), g * y * (1 - y))                                                                \
+    X(relu, x > 0 || isnan(x) ? x : 0, y > 0 || isnan(y) ? g : 0) /* NaN propagates, as in torch */              \
+    X(gelu, (T)0.5 * x * (1 + erf(x * (T)M_SQRT1_2)),                                                             \
+      g * ((T)0.5 * (1 + erf(x * (T)M_SQRT1_2)) + x * (T)INV_SQRT_2PI * exp((T)-0.5 * x * x)))                   \
+    X(gelu_tanh, (T)0.5 * x * (1 + tanh(GELU_TANH_IN(x))),                                                        \
+      g * ((T)0.5 * (1 + tanh(GELU_TANH_IN(x))) +                                                                 \
+           (T)0.5 * x * (1 - tanh(GELU_TANH_IN(x)) * tanh(GELU_TANH_IN(x))) * (T)SQRT_2_OVER_PI *               \
+               (1 + (T)3 * (T)0.044715 * x * x)))                                                                 \
+    X(add_scalar, x + s, g)                                                                                       \
+    X(sub_scalar, x - s, g)                                                                                       \
+    X(rsub_scalar, s - x, -g)                                                                                     \
+    X(mul_scalar, x * s, g * s)                                                                                   \
+    X(div_scalar, x / s, g / s)                                                                                   \
+    X(pow_scalar, pow(x, s), s == 0 ? 0 : g * s * pow(x, s - 1))
+
+typedef struct { double s; } scalar_ctx;
+
+#define UNARY_KERNELS(TY, S, D, NAME, FWD, BWD)                                                                  \
+    static void NAME##_fwd_##S(int64_t n, char *const *p, const int64_t *s_, void *ctx) {                        \
+        typedef TY T;                                                                                             \
+        const T s = (T)((scalar_ctx *)ctx)->s;                                                                    \
+        (void)s;                                                                                                  \
+        const int64_t *s0 = s_;                                                                                   \
+        if (s0[0] == (int64_t)sizeof(T) && s0[1] == (int64_t)sizeof(T)) {                                         \
+            T *yp = (T *)p[0];                                                                                    \
+            const T *xp = (const T *)p[1];                                                                        \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T x = xp[i];                                                                                      \
+                yp[i] = (T)(FWD);                                                                                 \
+            }                                                                                                     \
+        } else {                                                                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T x = *(T *)(p[1] + i * s0[1]);                                                                   \
+                *(T *)(p[0] + i * s0[0]) = (T)(FWD);                                                              \
+            }                                                                                                     \
+        }                                                                                                         \
+    }                                                                                                             \
+    /* p: dx (accumulated), g, x, y */                                                                            \
+    static void NAME##_bwd_##S(int64_t n, char *const *p, const int64_t *s_, void *ctx) {                        \
+        typedef TY T;                                                                                             \
+        const T s = (T)((scalar_ctx *)ctx)->s;                                                                    \
+        (void)s;                                                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                                         \
+            T g = *(T *)(p[1] + i * s_[1]), x = *(T *)(p[2] + i * s_[2]), y = *(T *)(p[3] + i * s_[3]);           \
+            (void)x;                                                                                              \
+            (void)y;                                                                                              \
+            *(T *)(p[0] + i * s_[0]) += (T)(BWD);                                                                 \
+        }                                                                                                         \
+    }
+
+#define UNARY_DEFINE(NAME, FWD, BWD)                                                                              \
+    UNARY_KERNELS(float, f32, AG_F32, NAME, FWD, BWD)                                                             \
+    UNARY_KERNELS(double, f64, AG_F64, NAME, FWD, BWD)                                                            \
+    static void NAME##_backward(ag_node *n) {                                                                     \
+        ag_tensor *x = n->in[0], *y = n->out, *dx = ag_grad_buffer(x);                                            \
+        if (!dx) return;                                                                                          \
+        ag_run_fn fn = x->dtype == AG_F32 ? NAME##_bwd_f32 : NAME##_bwd_f64;                                      \
+        unary_run(fn, dx, y->grad, x, y, n->ctx.d[0]);                                                            \
+    }                                                                                                             \
+    static const ag_op NAME##_OP = {"ag_" #NAME, NAME##_backward};                                                \
+    static ag_tensor *unary_##NAME(ag_tensor *x, double s) {                                                      \
+        if (!ag__check_float("ag_" #NAME, x)) return NULL;                                                        \
+        ag_tensor *y = ag__new(x->dtype, x->ndim, x->shape);                                                      \
+        unary_run(x->dtype == AG_F32 ? NAME##_fwd_f32 : NAME##_fwd_f64, y, x, NULL, NULL, s);                    \
+        ag_node *n = ag_finish(&NAME##_OP, y, 1, &x);                                                             \
+        if (n) n->ctx.d[0] = s;                                                                                   \
+        return y;                                                                                                 \
+    }
+
+/* run fn over same-shaped operands (2 or 4) */
+static void unary_run(ag_run_fn fn, ag_tensor *o0, ag_tensor *o1, ag_tensor *o2, ag_tensor *o3, double s) {
+    ag_tensor *ops[4] = {o0, o1, o2, o3};
+    int nops = o2 ? 4 : 2;
+    int64_t bs[4][AG_MAX_DIMS];
+    char *base[4];
+    for (int k = 0; k < nops; k++) {
+        ag__bcast_bstrides(ops[k], o0->ndim, o0->shape, bs[k]);
+        base[k] = ag__ptr(ops[k]);
+    }
+    scalar_ctx c = {s};
+    ag__foreach(o0->ndim, o0->shape, nops, base, (const int64_t(*)[AG_MAX_DIMS])bs, fn, &c);
+}
+
+UNARY_OPS(UNARY_DEFINE)
+
+ag_tensor *ag_neg(ag_tensor *a) { return unary_neg(a, 0); }
+ag_tensor *ag_exp(ag_tensor *a) { return unary_exp(a, 0); }
+ag_tensor *ag_log(ag_tensor *a) { return unary_log(a, 0); }
+ag_tensor *ag_sqrt(ag_tensor *a) { return unary_sqrt(a, 0); }
+ag_tensor *ag_abs(ag_tensor *a) { return unary_abs(a, 0); }
+ag_tensor *ag_tanh(ag_tensor *a) { return unary_tanh(a, 0); }
+ag_tensor *ag_sigmoid(ag_tensor *a) { return unary_sigmoid(a, 0); }
+ag_tensor *ag_relu(ag_tensor *a) { return unary_relu(a, 0); }
+ag_tensor *ag_gelu(ag_tensor *a) { return unary_gelu(a, 0); }
+ag_tensor *ag_gelu_tanh(ag_tensor *a) { return unary_gelu_tanh(a, 0); }
+ag_tensor *ag_add_scalar(ag_tensor *a, double s) { return unary_add_scalar(a, s); }
+ag_tensor *ag_sub_scalar(ag_tensor *a, double s) { return unary_sub_scalar(a, s); }
+ag_tensor *ag_rsub_scalar(ag_tensor *a, double s) { return unary_rsub_scalar(a, s); }
+ag_tensor *ag_mul_scalar(ag_tensor *a, double s) { return unary_mul_scalar(a, s); }
+ag_tensor *ag_div_scalar(ag_tensor *a, double s) { return unary_div_scalar(a, s); }
+ag_tensor *ag_pow_scalar(ag_tensor *a, double p) { return unary_pow_scalar(a, p); }
+
+/* ---- binary ops with broadcasting: y = f(a, b) ---- */
+
+#define BINARY_KERNEL(T, S, NAME, EXPR)                                                                           \
+    static void NAME##_##S(int64_t n, char *const *p, const int64_t *s, void *ctx) {                             \
+        (void)ctx;                                                                                                \
+        if (CONTIG3(T)) {                                                                                         \
+            T *yp = (T *)p[0];                                                                                    \
+            const T *ap = (const T *)p[1], *bp = (const T *)p[2];                                                 \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T a = ap[i], b = bp[i];                                                                           \
+                yp[i] = (T)(EXPR);                                                                                \
+            }                                                                                                     \
+        } else if (CONTIG2(T) && s[2] == 0) {                                                                     \
+            T *yp = (T *)p[0];                                                                                    \
+            const T *ap = (const T *)p[1], b = *(const T *)p[2];                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T a = ap[i];                                                                                      \
+                yp[i] = (T)(EXPR);                                                                                \
+            }                                                                                                     \
+        } else {                                                                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T a = AT(T, 1, i), b = AT(T, 2, i);                                                               \
+                AT(T, 0, i) = (T)(EXPR);                                                                          \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+/* comparisons: operands of type T, result bool */
+#define COMPARE_KERNEL(T, S, NAME, EXPR)                                                                          \
+    static void NAME##_##S(int64_t n, char *const *p, const int64_t *s, void *ctx) {                             \
+        (void)ctx;                                                                                                \
+        for (int64_t i = 0; i < n; i++) {                                                                         \
+            T a = AT(T, 1, i), b = AT(T, 2, i);                                                                   \
+            AT(uint8_t, 0, i) = (uint8_t)(EXPR);                                                                  \
+        }                                                                                                         \
+    }
+
+#define K_ADD(T, S, D) BINARY_KERNEL(T, S, add, a + b)
+#define K_SUB(T, S, D) BINARY_KERNEL(T, S, sub, a - b)
+#define K_MUL(T, S, D) BINARY_KERNEL(T, S, mul, a * b)
+#define K_DIV(T, S, D) BINARY_KERNEL(T, S, div, a / b)
+#define K_POW(T, S, D) BINARY_KERNEL(T, S, pow, pow(a, b))
+#define K_EQ(T, S, D) COMPARE_KERNEL(T, S, eq, a == b)
+#define K_NE(T, S, D) COMPARE_KERNEL(T, S, ne, a != b)
+#define K_LT(T, S, D) COMPARE_KERNEL(T, S, lt, a < b)
+#define K_LE(T, S, D) COMPARE_KERNEL(T, S, le, a <= b)
+#define K_GT(T, S, D) COMPARE_KERNEL(T, S, gt, a > b)
+#define K_GE(T, S, D) COMPARE_KERNEL(T, S, ge, a >= b)
+AG_NUMERIC_TYPES(K_ADD)
+AG_NUMERIC_TYPES(K_SUB)
+AG_NUMERIC_TYPES(K_MUL)
+AG_FLOAT_TYPES(K_DIV)
+AG_FLOAT_TYPES(K_POW)
+AG_ALL_TYPES(K_EQ)
+AG_ALL_TYPES(K_NE)
+AG_ALL_TYPES(K_LT)
+AG_ALL_TYPES(K_LE)
+AG_ALL_TYPES(K_GT)
+AG_ALL_TYPES(K_GE)
+BINARY_KERNEL(uint8_t, b8, land, a && b)
+BINARY_KERNEL(uint8_t, b8, lor, a || b)
+
+/* kernels by dtype, NULL where the op does not take that dtype */
+typedef struct { ag_run_fn k[5]; } kernels;
+#define NUMERIC(name) {{name##_f32, name##_f64, name##_i32, name##_i64, NULL}}
+#define FLOATS(name) {{name##_f32, name##_f64, NULL, NULL, NULL}}
+#define ALL(name) {{name##_f32, name##_f64, name##_i32, name##_i64, name##_b8}}
+
+/* Broadcast a and b, allocate y (dtype out_dt, or a's when out_dt < 0) and run the kernel. */
+static ag_tensor *binary(const char *op, const kernels *ks, ag_tensor *a, ag_tensor *b, int out_dt) {
+    if (!ag__check_not_null(op, a) || !ag__check_not_null(op, b)) return NULL;
+    char b1[128], b2[128];
+    if (a->dtype != b->dtype) {
+        ag_error(op, "%s %s and %s %s: dtypes differ (convert with ag_to)", ag_shape_str(a, b1),
+                 ag_dtype_name(a->dtype), ag_shape_str(b, b2), ag_dtype_name(b->dtype));
+        return NULL;
+    }
+    ag_run_fn fn = ks->k[a->dtype];
+    if (!fn) {
+        ag_error(op, "%s of dtype %s is not supported", ag_shape_str(a, b1), ag_dtype_name(a->dtype));
+        return NULL;
+    }
+    int64_t shape[AG_MAX_DIMS];
+    int nd = ag_broadcast_shape(op, a, b, shape);
+    if (nd < 0) return NULL;
+    ag_tensor *y = ag__new(out_dt < 0 ? a->dtype : (ag_dtype)out_dt, nd, shape);
+    int64_t bs[3][AG_MAX_DIMS];
+    ag__bcast_bstrides(y, nd, shape, bs[0]);
+    ag__bcast_bstrides(a, nd, shape, bs[1]);
+    ag__bcast_bstrides(b, nd, shape, bs[2]);
+    char *base[3] = {ag__ptr(y), ag__ptr(a), ag__ptr(b)};
+    ag__foreach(nd, shape, 3, base, (const int64_t(*)[AG_MAX_DIMS])bs, fn, NULL);
+    return y;
+}
+
+static const kernels ADD_K = NUMERIC(add), SUB_K = NUMERIC(sub), MUL_K = NUMERIC(mul), DIV_K = FLOATS(div),
+                     POW_K = FLOATS(pow);
+
+static bool wants(const ag_tensor *t) { return t && t->requires_grad; }
+
+/*  op   backward: g = dL/dy; each input's share is summed back to its own shape by ag_accum_grad */
+static void add_backward(ag_node *n) {
+    ag_accum_grad(n->in[0], n->out->grad);
+    ag_accum_grad(n->in[1], n->out->grad);
+}
+static void sub_backward(ag_node *n) {
+    ag_accum_grad(n->in[0], n->out->grad);
+    if (wants(n->in[1])) ag_accum_grad(n->in[1], ag_neg(n->out->grad));
+}
+static void mul_backward(ag_node *n) {
+    ag_tensor *g = n->out->grad, *a = n->in[0], *b = n->in[1];
+    if (wants(a)) ag_accum_grad(a, ag_mul(g, b));
+    if (wants(b)) ag_accum_grad(b, ag_mul(g, a));
+}
+static void div_backward(ag_node *n) { /* da = g/b; db = -g a/b² = -g y/b */
+    ag_tensor *g = n->out->grad, *a = n->in[0], *b = n->in[1];
+    if (wants(a)) ag_accum_grad(a, ag_div(g, b));
+    if (wants(b)) ag_accum_grad(b, ag_neg(ag_mul(g, ag_div(n->out, b))));
+}
+static void pow_backward(ag_node *n) { /* da = g b a^(b-1); db = g y log a, taken as 0 where a == 0 */
+    ag_tensor *g = n->out->grad, *a = n->in[0], *b = n->in[1];
+    if (wants(a)) ag_accum_grad(a, ag_mul(g, ag_mul(b, ag_pow(a, ag_sub_scalar(b, 1)))));
+    if (wants(b)) {
+        ag_tensor *loga = ag_masked_fill(ag_log(a), ag_eq_scalar(a, 0), 0);
+        ag_accum_grad(b, ag_mul(g, ag_mul(n->out, loga)));
+    }
+}
+static const ag_op ADD = {"ag_add", add_backward}, SUB = {"ag_sub", sub_backward}, MUL = {"ag_mul", mul_backward},
+                   DIV = {"ag_div", div_backward}, POW = {"ag_pow", pow_backward};
+
+static ag_tensor *binary_op(const ag_op *op, const kernels *ks, ag_tensor *a, ag_tensor *b) {
+    ag_tensor *y = binary(op->name, ks, a, b, -1);
+    ag_tensor *in[2] = {a, b};
+    if (y && (y->dtype == AG_F32 || y->dtype == AG_F64)) ag_finish(op, y, 2, in);
+    return y;
+}
+
+ag_tensor *ag_add(ag_tensor *a, ag_tensor *b) { return binary_op(&ADD, &ADD_K, a, b); }
+ag_tensor *ag_sub(ag_tensor *a, ag_tensor *b) { return binary_op(&SUB, &SUB_K, a, b); }
+ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b) { return binary_op(&MUL, &MUL_K, a, b); }
+ag_tensor *ag_div(ag_tensor *a, ag_tensor *b) { return binary_op(&DIV, &DIV_K, a, b); }
+ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b) { return binary_op(&POW, &POW_K, a, b); }
+
+/* ---- comparisons and logic (not differentiable) ---- */
+
+static const kernels EQ_K = ALL(eq), NE_K = ALL(ne), LT_K = ALL(lt), LE_K = ALL(le), GT_K = ALL(gt), GE_K = ALL(ge);
+static const kernels LAND_K = {{NULL, NULL, NULL, NULL, land_b8}}, LOR_K = {{NULL, NULL, NULL, NULL, lor_b8}};
+
+ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b) { return binary("ag_eq", &EQ_K, a, b, AG_BOOL); }
+ag_tensor *ag_ne(ag_tensor *a, ag_tensor *b) { return binary("ag_ne", &NE_K, a, b, AG_BOOL); }
+ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b) { return binary("ag_lt", &LT_K, a, b, AG_BOOL); }
+ag_tensor *ag_le(ag_tensor *a, ag_tensor *b) { return binary("ag_le", &LE_K, a, b, AG_BOOL); }
+ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b) { return binary("ag_gt", &GT_K, a, b, AG_BOOL); }
+ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b) { return binary("ag_ge", &GE_K, a, b, AG_BOOL); }
+ag_tensor *ag_logical_and(ag_tensor *a, ag_tensor *b) { return binary("ag_logical_and", &LAND_K, a, b, AG_BOOL); }
+ag_tensor *ag_logical_or(ag_tensor *a, ag_tensor *b) { return binary("ag_logical_or", &LOR_K, a, b, AG_BOOL); }
+
+ag_tensor *ag_eq_scalar(ag_tensor *a, double s) {
+    if (!ag__check_not_null("ag_eq_scalar", a)) return NULL;
+    return ag_eq(a, ag_scalar(a->dtype, s));
+}
+
+ag_tensor *ag_logical_not(ag_tensor *a) {
+    if (!ag__check_not_null("ag_logical_not", a)) return NULL;
+    if (a->dtype != AG_BOOL) {
+        char b[128];
+        ag_error("ag_logical_not", "%s of dtype %s: expected bool", ag_shape_str(a, b), ag_dtype_name(a->dtype));
+        return NULL;
+    }
+    return ag_eq(a, ag_scalar(AG_BOOL, 0));
+}
+
+/* ---- where / masked_fill ---- */
+
+#define WHERE_KERNEL(T, S, D)                                                                                     \
+    static void where_##S(int64_t n, char *const *p, const int64_t *s, void *ctx) {                              \
+        (void)ctx;                                                                                                \
+        for (int64_t i = 0; i < n; i++) AT(T, 0, i) = AT(uint8_t, 1, i) ? AT(T, 2, i) : AT(T, 3, i);              \
+    }
+AG_ALL_TYPES(WHERE_KERNEL)
+static const kernels WHERE_K = ALL(where);
+
+static void where_backward(ag_node *n) {
+    ag_tensor *g = n->out->grad, *c = n->in[0], *zero = ag_scalar(g->dtype, 0);
+    if (wants(n->in[1])) ag_accum_grad(n->in[1], ag_where(c, g, zero));
+    if (wants(n->in[2])) ag_accum_grad(n->in[2], ag_where(c, zero, g));
+}
+static const ag_op WHERE = {"ag_where", where_backward};
+
+static ag_tensor *where(const char *op, ag_tensor *c, ag_tensor *a, ag_tensor *b) {
+    if (!ag__check_not_null(op, c) || !ag__check_not_null(op, a) || !ag__check_not_null(op, b)) return NULL;
+    char b1[128], b2[128], b3[128];
+    if (c->dtype != AG_BOOL || a->dtype != b->dtype) {
+        ag_error(op, "condition %s %s, values %s %s and %s %s: condition must be bool and values of one dtype",
+                 ag_shape_str(c, b1), ag_dtype_name(c->dtype), ag_shape_str(a, b2), ag_dtype_name(a->dtype),
+                 ag_shape_str(b, b3), ag_dtype_name(b->dtype));
+        return NULL;
+    }
+    int64_t s1[AG_MAX_DIMS], shape[AG_MAX_DIMS];
+    int n1 = ag_broadcast_shape(op, a, b, s1);
+    if (n1 < 0) return NULL;
+    ag_tensor ab = {.ndim = n1};
+    memcpy(ab.shape, s1, sizeof s1);
+    int nd = ag_broadcast_shape(op, c, &ab, shape);
+    if (nd < 0) return NULL;
+    ag_tensor *y = ag__new(a->dtype, nd, shape);
+    ag_tensor *ops[4] = {y, c, a, b};
+    int64_t bs[4][AG_MAX_DIMS];
+    char *base[4];
+    for (int k = 0; k < 4; k++) {
+        ag__bcast_bstrides(ops[k], nd, shape, bs[k]);
+        base[k] = ag__ptr(ops[k]);
+    }
+    ag__foreach(nd, shape, 4, base, (const int64_t(*)[AG_MAX_DIMS])bs, WHERE_K.k[a->dtype], NULL);
+    return y;
+}
+
+ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
+    ag_tensor *y = where("ag_where", cond, a, b);
+    ag_tensor *in[3] = {cond, a, b};
+    if (y && (y->dtype == AG_F32 || y->dtype == AG_F64)) ag_finish(&WHERE, y, 3, in);
+    return y;
+}
+
+static void masked_fill_backward(ag_node *n) {
+    ag_accum_grad(n->in[0], ag_masked_fill(n->out->grad, n->in[1], 0));
+}
+static const ag_op MASKED_FILL = {"ag_masked_fill", masked_fill_backward};
+
+ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value) {
+    const char *op = "ag_masked_fill";
+    if (!ag__check_not_null(op, a) || !ag__check_not_null(op, mask)) return NULL;
+    char b1[128], b2[128];
+    int64_t shape[AG_MAX_DIMS];
+    int nd = ag_broadcast_shape(op, a, mask, shape);
+    if (nd < 0) return NULL;
+    if (nd != a->ndim || mask->dtype != AG_BOOL) {
+        ag_error(op, "mask %s %s must be bool and broadcastable to the input %s", ag_shape_str(mask, b1),
+                 ag_dtype_name(mask->dtype), ag_shape_str(a, b2));
+        return NULL;
+    }
+    for (int i = 0; i < nd; i++)
+        if (shape[i] != a->shape[i]) {
+            ag_error(op, "mask %s must be broadcastable to the input %s", ag_shape_str(mask, b1), ag_shape_str(a, b2));
+            return NULL;
+        }
+    ag_tensor *y = where(op, mask, ag_scalar(a->dtype, value), a);
+    if (y && (y->dtype == AG_F32 || y->dtype == AG_F64)) ag_finish(&MASKED_FILL, y, 2, (ag_tensor *[]){a, mask});
+    return y;
+}
+
+/* ---- accumulation into a (possibly strided) destination ---- */
+
+void ag__add_into(ag_tensor *dst, const ag_tensor *src) {
+    const ag_tensor *s = src;
+    bool fits = s->ndim <= dst->ndim;
+    for (int i = 0; fits && i < s->ndim; i++) {
+        int64_t ss = s->shape[s->ndim - 1 - i], ds = dst->shape[dst->ndim - 1 - i];
+        if (ss != ds && ss != 1) fits = false;
+    }
+    if (!fits) {
+        s = ag_sum_to_shape((ag_tensor *)src, dst->ndim, dst->shape);
+        if (!s) return;
+    }
+    if (s->dtype != dst->dtype) s = ag_to((ag_tensor *)s, dst->dtype);
+    int64_t bs[3][AG_MAX_DIMS];
+    ag__bcast_bstrides(dst, dst->ndim, dst->shape, bs[0]);
+    ag__bcast_bstrides(dst, dst->ndim, dst->shape, bs[1]);
+    ag__bcast_bstrides(s, dst->ndim, dst->shape, bs[2]);
+    char *base[3] = {ag__ptr(dst), ag__ptr(dst), ag__ptr(s)};
+    ag__foreach(dst->ndim, dst->shape, 3, base, (const int64_t(*)[AG_MAX_DIMS])bs, ADD_K.k[dst->dtype], NULL);
+}

@@ -1,0 +1,52 @@
+/* Internals shared by the tensor core's files (and by nn/ kernels): allocation, dtype
+ * templates, the strided N-d loop. Not installed. */
+#ifndef AG_INTERNAL_H
+#define AG_INTERNAL_H
+
+#include "node.h"
+#include "tensor.h"
+
+/* One kernel body for every dtype: a macro X(T, S, D) is expanded once per type, T the C type,
+ * S the suffix, D the ag_dtype. Kernels are written once as such a macro. */
+#define AG_FLOAT_TYPES(X) X(float, f32, AG_F32) X(double, f64, AG_F64)
+#define AG_INT_TYPES(X) X(int32_t, i32, AG_I32) X(int64_t, i64, AG_I64)
+#define AG_NUMERIC_TYPES(X) AG_FLOAT_TYPES(X) AG_INT_TYPES(X)
+#define AG_ALL_TYPES(X) AG_NUMERIC_TYPES(X) X(uint8_t, b8, AG_BOOL)
+
+/* Elements above which a loop is split across OpenMP threads. Each element is computed by
+ * exactly one thread with the same arithmetic, so results never depend on the thread count. */
+#define AG_PAR_THRESHOLD 32768
+
+/* Contiguous tensor of shape (no grad, no node), from the current arena. */
+ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
+/* Header copy of t sharing its storage (a view to be reshaped by the caller). */
+ag_tensor *ag__alias(const ag_tensor *t);
+/* Row-major strides of shape into stride. */
+void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+int64_t ag__shape_numel(int ndim, const int64_t *shape);
+/* element pointer of the first element */
+static inline char *ag__ptr(const ag_tensor *t) { return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype); }
+/* "(2,3)" for a raw shape */
+char *ag__shape_str(int ndim, const int64_t *shape, char *buf);
+bool ag__same_shape(const ag_tensor *a, const ag_tensor *b);
+
+/* Strided loop over ndim/shape for nops operands. base[k] is operand k's first element,
+ * bstride[k][d] its stride in bytes along d (0 where broadcast). fn gets every innermost run:
+ * n elements, the run's pointers, and each operand's byte stride along the run. Parallel above
+ * AG_PAR_THRESHOLD elements. */
+#define AG_MAX_OPS 4
+typedef void (*ag_run_fn)(int64_t n, char *const *p, const int64_t *s, void *ctx);
+void ag__foreach(int ndim, const int64_t *shape, int nops, char *const *base,
+                 const int64_t (*bstride)[AG_MAX_DIMS], ag_run_fn fn, void *ctx);
+/* Byte strides of t broadcast into ndim/shape (t's dims aligned to the right). */
+void ag__bcast_bstrides(const ag_tensor *t, int ndim, const int64_t *shape, int64_t *bstride);
+
+/* dst += src, where src has dst's shape, broadcasts to it, or is a broadcast of it (then it is
+ * summed down to dst's shape). dst may be a strided view. No grad recorded. */
+void ag__add_into(ag_tensor *dst, const ag_tensor *src);
+
+/* Check that t is non-NULL and of a float dtype; reports through op. */
+bool ag__check_float(const char *op, const ag_tensor *t);
+bool ag__check_not_null(const char *op, const ag_tensor *t);
+
+#endif

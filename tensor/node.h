@@ -1,0 +1,77 @@
+/* The recording half of autograd, for op authors (tensor/, nn/ and user extensions).
+ *
+ * An op is one public function that checks shapes, computes the forward result and ends with
+ * ag_finish(); its backward is a static function beside it, named in a const ag_op:
+ *
+ *     static void scale_backward(ag_node *n) {            // dx += dy * s
+ *         ag_tensor *dy = n->out->grad;
+ *         ag_accum_grad(n->in[0], ag_mul_scalar(dy, n->ctx.d[0]));
+ *     }
+ *     static const ag_op SCALE = {"scale", scale_backward};
+ *     ag_tensor *scale(ag_tensor *x, double s) {
+ *         ag_tensor *y = ...forward...;
+ *         ag_node *n = ag_finish(&SCALE, y, 1, &x);
+ *         if (n) n->ctx.d[0] = s;                         // saved for backward
+ *         return y;
+ *     }
+ *
+ * Backward runs with grad mode off, so ops called inside it record nothing (no double
+ * backward). autograd/ walks the recorded nodes in reverse (ag_backward). */
+#ifndef AG_NODE_H
+#define AG_NODE_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ag_op {
+    const char *name;
+    void (*backward)(ag_node *n);  /* accumulate into the inputs' grads from n->out->grad */
+} ag_op;
+
+struct ag_node {
+    const ag_op *op;
+    ag_tensor *out;
+    ag_tensor **in;      /* nin inputs, in the op's order (NULL entries allowed) */
+    int nin;
+    uint64_t seq;        /* creation order: the tape order */
+    uint32_t visit;      /* engine bookkeeping */
+    union {              /* small saved state */
+        double d[4];
+        int64_t i[8];
+    } ctx;
+    ag_tensor *saved[4]; /* saved tensors (e.g. softmax probabilities) */
+    void *extra;         /* larger op-specific state, arena-allocated */
+};
+
+/* Grad mode (on by default). Returns the previous setting, so scopes nest:
+ *     bool prev = ag_set_grad_enabled(false); ...; ag_set_grad_enabled(prev); */
+bool ag_set_grad_enabled(bool on);
+bool ag_grad_enabled(void);
+
+/* Does an op with these inputs need to record? (grad mode on and some input requires grad) */
+bool ag_any_requires_grad(int nin, ag_tensor *const *in);
+
+/* End of every op's forward: runs the anomaly check if enabled and records a node when
+ * needed (copying the input pointers). Returns the node, or NULL when nothing was recorded. */
+ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
+
+/* Gradient buffer of t for the current backward pass: allocated (zeroed) on first use, zeroed
+ * again for a non-leaf reached in a new pass; leaves accumulate across passes. NULL if t does
+ * not require grad (callers then skip the work). */
+ag_tensor *ag_grad_buffer(ag_tensor *t);
+/* t->grad += g, where g has t's shape or a shape t broadcasts to (summed back down). Skips
+ * NULL t and t that do not require grad. */
+void ag_accum_grad(ag_tensor *t, ag_tensor *g);
+
+/* Engine hooks, set by autograd/: the current pass number, and an anomaly check that runs on
+ * every op output (forward) when non-NULL. */
+extern uint32_t ag__grad_pass;
+extern void (*ag__anomaly_hook)(const ag_op *op, const ag_tensor *out, int nin, ag_tensor *const *in);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,396 @@
+/* Creation, copying, element access and printing. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+int64_t ag__shape_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+int64_t ag_numel(const ag_tensor *t) { return ag__shape_numel(t->ndim, t->shape); }
+
+void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i];
+    }
+}
+
+bool ag__same_shape(const ag_tensor *a, const ag_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+bool ag_is_contiguous(const ag_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s) return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+bool ag__check_not_null(const char *op, const ag_tensor *t) {
+    if (t) return true;
+    ag_error(op, "input tensor is NULL (an earlier op failed?)");
+    return false;
+}
+
+bool ag__check_float(const char *op, const ag_tensor *t) {
+    if (!ag__check_not_null(op, t)) return false;
+    if (t->dtype == AG_F32 || t->dtype == AG_F64) return true;
+    char b[128];
+    ag_error(op, "%s tensor of dtype %s: expected f32 or f64", ag_shape_str(t, b), ag_dtype_name(t->dtype));
+    return false;
+}
+
+int ag_wrap_dim(const char *op, const ag_tensor *t, int dim) {
+    int n = t->ndim;
+    int d = dim < 0 ? dim + n : dim;
+    if (d < 0 || d >= n) {
+        char b[128];
+        ag_error(op, "dim %d out of range for %d-d tensor %s", dim, n, ag_shape_str(t, b));
+        return -1;
+    }
+    return d;
+}
+
+static bool check_shape(const char *op, int ndim, const int64_t *shape) {
+    char b[128];
+    if (ndim < 0 || ndim > AG_MAX_DIMS) {
+        ag_error(op, "%d dims: attograd supports 0 to %d", ndim, AG_MAX_DIMS);
+        return false;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0) {
+            ag_error(op, "negative size in shape %s", ag__shape_str(ndim, shape, b));
+            return false;
+        }
+    return true;
+}
+
+static ag_tensor *header(void) {
+    ag_tensor *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape) {
+    ag_tensor *t = header();
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    ag__contiguous_strides(ndim, shape, t->stride);
+    t->data = ag_arena_alloc(ag_arena_current(), (size_t)ag__shape_numel(ndim, shape) * ag_dtype_size(dt));
+    return t;
+}
+
+ag_tensor *ag__alias(const ag_tensor *src) {
+    ag_tensor *t = header();
+    t->data = src->data;
+    t->offset = src->offset;
+    t->ndim = src->ndim;
+    t->dtype = src->dtype;
+    memcpy(t->shape, src->shape, sizeof t->shape);
+    memcpy(t->stride, src->stride, sizeof t->stride);
+    return t;
+}
+
+ag_tensor *ag_empty(ag_dtype dt, int ndim, const int64_t *shape) {
+    if (!check_shape("ag_empty", ndim, shape)) return NULL;
+    return ag__new(dt, ndim, shape);
+}
+
+ag_tensor *ag_zeros(ag_dtype dt, int ndim, const int64_t *shape) {
+    if (!check_shape("ag_zeros", ndim, shape)) return NULL;
+    ag_tensor *t = ag__new(dt, ndim, shape);
+    memset(t->data, 0, (size_t)ag_numel(t) * ag_dtype_size(dt));
+    return t;
+}
+
+ag_tensor *ag_full(ag_dtype dt, int ndim, const int64_t *shape, double value) {
+    if (!check_shape("ag_full", ndim, shape)) return NULL;
+    ag_tensor *t = ag__new(dt, ndim, shape);
+    ag_fill_(t, value);
+    return t;
+}
+
+ag_tensor *ag_ones(ag_dtype dt, int ndim, const int64_t *shape) { return ag_full(dt, ndim, shape, 1.0); }
+ag_tensor *ag_empty_like(const ag_tensor *t) { return ag__new(t->dtype, t->ndim, t->shape); }
+ag_tensor *ag_zeros_like(const ag_tensor *t) { return ag_zeros(t->dtype, t->ndim, t->shape); }
+ag_tensor *ag_scalar(ag_dtype dt, double value) { return ag_full(dt, 0, NULL, value); }
+
+ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step) {
+    if (step == 0 || (end - start) * step < 0) {
+        if (step == 0 || start != end) {
+            ag_error("ag_arange", "start %g, end %g, step %g: step must be non-zero and point from start to end",
+                     start, end, step);
+            return NULL;
+        }
+    }
+    int64_t n = (int64_t)ceil((end - start) / step);
+    if (n < 0) n = 0;
+    ag_tensor *t = ag__new(dt, 1, &n);
+    for (int64_t i = 0; i < n; i++) ag_set(t, &i, start + (double)i * step);
+    return t;
+}
+
+ag_tensor *ag_from_buffer(ag_dtype dt, int ndim, const int64_t *shape, const void *data) {
+    if (!check_shape("ag_from_buffer", ndim, shape)) return NULL;
+    ag_tensor *t = ag__new(dt, ndim, shape);
+    if (ag_numel(t)) memcpy(t->data, data, (size_t)ag_numel(t) * ag_dtype_size(dt)); /* data may be NULL if empty */
+    return t;
+}
+
+ag_tensor *ag_wrap(ag_dtype dt, int ndim, const int64_t *shape, void *data) {
+    if (!check_shape("ag_wrap", ndim, shape)) return NULL;
+    ag_tensor *t = header();
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i]; /* shape may be NULL when ndim == 0 */
+    ag__contiguous_strides(ndim, shape, t->stride);
+    t->data = data;
+    return t;
+}
+
+/* ---- element access ---- */
+
+static int64_t linear_offset(const ag_tensor *t, const int64_t *index) {
+    int64_t off = t->offset;
+    for (int i = 0; i < t->ndim; i++) off += index[i] * t->stride[i];
+    return off;
+}
+
+static double load(const char *p, ag_dtype dt) {
+    switch (dt) {
+    case AG_F32: return *(const float *)p;
+    case AG_F64: return *(const double *)p;
+    case AG_I32: return *(const int32_t *)p;
+    case AG_I64: return (double)*(const int64_t *)p;
+    case AG_BOOL: return *(const uint8_t *)p;
+    }
+    return 0;
+}
+
+static void store(char *p, ag_dtype dt, double v) {
+    switch (dt) {
+    case AG_F32: *(float *)p = (float)v; break;
+    case AG_F64: *(double *)p = v; break;
+    case AG_I32: *(int32_t *)p = (int32_t)v; break;
+    case AG_I64: *(int64_t *)p = (int64_t)v; break;
+    case AG_BOOL: *(uint8_t *)p = v != 0; break;
+    }
+}
+
+static bool check_index(const char *op, const ag_tensor *t, const int64_t *index) {
+    for (int i = 0; i < t->ndim; i++)
+        if (index[i] < 0 || index[i] >= t->shape[i]) {
+            char b[128];
+            ag_error(op, "index %lld out of range for dim %d of %s", (long long)index[i], i, ag_shape_str(t, b));
+            return false;
+        }
+    return true;
+}
+
+double ag_get(const ag_tensor *t, const int64_t *index) {
+    if (!check_index("ag_get", t, index)) return NAN;
+    return load(t->data + linear_offset(t, index) * (int64_t)ag_dtype_size(t->dtype), t->dtype);
+}
+
+void ag_set(ag_tensor *t, const int64_t *index, double value) {
+    if (!check_index("ag_set", t, index)) return;
+    store(t->data + linear_offset(t, index) * (int64_t)ag_dtype_size(t->dtype), t->dtype, value);
+}
+
+double ag_item(const ag_tensor *t) {
+    if (!ag__check_not_null("ag_item", t)) return NAN;
+    if (ag_numel(t) != 1) {
+        char b[128];
+        ag_error("ag_item", "tensor %s has %lld elements, expected 1", ag_shape_str(t, b), (long long)ag_numel(t));
+        return NAN;
+    }
+    return load(ag__ptr(t), t->dtype);
+}
+
+/* ---- copy with broadcast and conversion ---- */
+
+typedef struct { ag_dtype dst, src; } conv_ctx;
+
+static void copy_run(int64_t n, char *const *p, const int64_t *s, void *vctx) {
+    const conv_ctx *c = vctx;
+    size_t es = ag_dtype_size(c->dst);
+    if (c->dst == c->src && s[0] == (int64_t)es && s[1] == (int64_t)es) {
+        memcpy(p[0], p[1], (size_t)n * es);
+    } else if (c->dst == c->src) {
+        for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
+    } else if ((c->dst == AG_I64 || c->dst == AG_I32) && (c->src == AG_I64 || c->src == AG_I32)) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = c->src == AG_I64 ? *(int64_t *)(p[1] + i * s[1]) : *(int32_t *)(p[1] + i * s[1]);
+            if (c->dst == AG_I64) *(int64_t *)(p[0] + i * s[0]) = v;
+            else *(int32_t *)(p[0] + i * s[0]) = (int32_t)v;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) store(p[0] + i * s[0], c->dst, load(p[1] + i * s[1], c->src));
+    }
+}
+
+void ag_copy_(ag_tensor *dst, const ag_tensor *src) {
+    if (!ag__check_not_null("ag_copy_", dst) || !ag__check_not_null("ag_copy_", src)) return;
+    int64_t bs[2][AG_MAX_DIMS];
+    char b1[128], b2[128];
+    if (src->ndim > dst->ndim) goto bad;
+    for (int i = 0; i < src->ndim; i++) {
+        int64_t ss = src->shape[src->ndim - 1 - i], ds = dst->shape[dst->ndim - 1 - i];
+        if (ss != ds && ss != 1) goto bad;
+    }
+    ag__bcast_bstrides(dst, dst->ndim, dst->shape, bs[0]);
+    ag__bcast_bstrides(src, dst->ndim, dst->shape, bs[1]);
+    conv_ctx c = {dst->dtype, src->dtype};
+    char *base[2] = {ag__ptr(dst), ag__ptr(src)};
+    ag__foreach(dst->ndim, dst->shape, 2, base, (const int64_t(*)[AG_MAX_DIMS])bs, copy_run, &c);
+    return;
+bad:
+    ag_error("ag_copy_", "source %s cannot be broadcast to destination %s", ag_shape_str(src, b1),
+             ag_shape_str(dst, b2));
+}
+
+void ag_to_buffer(const ag_tensor *t, ag_dtype dt, void *out) {
+    ag_tensor *dst = ag_wrap(dt, t->ndim, t->shape, out);
+    ag_copy_(dst, t);
+}
+
+/* ---- fills ---- */
+
+typedef struct { ag_dtype dt; double v; } fill_ctx;
+
+static void fill_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
+    const fill_ctx *c = ctx;
+    for (int64_t i = 0; i < n; i++) store(p[0] + i * s[0], c->dt, c->v);
+}
+
+void ag_fill_(ag_tensor *t, double value) {
+    fill_ctx c = {t->dtype, value};
+    int64_t bs[1][AG_MAX_DIMS];
+    ag__bcast_bstrides(t, t->ndim, t->shape, bs[0]);
+    char *base[1] = {ag__ptr(t)};
+    ag__foreach(t->ndim, t->shape, 1, base, (const int64_t(*)[AG_MAX_DIMS])bs, fill_run, &c);
+}
+
+/* Random fills draw numel values in row-major order of t (so a view and a contiguous tensor
+ * of the same shape get the same numbers) and write them through t's strides. */
+static void fill_from_f64(ag_tensor *t, const double *v) {
+    ag_tensor *src = ag_wrap(AG_F64, t->ndim, t->shape, (void *)v);
+    ag_copy_(t, src);
+}
+
+void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi) {
+    int64_t n = ag_numel(t);
+    ag_arena *a = ag_arena_current();
+    double *v = ag_arena_alloc(a, (size_t)n * sizeof(double));
+    ag_rng_uniform_f64(rng, n, v);
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = lo + (hi - lo) * v[i];
+        /* rounding to f32 must not reach hi */
+        if (t->dtype == AG_F32 && (float)v[i] >= (float)hi && hi > lo) v[i] = nextafterf((float)hi, (float)lo);
+    }
+    fill_from_f64(t, v);
+}
+
+void ag_normal_(ag_rng *rng, ag_tensor *t, double mean, double std) {
+    int64_t n = ag_numel(t);
+    double *v = ag_arena_alloc(ag_arena_current(), (size_t)n * sizeof(double));
+    ag_rng_normal_f64(rng, n, v);
+    for (int64_t i = 0; i < n; i++) v[i] = mean + std * v[i];
+    fill_from_f64(t, v);
+}
+
+ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
+    if (!check_shape("ag_uniform", ndim, shape)) return NULL;
+    if (dt != AG_F32 && dt != AG_F64) {
+        ag_error("ag_uniform", "dtype %s: random tensors are f32 or f64", ag_dtype_name(dt));
+        return NULL;
+    }
+    ag_tensor *t = ag__new(dt, ndim, shape);
+    ag_uniform_(rng, t, lo, hi);
+    return t;
+}
+
+ag_tensor *ag_rand(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape) {
+    return ag_uniform(rng, dt, ndim, shape, 0.0, 1.0);
+}
+
+ag_tensor *ag_randn(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape) {
+    if (!check_shape("ag_randn", ndim, shape)) return NULL;
+    if (dt != AG_F32 && dt != AG_F64) {
+        ag_error("ag_randn", "dtype %s: random tensors are f32 or f64", ag_dtype_name(dt));
+        return NULL;
+    }
+    ag_tensor *t = ag__new(dt, ndim, shape);
+    ag_normal_(rng, t, 0.0, 1.0);
+    return t;
+}
+
+/* ---- printing: tensor([[...]], shape=(2,3), dtype=f32), summarised past 1000 elements ---- */
+
+static void print_value(FILE *f, const ag_tensor *t, const char *p) {
+    double v = load(p, t->dtype);
+    switch (t->dtype) {
+    case AG_F32:
+    case AG_F64: fprintf(f, "%10.4f", v); break;
+    case AG_BOOL: fprintf(f, "%s", v != 0 ? " True" : "False"); break;
+    default: fprintf(f, "%6lld", (long long)v);
+    }
+}
+
+static void print_rec(FILE *f, const ag_tensor *t, int dim, int64_t off, int indent, bool summarise) {
+    size_t es = ag_dtype_size(t->dtype);
+    if (t->ndim == 0) {
+        print_value(f, t, t->data + off * (int64_t)es);
+        return;
+    }
+    fputc('[', f);
+    int64_t n = t->shape[dim];
+    for (int64_t i = 0; i < n; i++) {
+        if (summarise && n > 6 && i == 3) {
+            fprintf(f, dim == t->ndim - 1 ? "    ..., " : "...,\n%*s", dim == t->ndim - 1 ? 0 : indent + 1, "");
+            i = n - 3;
+        }
+        int64_t o = off + i * t->stride[dim];
+        if (dim == t->ndim - 1) print_value(f, t, t->data + o * (int64_t)es);
+        else print_rec(f, t, dim + 1, o, indent + 1, summarise);
+        if (i + 1 < n) {
+            if (dim == t->ndim - 1) fputs(", ", f);
+            else {
+                fputc(',', f);
+                for (int k = 0; k < t->ndim - 1 - dim; k++) fputc('\n', f);
+                fprintf(f, "%*s", indent + 1, "");
+            }
+        }
+    }
+    fputc(']', f);
+}
+
+void ag_fprint(FILE *f, const ag_tensor *t, const char *name) {
+    char b[128];
+    const char *lead = "tensor(";
+    int indent = (int)strlen(lead);
+    if (name) {
+        fprintf(f, "%s = ", name);
+        indent += (int)strlen(name) + 3;
+    }
+    if (!t) {
+        fprintf(f, "NULL\n");
+        return;
+    }
+    fputs(lead, f);
+    print_rec(f, t, 0, t->offset, indent, ag_numel(t) > 1000);
+    fprintf(f, ", shape=%s, dtype=%s)\n", ag_shape_str(t, b), ag_dtype_name(t->dtype));
+}
+
+void ag_print(const ag_tensor *t, const char *name) { ag_fprint(stdout, t, name); }

@@ -1,0 +1,218 @@
+/* attograd tensor core: N-d strided tensors, views, broadcasting ops, reductions, BLAS matmul.
+ *
+ * Memory: every tensor (header and data) comes from the *current arena*, a bump allocator that
+ * is reset as a whole (normally after the optimizer step). Nothing is freed one by one.
+ * Ops are differentiable: when grad mode is on and an input requires grad, an op records a node
+ * (see tensor/node.h); autograd/ walks those nodes backward. The tensor core itself never
+ * includes anything above it.
+ *
+ * Misuse (shape mismatch, bad dim, wrong dtype) is reported through the error handler with a
+ * message that names the op and the shapes; the default handler prints and aborts. When a
+ * handler returns, the failing op returns NULL. */
+#ifndef AG_TENSOR_H
+#define AG_TENSOR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AG_MAX_DIMS 8
+
+typedef enum { AG_F32, AG_F64, AG_I32, AG_I64, AG_BOOL } ag_dtype;
+
+typedef struct ag_node ag_node;
+typedef struct ag_arena ag_arena;
+
+typedef struct ag_tensor {
+    char *data;                    /* storage base; element i.. at data + elsize*(offset + Σ i_k*stride_k) */
+    int64_t offset;                /* in elements */
+    int64_t shape[AG_MAX_DIMS];
+    int64_t stride[AG_MAX_DIMS];   /* in elements; 0 for expanded dims */
+    int ndim;
+    ag_dtype dtype;
+    bool requires_grad;
+    struct ag_tensor *grad;        /* same shape and dtype, contiguous; NULL until needed */
+    ag_node *node;                 /* op that produced this tensor; NULL for leaves */
+    uint32_t grad_pass;            /* backward pass in which a non-leaf grad was last written */
+    const char *name;              /* optional (parameters carry their state_dict name) */
+} ag_tensor;
+
+/* Build a shape argument pair: ag_zeros(AG_F32, AG_SHAPE(2, 3)). */
+#define AG_SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+/* ---- errors --------------------------------------------------------------------------- */
+/* message starts with the op name, e.g. "ag_matmul: (2,3) @ (4,5): inner dims 3 and 4 differ" */
+typedef void (*ag_error_fn)(const char *message, void *user);
+/* Install a handler (NULL restores the default print-and-abort); returns the previous one. */
+ag_error_fn ag_set_error_handler(ag_error_fn fn, void *user);
+/* Report misuse: formats "<op>: <fmt...>" and calls the handler. */
+void ag_error(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last message reported (empty string if none), and clearing it. */
+const char *ag_last_error(void);
+void ag_clear_error(void);
+/* "(2,3)" into buf (at least 128 bytes); returns buf. */
+char *ag_shape_str(const ag_tensor *t, char *buf);
+const char *ag_dtype_name(ag_dtype dt);
+size_t ag_dtype_size(ag_dtype dt);
+
+/* ---- arenas --------------------------------------------------------------------------- */
+ag_arena *ag_arena_new(size_t initial_bytes);
+void ag_arena_free(ag_arena *a);
+/* Forget everything allocated; keeps the memory (coalesced into one block) for the next step. */
+void ag_arena_reset(ag_arena *a);
+/* 64-byte aligned, uninitialised. Aborts on out-of-memory. */
+void *ag_arena_alloc(ag_arena *a, size_t bytes);
+size_t ag_arena_used(const ag_arena *a);
+/* Make a the current arena for all tensor allocation; returns the previous one. */
+ag_arena *ag_arena_use(ag_arena *a);
+/* The current arena (a process-wide default one is created on first use). */
+ag_arena *ag_arena_current(void);
+/* Heap allocations made by the library so far (arena blocks, slabs). Constant in steady state. */
+uint64_t ag_alloc_count(void);
+/* malloc that counts itself in ag_alloc_count; aborts on out-of-memory. */
+void *ag_xmalloc(size_t bytes);
+void ag_xfree(void *p);
+
+/* ---- random numbers (Philox4x32-10, counter based: value i depends only on seed and i) ---- */
+typedef struct { uint64_t seed, counter; } ag_rng;
+ag_rng ag_rng_new(uint64_t seed);
+/* the global generator used when an ag_rng* argument is NULL */
+ag_rng *ag_rng_global(void);
+void ag_manual_seed(uint64_t seed);
+/* Draw n uniform floats in [0,1) / standard normals, advancing rng->counter by n. */
+void ag_rng_uniform_f64(ag_rng *rng, int64_t n, double *out);
+void ag_rng_normal_f64(ag_rng *rng, int64_t n, double *out);
+
+/* ---- creation (all from the current arena) -------------------------------------------- */
+ag_tensor *ag_empty(ag_dtype dt, int ndim, const int64_t *shape);
+ag_tensor *ag_zeros(ag_dtype dt, int ndim, const int64_t *shape);
+ag_tensor *ag_ones(ag_dtype dt, int ndim, const int64_t *shape);
+ag_tensor *ag_full(ag_dtype dt, int ndim, const int64_t *shape, double value);
+ag_tensor *ag_empty_like(const ag_tensor *t);
+ag_tensor *ag_zeros_like(const ag_tensor *t);
+ag_tensor *ag_scalar(ag_dtype dt, double value);                   /* 0-d tensor */
+ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step);
+/* copy a row-major buffer of dtype dt */
+ag_tensor *ag_from_buffer(ag_dtype dt, int ndim, const int64_t *shape, const void *data);
+/* wrap caller memory (row-major, not copied, not owned) */
+ag_tensor *ag_wrap(ag_dtype dt, int ndim, const int64_t *shape, void *data);
+ag_tensor *ag_rand(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape);   /* U[0,1) */
+ag_tensor *ag_randn(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape);  /* N(0,1) */
+ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, double lo, double hi);
+/* fill in place (no grad recorded) */
+void ag_fill_(ag_tensor *t, double value);
+void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi);
+void ag_normal_(ag_rng *rng, ag_tensor *t, double mean, double std);
+/* dst[...] = src broadcast to dst's shape, converting dtype; no grad recorded */
+void ag_copy_(ag_tensor *dst, const ag_tensor *src);
+
+/* ---- inspection ------------------------------------------------------------------------ */
+int64_t ag_numel(const ag_tensor *t);
+bool ag_is_contiguous(const ag_tensor *t);
+/* dim < 0 counts from the end; returns -1 (after reporting through op) when out of range */
+int ag_wrap_dim(const char *op, const ag_tensor *t, int dim);
+double ag_get(const ag_tensor *t, const int64_t *index);           /* any dtype, as double */
+void ag_set(ag_tensor *t, const int64_t *index, double value);
+double ag_item(const ag_tensor *t);                                 /* one-element tensor */
+/* copy out as row-major dtype dt (converting) */
+void ag_to_buffer(const ag_tensor *t, ag_dtype dt, void *out);
+void ag_fprint(FILE *f, const ag_tensor *t, const char *name);
+void ag_print(const ag_tensor *t, const char *name);
+
+/* ---- views (share storage; differentiable) --------------------------------------------- */
+ag_tensor *ag_view(ag_tensor *t, int ndim, const int64_t *shape);    /* one -1 allowed */
+ag_tensor *ag_reshape(ag_tensor *t, int ndim, const int64_t *shape); /* view if possible, else copy */
+ag_tensor *ag_transpose(ag_tensor *t, int d0, int d1);
+ag_tensor *ag_permute(ag_tensor *t, const int *dims);
+ag_tensor *ag_narrow(ag_tensor *t, int dim, int64_t start, int64_t length);
+ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+ag_tensor *ag_select(ag_tensor *t, int dim, int64_t index);
+ag_tensor *ag_squeeze(ag_tensor *t, int dim);
+ag_tensor *ag_unsqueeze(ag_tensor *t, int dim);
+ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape);  /* -1 keeps a dim */
+ag_tensor *ag_contiguous(ag_tensor *t);                              /* t itself if contiguous */
+ag_tensor *ag_clone(ag_tensor *t);
+ag_tensor *ag_to(ag_tensor *t, ag_dtype dt);                         /* differentiable f32<->f64 */
+/* a leaf sharing t's data, cut from the graph */
+ag_tensor *ag_detach(ag_tensor *t);
+
+/* ---- elementwise, with NumPy/PyTorch broadcasting; both operands must share a dtype ------ */
+ag_tensor *ag_add(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_sub(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_div(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_add_scalar(ag_tensor *a, double s);
+ag_tensor *ag_sub_scalar(ag_tensor *a, double s);   /* a - s */
+ag_tensor *ag_rsub_scalar(ag_tensor *a, double s);  /* s - a */
+ag_tensor *ag_mul_scalar(ag_tensor *a, double s);
+ag_tensor *ag_div_scalar(ag_tensor *a, double s);
+ag_tensor *ag_pow_scalar(ag_tensor *a, double p);   /* a ** p */
+ag_tensor *ag_neg(ag_tensor *a);
+ag_tensor *ag_exp(ag_tensor *a);
+ag_tensor *ag_log(ag_tensor *a);
+ag_tensor *ag_sqrt(ag_tensor *a);
+ag_tensor *ag_abs(ag_tensor *a);
+ag_tensor *ag_tanh(ag_tensor *a);
+ag_tensor *ag_sigmoid(ag_tensor *a);
+ag_tensor *ag_relu(ag_tensor *a);
+ag_tensor *ag_gelu(ag_tensor *a);        /* exact: x/2 (1 + erf(x/√2)) */
+ag_tensor *ag_gelu_tanh(ag_tensor *a);   /* tanh approximation, torch's approximate='tanh' */
+/* cond ? a : b, all three broadcast together; cond is AG_BOOL */
+ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b);
+/* a with value wherever mask (AG_BOOL, broadcastable to a) is true */
+ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value);
+/* comparisons give AG_BOOL; not differentiable */
+ag_tensor *ag_eq(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_ne(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_lt(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_le(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_eq_scalar(ag_tensor *a, double s);
+ag_tensor *ag_logical_not(ag_tensor *a);
+ag_tensor *ag_logical_and(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_logical_or(ag_tensor *a, ag_tensor *b);
+/* broadcast shape of a and b into out (returns ndim, or -1 and reports through op) */
+int ag_broadcast_shape(const char *op, const ag_tensor *a, const ag_tensor *b, int64_t *out);
+
+/* ---- reductions (dims == NULL / ndims == 0: all dims) ------------------------------------ */
+ag_tensor *ag_sum(ag_tensor *t, int ndims, const int *dims, bool keepdim);
+ag_tensor *ag_mean(ag_tensor *t, int ndims, const int *dims, bool keepdim);
+/* population (correction 0) or sample (correction 1) variance */
+ag_tensor *ag_var(ag_tensor *t, int ndims, const int *dims, int correction, bool keepdim);
+ag_tensor *ag_max(ag_tensor *t, int dim, bool keepdim);      /* values; grad to the first argmax */
+ag_tensor *ag_argmax(ag_tensor *t, int dim, bool keepdim);   /* AG_I64, first maximum */
+ag_tensor *ag_softmax(ag_tensor *t, int dim);
+ag_tensor *ag_log_softmax(ag_tensor *t, int dim);
+/* sum g (broadcast shape) down to shape ndim/shape (the reverse of broadcasting) */
+ag_tensor *ag_sum_to_shape(ag_tensor *g, int ndim, const int64_t *shape);
+
+/* ---- linear algebra ---------------------------------------------------------------------- */
+/* torch.matmul: 1-d·1-d, 2-d, batched with broadcast batch dims; f32/f64 through cblas */
+ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b);
+
+/* ---- joining, splitting, indexing ------------------------------------------------------- */
+ag_tensor *ag_cat(int n, ag_tensor *const *ts, int dim);
+ag_tensor *ag_stack(int n, ag_tensor *const *ts, int dim);
+/* pieces of split_size along dim (last may be smaller); writes up to max views, returns count */
+int ag_split(ag_tensor *t, int64_t split_size, int dim, ag_tensor **out, int max);
+int ag_chunk(ag_tensor *t, int chunks, int dim, ag_tensor **out, int max);
+/* index: 1-d AG_I32/AG_I64 */
+ag_tensor *ag_index_select(ag_tensor *t, int dim, ag_tensor *index);
+/* out[i][j] = t[index[i][j]][j] for dim 0, etc. (torch.gather) */
+ag_tensor *ag_gather(ag_tensor *t, int dim, ag_tensor *index);
+/* rows of weight (V, E) for every id in ids (any shape, AG_I32/AG_I64): ids.shape + (E) */
+ag_tensor *ag_embedding_lookup(ag_tensor *weight, ag_tensor *ids);
+ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes);       /* AG_I64 */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,273 @@
+/* The backward engine: accumulation, no-grad, detach, views and broadcasting reduce gradients,
+ * anomaly mode, thread independence, and a small MLP trained with no allocation per step. */
+#include <math.h>
+#include <stdlib.h>
+#include <omp.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static ag_tensor *leaf(ag_tensor *t) {
+    ag_requires_grad_(t, true);
+    return t;
+}
+
+/* y = sum(x * x) → dy/dx = 2x, and a second backward adds another 2x */
+static void test_backward_accumulates_across_calls_until_zeroed(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -2, 3));
+    ag_backward(ag_sum(ag_mul(x, x), 0, NULL, false), NULL);
+    tu_assert_values(x->grad, 0, 2, -4, 6);
+    ag_backward(ag_sum(ag_mul(x, x), 0, NULL, false), NULL);
+    tu_assert_values(x->grad, 0, 4, -8, 12);
+    ag_zero_grad_(x);
+    ag_backward(ag_sum(ag_mul_scalar(x, 3), 0, NULL, false), NULL);
+    tu_assert_values(x->grad, 0, 3, 3, 3);
+}
+
+/* Two backward passes over one graph: intermediate grads restart from zero each pass, so the
+ * leaf gets exactly twice the single-pass gradient. */
+static void test_second_backward_over_same_graph_does_not_double_count_intermediates(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
+    ag_tensor *h = ag_exp(x); /* intermediate */
+    ag_tensor *y = ag_sum(ag_mul(h, h), 0, NULL, false);
+    ag_backward(y, NULL);
+    double g1[2] = {2 * exp(2.0), 2 * exp(4.0)};
+    tu_assert_values(x->grad, 1e-9, g1[0], g1[1]);
+    ag_backward(y, NULL);
+    tu_assert_values(x->grad, 1e-9, 2 * g1[0], 2 * g1[1]);
+}
+
+static void test_no_grad_records_nothing(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F32, AG_SHAPE(2), 1, 2));
+    bool prev = ag_set_grad_enabled(false);
+    ag_tensor *y = ag_mul(x, x);
+    ag_set_grad_enabled(prev);
+    assert_null(y->node);
+    assert_false(y->requires_grad);
+    ag_tensor *z = ag_mul(x, x);
+    assert_non_null(z->node);
+    assert_string_equal(z->node->op->name, "ag_mul");
+    /* backward of a no-grad result is misuse, named as such */
+    ag_backward(ag_sum(y, 0, NULL, false), NULL);
+    tu_assert_error("ag_backward", "does not require grad");
+}
+
+static void test_detach_stops_gradients(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 3, 4));
+    /* y = x * detach(x): dy/dx = detach(x) only */
+    ag_tensor *y = ag_sum(ag_mul(x, ag_detach(x)), 0, NULL, false);
+    ag_backward(y, NULL);
+    tu_assert_values(x->grad, 0, 3, 4);
+    ag_tensor *d = ag_detach(x);
+    assert_ptr_equal(d->data, x->data);
+    assert_null(d->node);
+    assert_false(d->requires_grad);
+}
+
+static void test_broadcast_gradient_is_summed_to_input_shape(void **s) {
+    ag_tensor *a = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    ag_tensor *b = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 10, 20, 30));
+    ag_tensor *c = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 1), 100, 200));
+    ag_backward(ag_sum(ag_mul(ag_add(a, b), c), 0, NULL, false), NULL);
+    tu_assert_values(a->grad, 0, 100, 100, 100, 200, 200, 200);
+    tu_assert_values(b->grad, 0, 300, 300, 300);
+    tu_assert_values(c->grad, 0, 1 + 2 + 3 + 60, 4 + 5 + 6 + 60);
+}
+
+static void test_gradient_flows_through_views_into_the_right_elements(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    /* select column 1 of the transpose's row... i.e. x[:, 1], then narrow and weight */
+    ag_tensor *col = ag_select(ag_transpose(x, 0, 1), 0, 1); /* (2): x[0][1], x[1][1] */
+    ag_tensor *w = tu_tensor(AG_F64, AG_SHAPE(2), 10, 100);
+    ag_tensor *row = ag_slice(x, 1, 0, 3, 2); /* (2,2): columns 0 and 2 */
+    ag_tensor *y = ag_add(ag_sum(ag_mul(col, w), 0, NULL, false), ag_sum(row, 0, NULL, false));
+    ag_backward(y, NULL);
+    tu_assert_values(x->grad, 0, 1, 10, 1, 1, 100, 1);
+}
+
+static void test_explicit_output_gradient(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
+    ag_tensor *y = ag_mul_scalar(x, 5);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2), 1, -1));
+    tu_assert_values(x->grad, 0, 5, -5);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(3), 1, 1, 1));
+    tu_assert_error("ag_backward", "(3)", "(2)");
+    ag_backward(y, NULL);
+    tu_assert_error("ag_backward", "2 elements");
+}
+
+static void test_requires_grad_only_on_float_leaves(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
+    ag_requires_grad_(ag_exp(x), true);
+    tu_assert_error("ag_requires_grad_", "not a leaf", "ag_exp");
+    ag_requires_grad_(ag_zeros(AG_I64, AG_SHAPE(2)), true);
+    tu_assert_error("ag_requires_grad_", "i64");
+}
+
+static void test_anomaly_mode_names_the_op_that_made_a_nan(void **s) {
+    ag_set_anomaly_enabled(true);
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -1, 2));
+    ag_tensor *y = ag_log(x);
+    ag_set_anomaly_enabled(false);
+    tu_assert_error("ag_log", "anomaly in forward", "(3)", "nan", "flat index 1");
+    (void)y;
+}
+
+static void test_anomaly_mode_catches_nan_in_backward(void **s) {
+    /* sqrt at 0 is finite forward (0) but its gradient is inf */
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 4, 0));
+    ag_set_anomaly_enabled(true);
+    ag_tensor *y = ag_sum(ag_sqrt(x), 0, NULL, false);
+    assert_int_equal(tu_error_count(), 0);
+    ag_backward(y, NULL);
+    ag_set_anomaly_enabled(false);
+    tu_assert_error("ag_sqrt", "anomaly in backward", "input 0", "inf");
+}
+
+/* a deterministic loss big enough to cross the OpenMP thresholds */
+static void backward_big(double *out, int threads) {
+    omp_set_num_threads(threads);
+    ag_rng r = ag_rng_new(7);
+    ag_tensor *a = leaf(ag_randn(&r, AG_F32, AG_SHAPE(256, 300)));
+    ag_tensor *b = leaf(ag_randn(&r, AG_F32, AG_SHAPE(300)));
+    ag_tensor *h = ag_tanh(ag_add(a, b));
+    ag_tensor *y = ag_mean(ag_mul(ag_softmax(h, -1), ag_sigmoid(h)), 0, NULL, false);
+    ag_backward(y, NULL);
+    ag_to_buffer(a->grad, AG_F64, out);
+    ag_to_buffer(b->grad, AG_F64, out + 256 * 300);
+}
+
+static void test_backward_is_identical_for_one_and_two_threads(void **s) {
+    size_t n = 256 * 300 + 300;
+    double *g1 = malloc(n * sizeof(double)), *g2 = malloc(n * sizeof(double));
+    backward_big(g1, 1);
+    backward_big(g2, 2);
+    omp_set_num_threads(2);
+    assert_memory_equal(g1, g2, n * sizeof(double));
+    free(g1);
+    free(g2);
+}
+
+/* ---- a 2-layer MLP on a fixed regression problem, trained with SGD over the flat slab ---- */
+
+typedef struct {
+    ag_params *p;
+    ag_tensor *w1, *b1, *w2, *b2;
+} mlp;
+
+static mlp mlp_new(ag_dtype dt, uint64_t seed) {
+    mlp m;
+    m.p = ag_params_new(dt);
+    m.w1 = ag_params_add(m.p, "0.weight", AG_SHAPE(8, 3));
+    m.b1 = ag_params_add(m.p, "0.bias", AG_SHAPE(8));
+    m.w2 = ag_params_add(m.p, "2.weight", AG_SHAPE(1, 8));
+    m.b2 = ag_params_add(m.p, "2.bias", AG_SHAPE(1));
+    ag_rng r = ag_rng_new(seed);
+    ag_uniform_(&r, m.p->flat, -0.5, 0.5);
+    return m;
+}
+
+/* (N,3) → (N,1): tanh(x W1ᵀ + b1) W2ᵀ + b2 */
+static ag_tensor *mlp_forward(mlp *m, ag_tensor *x) {
+    ag_tensor *h = ag_tanh(ag_add(ag_matmul(x, ag_transpose(m->w1, 0, 1)), m->b1));
+    return ag_add(ag_matmul(h, ag_transpose(m->w2, 0, 1)), m->b2);
+}
+
+static ag_tensor *mlp_loss(mlp *m, ag_tensor *x, ag_tensor *t) {
+    ag_tensor *d = ag_sub(mlp_forward(m, x), t);
+    return ag_mean(ag_mul(d, d), 0, NULL, false);
+}
+
+typedef struct {
+    mlp *m;
+    ag_tensor *x, *t;
+} mlp_ctx;
+
+static ag_tensor *mlp_loss_fn(int n, ag_tensor **in, void *ctx) {
+    mlp_ctx *c = ctx;
+    return mlp_loss(c->m, c->x, c->t);
+}
+
+static void make_data(ag_dtype dt, ag_tensor **x, ag_tensor **t) {
+    ag_rng r = ag_rng_new(3);
+    *x = ag_uniform(&r, dt, AG_SHAPE(16, 3), -1, 1);
+    /* target: a smooth function of the inputs */
+    ag_tensor *s = ag_sum(*x, 1, (int[]){1}, true);
+    *t = ag_add(ag_mul_scalar(ag_tanh(ag_mul_scalar(s, 2)), 0.5), ag_mul_scalar(s, 0.1));
+}
+
+static void test_mlp_loss_goes_down_and_gradients_match_gradcheck(void **s) {
+    ag_tensor *x, *t;
+    make_data(AG_F64, &x, &t);
+    mlp m = mlp_new(AG_F64, 11);
+    mlp_ctx c = {&m, x, t};
+    /* parameters as the gradcheck's inputs: the whole model is checked */
+    ag_gradcheck_result r = ag_gradcheck(mlp_loss_fn, &c, m.p->count, m.p->list, NULL);
+    assert_true(r.ok);
+    if (!r.ok) fail_msg("%s", r.message);
+
+    ag_arena *step = ag_arena_new(1 << 16);
+    ag_arena *prev = ag_arena_use(step);
+    double first = 0, last = 0;
+    for (int it = 0; it < 200; it++) {
+        ag_params_zero_grad(m.p);
+        ag_tensor *loss = mlp_loss(&m, x, t);
+        ag_backward(loss, NULL);
+        double l = ag_item(loss);
+        if (it == 0) first = l;
+        last = l;
+        double *w = (double *)m.p->data, *g = (double *)m.p->grad;
+        for (int64_t i = 0; i < m.p->numel; i++) w[i] -= 0.1 * g[i];
+        ag_arena_reset(step);
+    }
+    ag_arena_use(prev);
+    ag_arena_free(step);
+    assert_true(last < 0.2 * first);
+    /* and the trained model still has exact gradients */
+    r = ag_gradcheck(mlp_loss_fn, &c, m.p->count, m.p->list, NULL);
+    if (!r.ok) fail_msg("%s", r.message);
+    ag_params_free(m.p);
+}
+
+static void test_training_step_allocates_nothing_after_warm_up(void **s) {
+    ag_tensor *x, *t;
+    make_data(AG_F32, &x, &t);
+    mlp m = mlp_new(AG_F32, 5);
+    ag_arena *step = ag_arena_new(4096); /* small on purpose: it must grow, then settle */
+    ag_arena *prev = ag_arena_use(step);
+    uint64_t after_warmup = 0;
+    for (int it = 0; it < 20; it++) {
+        if (it == 3) after_warmup = ag_alloc_count();
+        ag_params_zero_grad(m.p);
+        ag_tensor *loss = mlp_loss(&m, x, t);
+        ag_backward(loss, NULL);
+        float *w = (float *)m.p->data, *g = (float *)m.p->grad;
+        for (int64_t i = 0; i < m.p->numel; i++) w[i] -= 0.05f * g[i];
+        ag_arena_reset(step);
+    }
+    assert_int_equal(ag_alloc_count(), after_warmup);
+    ag_arena_use(prev);
+    ag_arena_free(step);
+    ag_params_free(m.p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_backward_accumulates_across_calls_until_zeroed, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_second_backward_over_same_graph_does_not_double_count_intermediates,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_no_grad_records_nothing, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_detach_stops_gradients, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_broadcast_gradient_is_summed_to_input_shape, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_flows_through_views_into_the_right_elements, tu_setup,
+                                        tu_teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_output_gradient, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_requires_grad_only_on_float_leaves, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_anomaly_mode_names_the_op_that_made_a_nan, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_anomaly_mode_catches_nan_in_backward, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_backward_is_identical_for_one_and_two_threads, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_mlp_loss_goes_down_and_gradients_match_gradcheck, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_training_step_allocates_nothing_after_warm_up, tu_setup, tu_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,444 @@
+/* Linear, Embedding, LayerNorm, Dropout and sinusoidal positions against PyTorch 1.13, their
+ * gradients against finite differences, module parameter names/shapes/initialisation, and
+ * misuse reporting. Expected numbers were produced by /usr/bin/python3 with torch 1.13 (the
+ * expression is given above each block) and pasted here; torch is not needed at run time. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "test_util.h"
+
+/* first element of t's data */
+static const void *raw(const ag_tensor *t) { return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype); }
+
+static ag_tensor *leaf(ag_tensor *t) {
+    ag_requires_grad_(t, true);
+    return t;
+}
+
+static void check_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **in) {
+    ag_gradcheck_result r = ag_gradcheck(f, ctx, n, in, NULL);
+    if (!r.ok) fail_msg("%s", r.message);
+}
+
+/* ==== Linear ================================================================================ */
+
+/* torch (float32): x=[[1,2,3],[-1,.5,2]]; w=[[.1,.2,.3],[-.4,.5,-.6],[.7,.8,.9],[1,-1,.5]];
+ * b=[.5,-.5,1,2]; y=F.linear(x,w,b); y.backward(g=[[1,2,3,4],[-1,.5,.25,2]]) */
+#define LIN_X 1, 2, 3, -1, 0.5, 2
+#define LIN_W 0.1, 0.2, 0.3, -0.4, 0.5, -0.6, 0.7, 0.8, 0.9, 1, -1, 0.5
+#define LIN_B 0.5, -0.5, 1, 2
+#define LIN_G 1, 2, 3, 4, -1, 0.5, 0.25, 2
+#define LIN_Y 1.9000000953674316, -1.7000000476837158, 6, 2.5, 1.1000000238418579, -1.0500000715255737, 2.5, 1.5
+#define LIN_DX 5.4000000953674316, -0.39999985694885254, 3.7999999523162842, 1.875, -1.75, 0.625
+#define LIN_DW 2, 1.5, 1, 1.5, 4.25, 7, 2.75, 6.125, 9.5, 2, 9, 16
+#define LIN_DB 0, 2.5, 3.25, 6
+
+static void test_linear_2d_with_bias_matches_torch_values_and_grads(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F32, AG_SHAPE(2, 3), LIN_X));
+    ag_tensor *w = leaf(tu_tensor(AG_F32, AG_SHAPE(4, 3), LIN_W));
+    ag_tensor *b = leaf(tu_tensor(AG_F32, AG_SHAPE(4), LIN_B));
+    ag_tensor *y = ag_linear(x, w, b);
+    tu_assert_shape(y, 2, 4);
+    tu_assert_values(y, 1e-6, LIN_Y);
+    ag_backward(y, tu_tensor(AG_F32, AG_SHAPE(2, 4), LIN_G));
+    tu_assert_values(x->grad, 1e-6, LIN_DX);
+    tu_assert_values(w->grad, 1e-6, LIN_DW);
+    tu_assert_values(b->grad, 1e-6, LIN_DB);
+}
+
+static void test_linear_reads_transposed_and_row_sliced_operands_in_place(void **s) {
+    /* x as the transpose of a (3,2) tensor, w as the transpose of a (3,4) tensor */
+    ag_tensor *xt = leaf(tu_tensor(AG_F32, AG_SHAPE(3, 2), 1, -1, 2, 0.5, 3, 2));
+    ag_tensor *wt = leaf(tu_tensor(AG_F32, AG_SHAPE(3, 4), 0.1, -0.4, 0.7, 1, 0.2, 0.5, 0.8, -1, 0.3, -0.6, 0.9, 0.5));
+    ag_tensor *b = leaf(tu_tensor(AG_F32, AG_SHAPE(4), LIN_B));
+    ag_tensor *x = ag_transpose(xt, 0, 1), *w = ag_transpose(wt, 0, 1);
+    assert_false(ag_is_contiguous(x));
+    ag_tensor *y = ag_linear(x, w, b);
+    tu_assert_values(y, 1e-6, LIN_Y);
+    ag_backward(y, tu_tensor(AG_F32, AG_SHAPE(2, 4), LIN_G));
+    tu_assert_values(xt->grad, 1e-6, 5.4000000953674316, 1.875, -0.39999985694885254, -1.75, 3.7999999523162842,
+                     0.625);
+    tu_assert_values(wt->grad, 1e-6, 2, 1.5, 2.75, 2, 1.5, 4.25, 6.125, 9, 1, 7, 9.5, 16);
+    /* x as columns 1..3 of a (2,5) tensor: rows 5 apart */
+    ag_tensor *big = leaf(tu_tensor(AG_F32, AG_SHAPE(2, 5), 9, 1, 2, 3, 9, 9, -1, 0.5, 2, 9));
+    ag_tensor *w2 = tu_tensor(AG_F32, AG_SHAPE(4, 3), LIN_W);
+    y = ag_linear(ag_narrow(big, 1, 1, 3), w2, b);
+    tu_assert_values(y, 1e-6, LIN_Y);
+    ag_backward(y, tu_tensor(AG_F32, AG_SHAPE(2, 4), LIN_G));
+    tu_assert_values(big->grad, 1e-6, 0, 5.4000000953674316, -0.39999985694885254, 3.7999999523162842, 0, 0, 1.875,
+                     -1.75, 0.625, 0);
+}
+
+/* torch (float64): x=[1,2,3,4,5,6,-1,-2,.5,.25,3,-2].reshape(2,2,3); w=[[.5,-1,2],[1.5,.25,-.75]];
+ * y=F.linear(x,w); y.backward(g=[1,-1,2,.5,-2,1,3,.25].reshape(2,2,2)) */
+#define LIN3_Y 4.5, -0.25, 9, 2.75, 2.5, -2.375, -6.875, 2.625
+#define LIN3_W 0.5, -1, 2, 1.5, 0.25, -0.75
+#define LIN3_G 1, -1, 2, 0.5, -2, 1, 3, 0.25
+#define LIN3_DW 11.75, 25, 8, 0.0625, -0.75, 0
+
+static void test_linear_3d_input_without_bias_matches_torch(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2, 3), 1, 2, 3, 4, 5, 6, -1, -2, 0.5, 0.25, 3, -2));
+    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), LIN3_W));
+    ag_tensor *y = ag_linear(x, w, NULL);
+    tu_assert_shape(y, 2, 2, 2);
+    tu_assert_values(y, 1e-12, LIN3_Y);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2, 2, 2), LIN3_G));
+    tu_assert_values(x->grad, 1e-12, -1, -1.25, 2.75, 1.75, -1.875, 3.625, 0.5, 2.25, -4.75, 1.875, -2.9375, 5.8125);
+    tu_assert_values(w->grad, 1e-12, LIN3_DW);
+}
+
+static void test_linear_copies_a_3d_input_whose_rows_do_not_share_a_stride(void **s) {
+    /* base[i][j] = x[j][i] of the previous test, so transpose(base, 0, 1) is that x */
+    ag_tensor *base = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2, 3), 1, 2, 3, -1, -2, 0.5, 4, 5, 6, 0.25, 3, -2));
+    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), LIN3_W));
+    ag_tensor *y = ag_linear(ag_transpose(base, 0, 1), w, NULL);
+    tu_assert_values(y, 1e-12, LIN3_Y);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2, 2, 2), LIN3_G));
+    tu_assert_values(base->grad, 1e-12, -1, -1.25, 2.75, 0.5, 2.25, -4.75, 1.75, -1.875, 3.625, 1.875, -2.9375,
+                     5.8125);
+    tu_assert_values(w->grad, 1e-12, LIN3_DW);
+}
+
+static void test_linear_1d_input_gives_1d_output(void **s) {
+    ag_tensor *x = tu_tensor(AG_F64, AG_SHAPE(3), 1, 2, 3);
+    ag_tensor *w = tu_tensor(AG_F64, AG_SHAPE(2, 3), LIN3_W);
+    ag_tensor *y = ag_linear(x, w, tu_tensor(AG_F64, AG_SHAPE(2), 10, 20));
+    tu_assert_shape(y, 2);
+    tu_assert_values(y, 1e-12, 14.5, 19.75); /* hand: .5-2+6+10, 1.5+.5-2.25+20 */
+}
+
+static ag_tensor *f_linear(int n, ag_tensor **in, void *ctx) { return ag_linear(in[0], in[1], n > 2 ? in[2] : NULL); }
+static ag_tensor *f_linear_transposed(int n, ag_tensor **in, void *ctx) {
+    return ag_linear(ag_transpose(in[0], 0, 1), ag_transpose(in[1], 0, 1), in[2]);
+}
+
+static void test_linear_gradcheck(void **s) {
+    ag_rng r = ag_rng_new(11);
+    ag_tensor *in[3] = {leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4))), leaf(ag_randn(&r, AG_F64, AG_SHAPE(5, 4))),
+                        leaf(ag_randn(&r, AG_F64, AG_SHAPE(5)))};
+    check_gradcheck(f_linear, NULL, 3, in);
+    check_gradcheck(f_linear, NULL, 2, in);
+    ag_tensor *tin[3] = {leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 3))), leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 5))), in[2]};
+    check_gradcheck(f_linear_transposed, NULL, 3, tin);
+}
+
+static void test_linear_module_names_shapes_and_init_range(void **s) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_rng r = ag_rng_new(5);
+    ag_linear_t lin = ag_linear_new(p, "encoder.layers.0.linear1", 64, 32, true, &r);
+    assert_ptr_equal(lin.weight, ag_params_find(p, "encoder.layers.0.linear1.weight"));
+    assert_ptr_equal(lin.bias, ag_params_find(p, "encoder.layers.0.linear1.bias"));
+    assert_int_equal(lin.in_features, 64);
+    assert_int_equal(lin.out_features, 32);
+    tu_assert_shape(lin.weight, 32, 64);
+    tu_assert_shape(lin.bias, 32);
+    /* U(-1/√64, 1/√64) for both: inside the bound, reaching close to it on both sides */
+    for (int k = 0; k < 2; k++) {
+        ag_tensor *t = k ? lin.bias : lin.weight;
+        static double v[2048];
+        double lo = 0, hi = 0;
+        ag_to_buffer(t, AG_F64, v);
+        for (int64_t i = 0; i < ag_numel(t); i++) {
+            assert_true(fabs(v[i]) < 0.125);
+            lo = v[i] < lo ? v[i] : lo;
+            hi = v[i] > hi ? v[i] : hi;
+        }
+        assert_true(hi > (k ? 0.1 : 0.12) && lo < (k ? -0.1 : -0.12));
+    }
+    ag_linear_t nob = ag_linear_new(p, "out", 4, 3, false, &r);
+    assert_null(nob.bias);
+    assert_int_equal(p->count, 3);
+    assert_non_null(ag_params_find(p, "out.weight"));
+    assert_null(ag_params_find(p, "out.bias"));
+    ag_tensor *y = ag_linear_forward(&lin, ag_ones(AG_F32, AG_SHAPE(3, 64)));
+    tu_assert_shape(y, 3, 32);
+    ag_params_free(p);
+}
+
+static void test_linear_reports_shape_mismatch_naming_both_shapes(void **s) {
+    ag_tensor *x = ag_ones(AG_F32, AG_SHAPE(2, 3)), *w = ag_ones(AG_F32, AG_SHAPE(4, 5));
+    assert_null(ag_linear(x, w, NULL));
+    tu_assert_error("ag_linear", "(2,3)", "(4,5)");
+    assert_null(ag_linear(x, ag_ones(AG_F32, AG_SHAPE(4, 3)), ag_ones(AG_F32, AG_SHAPE(5))));
+    tu_assert_error("ag_linear", "(2,3)", "(4,3)", "(5)");
+    assert_null(ag_linear(x, ag_ones(AG_F64, AG_SHAPE(4, 3)), NULL));
+    tu_assert_error("ag_linear", "f32", "f64");
+}
+
+/* ==== Embedding ============================================================================= */
+
+/* torch: w=[[0,0,0],[1,2,3],[4,5,6],[7,8,9],[10,11,12]]; ids=[[2,0,2],[4,2,0]];
+ * y=F.embedding(ids,w,padding_idx=0); y.backward(torch.arange(18.).reshape(2,3,3)) */
+static void test_embedding_padding_row_gets_no_grad_and_repeats_accumulate(void **s) {
+    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(5, 3), 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
+    ag_tensor *ids = tu_tensor(AG_I64, AG_SHAPE(2, 3), 2, 0, 2, 4, 2, 0);
+    ag_tensor *y = ag_embedding(w, ids, 0);
+    tu_assert_shape(y, 2, 3, 3);
+    tu_assert_values(y, 0, 4, 5, 6, 0, 0, 0, 4, 5, 6, 10, 11, 12, 4, 5, 6, 0, 0, 0);
+    ag_backward(y, ag_reshape(ag_arange(AG_F64, 0, 18, 1), AG_SHAPE(2, 3, 3)));
+    tu_assert_values(w->grad, 0, 0, 0, 0, 0, 0, 0, 18, 21, 24, 0, 0, 0, 9, 10, 11);
+}
+
+static void test_embedding_without_padding_gives_every_row_its_grad(void **s) {
+    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(3, 2), 1, 2, 3, 4, 5, 6));
+    ag_tensor *ids = tu_tensor(AG_I32, AG_SHAPE(3), 0, 2, 0);
+    ag_tensor *y = ag_embedding(w, ids, -1);
+    tu_assert_values(y, 0, 1, 2, 5, 6, 1, 2);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(3, 2), 1, 10, 100, 1000, 3, 30));
+    tu_assert_values(w->grad, 0, 4, 40, 0, 0, 100, 1000); /* hand-worked: row 0 gets rows 0 and 2 of g */
+}
+
+/* The padding row's true derivative is not zero (PyTorch just drops it), so the checked function
+ * zeroes the outputs at padding positions: then every numerical derivative must match. */
+static ag_tensor *f_embedding(int n, ag_tensor **in, void *ctx) {
+    ag_tensor *ids = ctx, *keep = ag_unsqueeze(ag_to(ag_logical_not(ag_eq_scalar(ids, 2)), AG_F64), -1);
+    return ag_mul(ag_embedding(in[0], ids, 2), keep);
+}
+static ag_tensor *f_embedding_nopad(int n, ag_tensor **in, void *ctx) { return ag_embedding(in[0], ctx, -1); }
+
+static void test_embedding_gradcheck(void **s) {
+    ag_rng r = ag_rng_new(3);
+    ag_tensor *w = leaf(ag_randn(&r, AG_F64, AG_SHAPE(6, 3)));
+    ag_tensor *ids = tu_tensor(AG_I64, AG_SHAPE(2, 3), 1, 2, 1, 5, 0, 2);
+    check_gradcheck(f_embedding, ids, 1, &w);
+    check_gradcheck(f_embedding_nopad, ids, 1, &w);
+}
+
+static void test_embedding_module_zeroes_padding_row_and_draws_standard_normal(void **s) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_rng r = ag_rng_new(9);
+    ag_embedding_t e = ag_embedding_new(p, "src_tok_emb.embedding", 100, 20, 1, &r);
+    assert_ptr_equal(e.weight, ag_params_find(p, "src_tok_emb.embedding.weight"));
+    tu_assert_shape(e.weight, 100, 20);
+    static double v[2000];
+    ag_to_buffer(e.weight, AG_F64, v);
+    double sum = 0, sq = 0;
+    for (int i = 0; i < 2000; i++) {
+        if (i / 20 == 1) {
+            assert_true(v[i] == 0);
+            continue;
+        }
+        sum += v[i];
+        sq += v[i] * v[i];
+    }
+    double mean = sum / 1980, sd = sqrt(sq / 1980 - mean * mean);
+    assert_true(fabs(mean) < 0.1);
+    assert_true(sd > 0.93 && sd < 1.07);
+    ag_tensor *y = ag_embedding_forward(&e, tu_tensor(AG_I64, AG_SHAPE(2), 1, 3));
+    tu_assert_shape(y, 2, 20);
+    ag_backward(y, ag_ones(AG_F32, AG_SHAPE(2, 20)));
+    for (int j = 0; j < 20; j++) {
+        assert_true(ag_get(e.weight->grad, (int64_t[]){1, j}) == 0);
+        assert_true(ag_get(e.weight->grad, (int64_t[]){3, j}) == 1);
+    }
+    ag_params_free(p);
+}
+
+static void test_embedding_reports_bad_padding_idx(void **s) {
+    ag_tensor *w = ag_ones(AG_F32, AG_SHAPE(4, 2)), *ids = tu_tensor(AG_I64, AG_SHAPE(1), 0);
+    assert_null(ag_embedding(w, ids, 4));
+    tu_assert_error("ag_embedding", "padding_idx 4", "(4,2)");
+}
+
+/* ==== LayerNorm ============================================================================= */
+
+/* torch (float64): x=[[1,2,3,5],[-1,.5,4,-2]]; w=[1.5,-.5,2,1]; b=[.1,.2,-.3,.4];
+ * y=F.layer_norm(x,(4,),w,b,1e-5); y.backward(g=[[1,-2,.5,3],[-1,2,.25,-.75]]) */
+#define LN_X 1, 2, 3, 5, -1, 0.5, 4, -2
+#define LN_G 1, -2, 0.5, 3, -1, 2, 0.25, -0.75
+#define LN_Y                                                                                                      \
+    -1.6748198782033703, 0.45354569688619578, 0.038060929181594594, 1.921274181317175, -0.80692114460201869,      \
+        0.17251754107266609, 2.8879652355707326, -0.64433343923868802
+#define LN_DX                                                                                                     \
+    0.40567087416714087, -0.21249640156447613, -0.49260274811449867, 0.29942827551183404, -0.19561563955543093,   \
+        -0.15210832431847948, 0.095981858846854673, 0.25174210502705568
+
+static void test_layer_norm_matches_torch_values_and_grads(void **s) {
+    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_X));
+    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(4), 1.5, -0.5, 2, 1));
+    ag_tensor *b = leaf(tu_tensor(AG_F64, AG_SHAPE(4), 0.1, 0.2, -0.3, 0.4));
+    ag_tensor *y = ag_layer_norm(x, w, b, 1e-5);
+    tu_assert_values(y, 1e-12, LN_Y);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_G));
+    tu_assert_values(x->grad, 1e-12, LN_DX);
+    tu_assert_values(w->grad, 1e-12, -0.57859915573423448, 1.1241126232541188, 0.4830108867417402, 5.3470726233805417);
+    tu_assert_values(b->grad, 1e-12, 0, 0, 0.75, 2.25);
+}
+
+static void test_layer_norm_f32_transposed_input_without_affine_matches_torch(void **s) {
+    /* x given as the transpose of its (4,2) transpose; torch: F.layer_norm(x,(4,),None,None,1e-5) */
+    ag_tensor *xt = leaf(tu_tensor(AG_F32, AG_SHAPE(4, 2), 1, -1, 2, 0.5, 3, 4, 5, -2));
+    ag_tensor *y = ag_layer_norm(ag_transpose(xt, 0, 1), NULL, NULL, 1e-5);
+    tu_assert_values(y, 1e-6, -1.1832132521355803, -0.50709139377239154, 0.16903046459079729, 1.5212741813171751,
+                     -0.60461409640134578, 0.054964917854667839, 1.5939826177853662, -1.044333439238688);
+    ag_backward(y, tu_tensor(AG_F32, AG_SHAPE(2, 4), LN_G));
+    /* torch's x.grad (2,4), read here through the (4,2) transpose */
+    tu_assert_values(xt->grad, 1e-6, 1.1494030638694577, -0.36864712477682626, -1.3908810066391157,
+                     0.81301584637318203, -0.21249485615015018, -0.27731480410354437, 0.45397279891980857,
+                     -0.16705391749281148);
+}
+
+static ag_tensor *f_layer_norm(int n, ag_tensor **in, void *ctx) {
+    ag_tensor *x = ctx ? ag_transpose(in[0], 0, 1) : in[0];
+    return ag_layer_norm(x, in[1], in[2], 1e-5);
+}
+
+static void test_layer_norm_gradcheck(void **s) {
+    ag_rng r = ag_rng_new(4);
+    ag_tensor *in[3] = {leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 5))), leaf(ag_randn(&r, AG_F64, AG_SHAPE(5))),
+                        leaf(ag_randn(&r, AG_F64, AG_SHAPE(5)))};
+    check_gradcheck(f_layer_norm, NULL, 3, in);
+    in[0] = leaf(ag_randn(&r, AG_F64, AG_SHAPE(5, 3)));
+    check_gradcheck(f_layer_norm, "transposed", 3, in);
+}
+
+static void test_layer_norm_module_names_and_init(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_layer_norm_t ln = ag_layer_norm_new(p, "encoder.layers.0.norm1", 4, 1e-5, true);
+    assert_ptr_equal(ln.weight, ag_params_find(p, "encoder.layers.0.norm1.weight"));
+    assert_ptr_equal(ln.bias, ag_params_find(p, "encoder.layers.0.norm1.bias"));
+    tu_assert_values(ln.weight, 0, 1, 1, 1, 1);
+    tu_assert_values(ln.bias, 0, 0, 0, 0, 0);
+    ag_layer_norm_t plain = ag_layer_norm_new(p, "final", 4, 1e-5, false);
+    assert_null(plain.weight);
+    assert_int_equal(p->count, 2);
+    ag_tensor *x = tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_X);
+    tu_assert_values(ag_layer_norm_forward(&ln, x), 1e-12, -1.1832132521355803, -0.50709139377239154,
+                     0.16903046459079729, 1.5212741813171751, -0.60461409640134578, 0.054964917854667839,
+                     1.5939826177853662, -1.044333439238688);
+    ag_params_free(p);
+}
+
+static void test_layer_norm_reports_weight_shape_mismatch(void **s) {
+    assert_null(ag_layer_norm(ag_ones(AG_F32, AG_SHAPE(2, 4)), ag_ones(AG_F32, AG_SHAPE(3)), NULL, 1e-5));
+    tu_assert_error("ag_layer_norm", "(2,4)", "(3)");
+}
+
+/* ==== Dropout =============================================================================== */
+
+static void test_dropout_same_seed_same_mask_and_rng_advances(void **s) {
+    ag_tensor *x = ag_ones(AG_F32, AG_SHAPE(1000));
+    ag_rng r1 = ag_rng_new(42), r2 = ag_rng_new(42);
+    ag_tensor *a = ag_dropout(x, 0.5, true, &r1), *b = ag_dropout(x, 0.5, true, &r2);
+    assert_memory_equal(raw(a), raw(b), 1000 * sizeof(float));
+    assert_int_equal(r1.counter, 1000);
+    ag_tensor *c = ag_dropout(x, 0.5, true, &r1);
+    assert_memory_not_equal(raw(a), raw(c), 1000 * sizeof(float));
+}
+
+static void test_dropout_is_identity_in_eval_and_for_p_zero(void **s) {
+    ag_tensor *x = tu_tensor(AG_F32, AG_SHAPE(3), 1, 2, 3);
+    ag_rng r = ag_rng_new(1);
+    assert_ptr_equal(ag_dropout(x, 0.5, false, &r), x);
+    assert_ptr_equal(ag_dropout(x, 0.0, true, &r), x);
+    assert_int_equal(r.counter, 0);
+}
+
+static void test_dropout_zero_fraction_near_p_and_survivors_scaled(void **s) {
+    int64_t n = 200000;
+    ag_tensor *x = ag_full(AG_F32, AG_SHAPE(n), 2.0);
+    ag_rng r = ag_rng_new(7);
+    ag_tensor *y = ag_dropout(x, 0.3, true, &r);
+    const float *v = (const float *)raw(y);
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] == 0) zeros++;
+        else assert_true(fabs(v[i] - 2.0 / 0.7) < 1e-6);
+    }
+    assert_true(fabs((double)zeros / (double)n - 0.3) < 0.01); /* sd of the fraction is 0.001 */
+}
+
+static void test_dropout_mask_independent_of_thread_count(void **s) {
+    int64_t n = 100000; /* above AG_PAR_THRESHOLD, so 2 threads split the work */
+    ag_tensor *x = ag_ones(AG_F64, AG_SHAPE(n));
+    omp_set_num_threads(1);
+    ag_rng r1 = ag_rng_new(5);
+    ag_tensor *a = ag_dropout(x, 0.25, true, &r1);
+    omp_set_num_threads(2);
+    ag_rng r2 = ag_rng_new(5);
+    ag_tensor *b = ag_dropout(x, 0.25, true, &r2);
+    assert_memory_equal(raw(a), raw(b), (size_t)n * sizeof(double));
+}
+
+static void test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros(void **s) {
+    ag_tensor *x = leaf(ag_ones(AG_F64, AG_SHAPE(64)));
+    ag_rng r = ag_rng_new(3);
+    ag_tensor *y = ag_dropout(x, 0.5, true, &r);
+    ag_backward(y, ag_ones(AG_F64, AG_SHAPE(64)));
+    assert_memory_equal(raw(x->grad), raw(y), 64 * sizeof(double)); /* x = 1, g = 1: grad = mask = y */
+    ag_tensor *x2 = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -2, 3));
+    ag_tensor *z = ag_dropout(x2, 1.0, true, &r);
+    tu_assert_values(z, 0, 0, 0, 0);
+    ag_backward(z, ag_ones(AG_F64, AG_SHAPE(3)));
+    tu_assert_values(x2->grad, 0, 0, 0, 0);
+}
+
+static ag_tensor *f_dropout(int n, ag_tensor **in, void *ctx) {
+    ag_rng r = ag_rng_new(77); /* fresh each call: the same mask for every evaluation */
+    return ag_dropout(in[0], 0.4, true, &r);
+}
+
+static void test_dropout_gradcheck_with_fixed_mask(void **s) {
+    ag_rng r = ag_rng_new(8);
+    ag_tensor *x = leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 5)));
+    check_gradcheck(f_dropout, NULL, 1, &x);
+}
+
+static void test_dropout_reports_p_outside_unit_interval(void **s) {
+    assert_null(ag_dropout(ag_ones(AG_F32, AG_SHAPE(2, 2)), 1.5, true, NULL));
+    tu_assert_error("ag_dropout", "(2,2)", "1.5");
+}
+
+/* ==== positional encodings ================================================================== */
+
+/* torch (float64): pe[pos,j] = sin/cos(pos / 10000**((j - j%2)/D)); equal to 1e-16 to the
+ * tutorial's exp(arange(0,D,2) * -log(10000)/D) form */
+static void test_sinusoidal_positions_match_torch(void **s) {
+    ag_tensor *pe = ag_sinusoidal_positions(4, 6, AG_F64);
+    tu_assert_shape(pe, 4, 6);
+    tu_assert_values(pe, 1e-15, 0, 1, 0, 1, 0, 1, 0.8414709848078965, 0.54030230586813977, 0.046399223464731285,
+                     0.99892297604063041, 0.0021544330233656045, 0.99999767920648086, 0.90929742682568171,
+                     -0.41614683654714241, 0.092698500778727252, 0.99569422412373987, 0.0043088560467428125,
+                     0.99999071683669571, 0.14112000805986721, -0.98999249660044542, 0.13879810108005056,
+                     0.990320699135675, 0.0064632590701896456, 0.99997911292296082);
+    ag_tensor *odd = ag_sinusoidal_positions(3, 5, AG_F32);
+    tu_assert_values(odd, 1e-7, 0, 1, 0, 1, 0, 0.8414709848078965, 0.54030230586813977, 0.025116222909773774,
+                     0.99968453791520984, 0.00063095730261541994, 0.90929742682568171, -0.41614683654714241,
+                     0.050216599387465206, 0.99873835069349315, 0.0012619143540422218);
+    assert_false(pe->requires_grad);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+#define T(name) cmocka_unit_test_setup_teardown(name, tu_setup, tu_teardown)
+        T(test_linear_2d_with_bias_matches_torch_values_and_grads),
+        T(test_linear_reads_transposed_and_row_sliced_operands_in_place),
+        T(test_linear_3d_input_without_bias_matches_torch),
+        T(test_linear_copies_a_3d_input_whose_rows_do_not_share_a_stride),
+        T(test_linear_1d_input_gives_1d_output),
+        T(test_linear_gradcheck),
+        T(test_linear_module_names_shapes_and_init_range),
+        T(test_linear_reports_shape_mismatch_naming_both_shapes),
+        T(test_embedding_padding_row_gets_no_grad_and_repeats_accumulate),
+        T(test_embedding_without_padding_gives_every_row_its_grad),
+        T(test_embedding_gradcheck),
+        T(test_embedding_module_zeroes_padding_row_and_draws_standard_normal),
+        T(test_embedding_reports_bad_padding_idx),
+        T(test_layer_norm_matches_torch_values_and_grads),
+        T(test_layer_norm_f32_transposed_input_without_affine_matches_torch),
+        T(test_layer_norm_gradcheck),
+        T(test_layer_norm_module_names_and_init),
+        T(test_layer_norm_reports_weight_shape_mismatch),
+        T(test_dropout_same_seed_same_mask_and_rng_advances),
+        T(test_dropout_is_identity_in_eval_and_for_p_zero),
+        T(test_dropout_zero_fraction_near_p_and_survivors_scaled),
+        T(test_dropout_mask_independent_of_thread_count),
+        T(test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros),
+        T(test_dropout_gradcheck_with_fixed_mask),
+        T(test_dropout_reports_p_outside_unit_interval),
+        T(test_sinusoidal_positions_match_torch),
+#undef T
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

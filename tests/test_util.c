@@ -1,0 +1,116 @@
+#include "test_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int errors;
+static char last[1024];
+
+static void record(const char *message, void *user) {
+    (void)user;
+    errors++;
+    snprintf(last, sizeof last, "%s", message);
+}
+
+void tu_record_errors(void) {
+    ag_set_error_handler(record, NULL);
+    errors = 0;
+    last[0] = 0;
+}
+
+int tu_error_count(void) { return errors; }
+
+const char *tu_take_error(void) {
+    if (errors == 0) fail_msg("expected an error to be reported, none was");
+    errors = 0;
+    return last;
+}
+
+void tu_assert_error_(const char *file, int line, const char **fragments) {
+    if (errors != 1) {
+        print_error("%s:%d: expected exactly one error, got %d (last: '%s')\n", file, line, errors, last);
+        fail();
+    }
+    for (const char **f = fragments; *f; f++)
+        if (!strstr(last, *f)) {
+            print_error("%s:%d: error message '%s' does not contain '%s'\n", file, line, last, *f);
+            fail();
+        }
+    errors = 0;
+}
+
+static ag_arena *test_arena;
+
+int tu_setup(void **state) {
+    (void)state;
+    tu_record_errors();
+    test_arena = ag_arena_new(1 << 20);
+    ag_arena_use(test_arena);
+    ag_set_grad_enabled(true);
+    return 0;
+}
+
+int tu_teardown(void **state) {
+    (void)state;
+    if (errors) {
+        print_error("unexpected error reported: %s\n", last);
+        errors = 0;
+        ag_arena_use(NULL);
+        ag_arena_free(test_arena);
+        return -1;
+    }
+    ag_arena_use(NULL);
+    ag_arena_free(test_arena);
+    return 0;
+}
+
+void tu_assert_shape_(const char *file, int line, const ag_tensor *t, int ndim, const int64_t *shape) {
+    char b1[128];
+    if (!t) {
+        print_error("%s:%d: tensor is NULL (last error: %s)\n", file, line, last);
+        fail();
+    }
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (!ok) {
+        ag_shape_str(t, b1);
+        print_error("%s:%d: shape %s, expected (", file, line, b1);
+        for (int i = 0; i < ndim; i++) print_error(i ? ",%lld" : "%lld", (long long)shape[i]);
+        print_error(")\n");
+        fail();
+    }
+}
+
+void tu_assert_values_(const char *file, int line, const ag_tensor *t, const double *expected, int64_t n,
+                       double tol) {
+    if (!t) {
+        print_error("%s:%d: tensor is NULL (last error: %s)\n", file, line, last);
+        fail();
+    }
+    if (ag_numel(t) != n) {
+        print_error("%s:%d: %lld elements, expected %lld\n", file, line, (long long)ag_numel(t), (long long)n);
+        fail();
+    }
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    ag_to_buffer(t, AG_F64, v);
+    for (int64_t i = 0; i < n; i++) {
+        bool same = (isnan(expected[i]) && isnan(v[i])) || (isinf(expected[i]) && v[i] == expected[i]) ||
+                    fabs(v[i] - expected[i]) <= tol;
+        if (!same) {
+            print_error("%s:%d: element %lld is %.9g, expected %.9g (tol %g)\n", file, line, (long long)i, v[i],
+                           expected[i], tol);
+            free(v);
+            fail();
+        }
+    }
+    free(v);
+}
+
+ag_tensor *tu_tensor_(ag_dtype dt, int ndim, const int64_t *shape, const double *v, int64_t n) {
+    ag_tensor *src = ag_wrap(AG_F64, ndim, shape, (void *)v);
+    assert_int_equal(ag_numel(src), n);
+    ag_tensor *t = ag_empty(dt, ndim, shape);
+    ag_copy_(t, src);
+    return t;
+}

@@ -1,0 +1,44 @@
+/* Shared by the cmocka tests: an error handler that records instead of aborting, and tensor
+ * comparisons against expected values. */
+#ifndef AG_TEST_UTIL_H
+#define AG_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "attograd.h"
+
+/* Install the recording handler (call in setup); errors are then counted, not fatal. */
+void tu_record_errors(void);
+/* Errors recorded since the last tu_record_errors / tu_take_error. */
+int tu_error_count(void);
+/* The last recorded message, and reset the count. Fails the test if none was recorded. */
+const char *tu_take_error(void);
+/* Fails unless exactly one error was recorded whose message contains every fragment. */
+#define tu_assert_error(...) tu_assert_error_(__FILE__, __LINE__, (const char *[]){__VA_ARGS__, NULL})
+void tu_assert_error_(const char *file, int line, const char **fragments);
+
+/* cmocka group setup/teardown: records errors, fresh arena per test. */
+int tu_setup(void **state);
+int tu_teardown(void **state);
+
+/* Fails unless t has this shape. */
+#define tu_assert_shape(t, ...) tu_assert_shape_(__FILE__, __LINE__, (t), AG_SHAPE(__VA_ARGS__))
+void tu_assert_shape_(const char *file, int line, const ag_tensor *t, int ndim, const int64_t *shape);
+/* Fails unless every element of t (any dtype, read in row-major order through its strides)
+ * is within tol of expected. */
+void tu_assert_values_(const char *file, int line, const ag_tensor *t, const double *expected, int64_t n,
+                       double tol);
+#define tu_assert_values(t, tol, ...)                                                                   \
+    tu_assert_values_(__FILE__, __LINE__, (t), (const double[]){__VA_ARGS__},                         \
+                      (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)), (tol))
+/* Tensor from a list of values: tu_tensor(AG_F32, AG_SHAPE(2,2), 1,2,3,4) */
+#define tu_tensor(dt, shape, ...)                                                                        \
+    tu_tensor_((dt), shape, (const double[]){__VA_ARGS__},                                             \
+               (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)))
+ag_tensor *tu_tensor_(ag_dtype dt, int ndim, const int64_t *shape, const double *v, int64_t n);
+
+#endif
