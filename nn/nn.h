@@ -14,6 +14,8 @@
 #include "layers.h"
 #include "attention.h"
 #include "mha.h"
+#include "transformer.h"
+#include "gru.h"
 #include "optim.h"
 #include "checkpoint.h"
 #endif

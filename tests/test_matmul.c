@@ -249,7 +249,8 @@ static void test_layouts_blas_cannot_read_are_copied_and_still_right(void **s) {
         ag_tensor *xw = ag_matmul(xs, w);
         tu_assert_shape(xw, 2, 3, 5);
         assert_matches_naive(xw, xs, w);
-        ag_tensor *ws = ag_narrow(rnd(&r, dt, AG_SHAPE(3, 4, 7)), 2, 1, 5), *vs = ag_narrow(ag_transpose(w, 0, 1), 0, 1, 3);
+        ag_tensor *ws = ag_narrow(rnd(&r, dt, AG_SHAPE(3, 4, 7)), 2, 1, 5);
+        ag_tensor *vs = ag_narrow(ag_transpose(w, 0, 1), 0, 1, 3);
         ag_tensor *vw = ag_matmul(vs, ws);
         assert_matches_naive(vw, vs, ws);
         /* an expanded batch dim needs no copy and is still right */
@@ -396,7 +397,8 @@ static void test_matmul_gradcheck_one_d_and_batch_broadcast(void **s) {
     }
     /* the weight shared over a batch whose rows cannot be merged (transposed per batch) */
     tr_ctx c = {1, 0};
-    assert_gradcheck(f_matmul_transposed, &c, 2, (ag_tensor *[]){leaf(&r, AG_SHAPE(2, 4, 3)), leaf(&r, AG_SHAPE(4, 2))});
+    ag_tensor *xt = leaf(&r, AG_SHAPE(2, 4, 3)), *wt = leaf(&r, AG_SHAPE(4, 2));
+    assert_gradcheck(f_matmul_transposed, &c, 2, (ag_tensor *[]){xt, wt});
     /* a shared weight against batches whose rows do not follow on from each other */
     ag_tensor *xs = ag_detach(ag_narrow(ag_uniform(&r, AG_F64, AG_SHAPE(2, 6, 4), -1, 1), 1, 1, 3));
     ag_requires_grad_(xs, true);

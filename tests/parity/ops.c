@@ -152,7 +152,7 @@ static int mha(parity_case *c, ag_tensor **out) {
     return 2;
 }
 
-const parity_op parity_ops[] = {
+const parity_op parity_nn_ops[] = {
     {"linear", linear},
     {"layer_norm", layer_norm},
     {"embedding", embedding},
@@ -161,6 +161,10 @@ const parity_op parity_ops[] = {
     {"mse_loss", mse_loss},
     {"masked_softmax", masked_softmax},
     {"mha", mha},
+    {NULL, NULL},
+};
+
+const parity_op parity_tensor_ops[] = {
     {"softmax", softmax},
     {"log_softmax", log_softmax},
     {"matmul", matmul},
@@ -171,3 +175,6 @@ const parity_op parity_ops[] = {
     {"elementwise", elementwise},
     {NULL, NULL},
 };
+
+const parity_op *const parity_tables[] = {parity_tensor_ops, parity_nn_ops, parity_transformer_ops, parity_gru_ops,
+                                          NULL};

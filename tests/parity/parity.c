@@ -208,8 +208,9 @@ static bool compare(compare_t *r, const char *what, ag_tensor *got, ag_tensor *w
 }
 
 static const parity_op *find_op(const char *name) {
-    for (const parity_op *o = parity_ops; o->op; o++)
-        if (strcmp(o->op, name) == 0) return o;
+    for (const parity_op *const *t = parity_tables; *t; t++)
+        for (const parity_op *o = *t; o->op; o++)
+            if (strcmp(o->op, name) == 0) return o;
     return NULL;
 }
 
