@@ -201,8 +201,11 @@ ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b);
 /* ---- joining, splitting, indexing ------------------------------------------------------- */
 ag_tensor *ag_cat(int n, ag_tensor *const *ts, int dim);
 ag_tensor *ag_stack(int n, ag_tensor *const *ts, int dim);
-/* pieces of split_size along dim (last may be smaller); writes up to max views, returns count */
+/* Views of split_size along dim (the last may be smaller). Returns the total number of pieces
+ * and writes the first min(total, max) to out (like snprintf: call with max 0 to size out);
+ * -1 on misuse. */
 int ag_split(ag_tensor *t, int64_t split_size, int dim, ag_tensor **out, int max);
+/* torch.chunk: pieces of ceil(size/chunks) (may be fewer than chunks); returns as ag_split */
 int ag_chunk(ag_tensor *t, int chunks, int dim, ag_tensor **out, int max);
 /* index: 1-d AG_I32/AG_I64 */
 ag_tensor *ag_index_select(ag_tensor *t, int dim, ag_tensor *index);

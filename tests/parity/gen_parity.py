@@ -336,7 +336,44 @@ def family_nn_mha(f):
                    "out_proj.bias) and zero gradient; PyTorch gives NaN")
 
 
-FAMILIES = {"tensor_ops": family_tensor_ops, "nn_layers": family_nn_layers, "nn_loss": family_nn_loss,
+def family_nn_optim(f):
+    torch.manual_seed(5)
+    w0, b0 = torch.randn(3, 4), torch.randn(5)
+    grads = [(torch.randn(3, 4), torch.randn(5)) for _ in range(3)]
+    configs = [
+        ("sgd", torch.optim.SGD, {"lr": 0.1}),
+        ("sgd_momentum_dampening_wd", torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "dampening": 0.1,
+                                                        "weight_decay": 0.01}),
+        ("sgd_nesterov", torch.optim.SGD, {"lr": 0.05, "momentum": 0.8, "nesterov": True}),
+        ("adam", torch.optim.Adam, {"lr": 0.01, "betas": (0.9, 0.98), "eps": 1e-9}),
+        ("adam_l2", torch.optim.Adam, {"lr": 0.01, "weight_decay": 0.1}),
+        ("adamw", torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
+    ]
+    for name, cls, kw in configs:
+        w, b = w0.clone().requires_grad_(True), b0.clone().requires_grad_(True)
+        opt = cls([w, b], foreach=False, **kw)
+        outs = []
+        for gw, gb in grads:
+            w.grad, b.grad = gw.clone(), gb.clone()
+            opt.step()
+            outs += [w.detach().clone(), b.detach().clone()]
+        attrs = {"optimizer": cls.__name__.lower(), "lr": kw["lr"], "steps": 3,
+                 "weight_decay": kw.get("weight_decay", 0.0), "momentum": kw.get("momentum", 0.0),
+                 "dampening": kw.get("dampening", 0.0), "nesterov": int(kw.get("nesterov", False))}
+        if "betas" in kw:
+            attrs["beta1"], attrs["beta2"] = kw["betas"]
+        if "eps" in kw:
+            attrs["eps"] = kw["eps"]
+        write_case(f, f"optim_{name}", "optim", "f32", [], outs, f"three steps of torch.optim.{cls.__name__}"
+                   f"({kw}), foreach=False", attrs, params={"w": w0, "b": b0})
+        gg = f[f"optim_{name}"].create_group("grads")
+        for k, (gw, gb) in enumerate(grads):
+            gk = gg.create_group(f"step{k}")
+            gk.create_dataset("w", data=_np(gw))
+            gk.create_dataset("b", data=_np(gb))
+
+
+FAMILIES = {"nn_optim": family_nn_optim, "tensor_ops": family_tensor_ops, "nn_layers": family_nn_layers, "nn_loss": family_nn_loss,
             "nn_attention": family_nn_attention, "nn_mha": family_nn_mha}
 
 

@@ -152,7 +152,42 @@ static int mha(parity_case *c, ag_tensor **out) {
     return 2;
 }
 
+/* Optimizers: parameters "w" and "b" from params/, gradients for step k in grads/step<k>/<name>;
+ * outputs are w and b after each step (out0 w after step 1, out1 b after step 1, ...). */
+static int optim(parity_case *c, ag_tensor **out) {
+    char kind[16];
+    pc_str(c, "optimizer", kind, sizeof kind, "");
+    ag_params *p = pc_params(c);
+    ag_tensor *w = ag_params_add(p, "w", AG_SHAPE(3, 4)), *b = ag_params_add(p, "b", AG_SHAPE(5));
+    if (!pc_load_params(c)) return -1;
+    double lr = pc_double(c, "lr", 1e-3), wd = pc_double(c, "weight_decay", 0);
+    ag_optim *o = NULL;
+    if (strcmp(kind, "sgd") == 0)
+        o = ag_sgd_new(p, lr, pc_double(c, "momentum", 0), pc_double(c, "dampening", 0), wd, pc_bool(c, "nesterov", 0));
+    else if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0)
+        o = (kind[4] ? ag_adamw_new : ag_adam_new)(p, lr, pc_double(c, "beta1", 0.9), pc_double(c, "beta2", 0.999),
+                                                   pc_double(c, "eps", 1e-8), wd);
+    if (!o) {
+        snprintf(c->msg, sizeof c->msg, "unknown optimizer '%s'", kind);
+        return -1;
+    }
+    int steps = (int)pc_int(c, "steps", 3), n = 0;
+    for (int k = 0; k < steps && n + 2 <= PC_MAX_IO; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "grads/step%d/w", k);
+        ag_copy_(w->grad, pc_dataset(c, path, c->dtype));
+        snprintf(path, sizeof path, "grads/step%d/b", k);
+        ag_copy_(b->grad, pc_dataset(c, path, c->dtype));
+        ag_optim_step(o);
+        out[n++] = ag_clone(w);
+        out[n++] = ag_clone(b);
+    }
+    ag_optim_free(o);
+    return n;
+}
+
 const parity_op parity_nn_ops[] = {
+    {"optim", optim},
     {"linear", linear},
     {"layer_norm", layer_norm},
     {"embedding", embedding},
