@@ -123,6 +123,8 @@ static int64_t first_bad(const ag_tensor *t, double *value) {
     return -1;
 }
 
+static const char *bad_name(double v) { return isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf"; }
+
 static void inputs_str(char *buf, size_t size, int nin, ag_tensor *const *in) {
     size_t used = 0;
     buf[0] = 0;
@@ -139,8 +141,8 @@ static void check_forward(const ag_op *op, const ag_tensor *out, int nin, ag_ten
     if (i < 0) return;
     char b[128], ins[512];
     inputs_str(ins, sizeof ins, nin, in);
-    ag_error(op->name, "anomaly in forward: output %s has %g at flat index %lld; inputs: %s", ag_shape_str(out, b), v,
-             (long long)i, ins);
+    ag_error(op->name, "anomaly in forward: output %s has %s at flat index %lld; inputs: %s", ag_shape_str(out, b),
+             bad_name(v), (long long)i, ins);
 }
 
 static void check_backward(ag_node *n) {
@@ -152,8 +154,8 @@ static void check_backward(ag_node *n) {
         if (i < 0) continue;
         char b[128], ins[512];
         inputs_str(ins, sizeof ins, n->nin, n->in);
-        ag_error(n->op->name, "anomaly in backward: gradient of input %d %s has %g at flat index %lld; inputs: %s",
-                 k, ag_shape_str(in, b), v, (long long)i, ins);
+        ag_error(n->op->name, "anomaly in backward: gradient of input %d %s has %s at flat index %lld; inputs: %s",
+                 k, ag_shape_str(in, b), bad_name(v), (long long)i, ins);
         return;
     }
 }
