@@ -9,20 +9,10 @@
 #include "../tensor/internal.h"
 #include "layers.h"
 
-/* parallel loop when the int64_t par_work in scope (elements touched) is large enough */
-#define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
 /* columns handled by one thread in column reductions (a block's partial sums stay in registers/L1) */
 #define COLS 64
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-
-/* A grad-free contiguous copy for kernels that walk rows; t itself when already contiguous. */
-static ag_tensor *dense(ag_tensor *t) {
-    if (ag_is_contiguous(t)) return t;
-    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag_copy_(c, t);
-    return c;
-}
 
 /* "<prefix>.<leaf>", or just leaf for an empty prefix (a top-level module's state_dict) */
 static const char *param_name(char *buf, size_t size, const char *prefix, const char *leaf) {
@@ -79,7 +69,7 @@ static mat as_matrix(const ag_tensor *t, int64_t m, int64_t k) {
 static ag_tensor *operand(ag_tensor *t, int64_t m, int64_t k, mat *out) {
     *out = as_matrix(t, m, k);
     if (out->p) return t;
-    t = dense(t);
+    t = ag__dense(t);
     *out = (mat){ag__ptr(t), false, max1(k)};
     return t;
 }
@@ -103,7 +93,7 @@ static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k,
         T *y = (T *)y_;                                                                                           \
         const T *b = (const T *)b_;                                                                               \
         int64_t par_work = m * n;                                                                                 \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t i = 0; i < m; i++)                                                                           \
             for (int64_t j = 0; j < n; j++) y[i * n + j] = b ? b[j * bs] : 0;                                     \
     }                                                                                                             \
@@ -111,7 +101,7 @@ static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k,
         const T *g = (const T *)g_;                                                                               \
         T *out = (T *)out_;                                                                                       \
         int64_t par_work = m * n;                                                                                 \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t j0 = 0; j0 < n; j0 += COLS) {                                                                \
             int64_t nj = n - j0 < COLS ? n - j0 : COLS;                                                           \
             double acc[COLS] = {0};                                                                               \
@@ -212,7 +202,7 @@ ag_tensor *ag_linear_forward(const ag_linear_t *m, ag_tensor *x) {
         T *dw = (T *)dw_;                                                                                         \
         const T *dy = (const T *)dy_;                                                                             \
         int64_t par_work = n * e;                                                                                 \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t j0 = 0; j0 < e; j0 += COLS) {                                                                \
             int64_t nj = e - j0 < COLS ? e - j0 : COLS;                                                           \
             for (int64_t i = 0; i < n; i++) {                                                                     \
@@ -303,7 +293,7 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
         const T *x = (const T *)x_, *w = (const T *)w_, *b = (const T *)b_;                                       \
         T *y = (T *)y_;                                                                                           \
         int64_t par_work = m * d;                                                                                 \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t i = 0; i < m; i++) {                                                                         \
             const T *xr = x + i * d;                                                                              \
             double s = 0, v = 0;                                                                                  \
@@ -329,7 +319,7 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
         T *dx = (T *)dx_, *dw = (T *)dw_, *db = (T *)db_;                                                         \
         if (dx) {                                                                                                 \
             int64_t par_work = m * d;                                                                             \
-            PAR_FOR                                                                                               \
+            AG_PAR_FOR                                                                                               \
             for (int64_t i = 0; i < m; i++) {                                                                     \
                 const T *xr = x + i * d, *gr = dy + i * d;                                                        \
                 double a = 0, c = 0;                                                                              \
@@ -349,7 +339,7 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
         }                                                                                                         \
         if (!dw && !db) return;                                                                                   \
         int64_t par_work = m * d;                                                                                 \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t j0 = 0; j0 < d; j0 += COLS) {                                                                \
             int64_t nj = d - j0 < COLS ? d - j0 : COLS;                                                           \
             double aw[COLS] = {0}, ab[COLS] = {0};                                                                \
@@ -400,7 +390,7 @@ ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps) {
         return NULL;
     }
     int64_t m = d ? ag_numel(x) / d : 0;
-    ag_tensor *xc = dense(x), *y = ag__new(x->dtype, x->ndim, x->shape);
+    ag_tensor *xc = ag__dense(x), *y = ag__new(x->dtype, x->ndim, x->shape);
     ag_tensor *mean = ag__new(AG_F64, 1, &m), *rstd = ag__new(AG_F64, 1, &m);
     (x->dtype == AG_F32 ? ln_forward_f32 : ln_forward_f64)(ag__ptr(xc), m, d, ptr_or_null(w), w ? w->stride[0] : 0,
                                                              ptr_or_null(b), b ? b->stride[0] : 0, eps, ag__ptr(y),
@@ -463,7 +453,7 @@ ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng) {
         ag_rng_uniform_f64(rng, n, u);
         double keep = 1.0 - p, scale = 1.0 / keep;
         int64_t par_work = n;
-        PAR_FOR
+        AG_PAR_FOR
         for (int64_t i = 0; i < n; i++) u[i] = u[i] < keep ? scale : 0.0;
         ag_copy_(mask, ag_wrap(AG_F64, x->ndim, x->shape, u));
     }

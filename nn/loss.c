@@ -7,19 +7,10 @@
 #include "../tensor/internal.h"
 #include "layers.h"
 
-/* parallel loop when the int64_t par_work in scope (elements touched) is large enough */
-#define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
 /* elements per partial sum in mse (fixed, so the summation order is fixed) */
 #define BLOCK 8192
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-
-static ag_tensor *dense(ag_tensor *t) {
-    if (ag_is_contiguous(t)) return t;
-    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag_copy_(c, t);
-    return c;
-}
 
 static double *scratch(int64_t n) { return ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(n)); }
 
@@ -60,7 +51,7 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
     L->s = ag__shape_numel(x->ndim > 2 ? x->ndim - 2 : 0, x->shape + 2);
     L->ignore = ignore;
     L->reduction = red;
-    *xc = dense(x);
+    *xc = ag__dense(x);
     *tc = ag__new(AG_I64, t->ndim, t->shape);
     ag_copy_(*tc, t);
     const int64_t *tv = (const int64_t *)ag__ptr(*tc);
@@ -85,7 +76,7 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
         const T *x = (const T *)x_;                                                                               \
         int64_t ns = L->s, c = L->c, npos = L->n * ns, par_work = npos * c;                                       \
         double eps = L->smoothing;                                                                                \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t r = 0; r < npos; r++) {                                                                      \
             const T *xr = x + (r / ns) * c * ns + r % ns;                                                         \
             double mx = -INFINITY, se = 0, sx = 0;                                                                \
@@ -111,7 +102,7 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
         T *dx = (T *)dx_;                                                                                         \
         int64_t ns = L->s, c = L->c, npos = L->n * ns, par_work = npos * c;                                       \
         double eps = L->smoothing;                                                                                \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t r = 0; r < npos; r++) {                                                                      \
             if (t[r] == L->ignore) continue;                                                                      \
             int64_t base = (r / ns) * c * ns + r % ns;                                                            \
@@ -243,7 +234,7 @@ ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_
         const T *a = (const T *)a_, *b = (const T *)b_;                                                           \
         T *out = (T *)out_;                                                                                       \
         int64_t nb = (n + BLOCK - 1) / BLOCK, par_work = n;                                                       \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t k = 0; k < nb; k++) {                                                                        \
             int64_t end = (k + 1) * BLOCK < n ? (k + 1) * BLOCK : n;                                              \
             double s = 0;                                                                                         \
@@ -260,7 +251,7 @@ ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_
         const T *a = (const T *)a_, *b = (const T *)b_, *g = (const T *)g_;                                       \
         T *da = (T *)da_, *db = (T *)db_;                                                                         \
         int64_t par_work = n;                                                                                     \
-        PAR_FOR                                                                                                   \
+        AG_PAR_FOR                                                                                                   \
         for (int64_t i = 0; i < n; i++) {                                                                         \
             double v = 2 * ((double)a[i] - (double)b[i]) * (double)g[i * gs] * scale;                             \
             if (da) da[i] += (T)v;                                                                                \
@@ -289,7 +280,7 @@ ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
                  ag_dtype_name(a->dtype), ag_shape_str(b, b2), ag_dtype_name(b->dtype));
         return NULL;
     }
-    ag_tensor *ac = dense(a), *bc = dense(b), *y;
+    ag_tensor *ac = ag__dense(a), *bc = ag__dense(b), *y;
     int64_t count = ag_numel(a);
     double *partial = scratch((count + BLOCK - 1) / BLOCK);
     char *out = NULL;

@@ -17,6 +17,14 @@
  * exactly one thread with the same arithmetic, so results never depend on the thread count. */
 #define AG_PAR_THRESHOLD 32768
 
+/* A parallel for-loop over independent elements when the int64_t par_work in scope (elements
+ * touched) is above AG_PAR_THRESHOLD. */
+#define AG_PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
+
+/* t itself when contiguous, else a contiguous copy outside the graph (for kernels that walk
+ * rows; the caller's op records the gradient). */
+ag_tensor *ag__dense(ag_tensor *t);
+
 /* Contiguous tensor of shape (no grad, no node), from the current arena. */
 ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
 /* Header copy of t sharing its storage (a view to be reshaped by the caller). */

@@ -338,6 +338,13 @@ ag_tensor *ag_clone(ag_tensor *t) {
     return y;
 }
 
+ag_tensor *ag__dense(ag_tensor *t) {
+    if (ag_is_contiguous(t)) return t;
+    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
+    ag_copy_(c, t);
+    return c;
+}
+
 ag_tensor *ag_contiguous(ag_tensor *t) {
     if (!ag__check_not_null("ag_contiguous", t)) return NULL;
     return ag_is_contiguous(t) ? t : ag_clone(t);

@@ -7,14 +7,9 @@
 
 #include "test_util.h"
 
-static ag_tensor *leaf(ag_tensor *t) {
-    ag_requires_grad_(t, true);
-    return t;
-}
-
 /* y = sum(x * x) → dy/dx = 2x, and a second backward adds another 2x */
 static void test_backward_accumulates_across_calls_until_zeroed(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -2, 3));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -2, 3));
     ag_backward(ag_sum(ag_mul(x, x), 0, NULL, false), NULL);
     tu_assert_values(x->grad, 0, 2, -4, 6);
     ag_backward(ag_sum(ag_mul(x, x), 0, NULL, false), NULL);
@@ -27,7 +22,7 @@ static void test_backward_accumulates_across_calls_until_zeroed(void **s) {
 /* Two backward passes over one graph: intermediate grads restart from zero each pass, so the
  * leaf gets exactly twice the single-pass gradient. */
 static void test_second_backward_over_same_graph_does_not_double_count_intermediates(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
     ag_tensor *h = ag_exp(x); /* intermediate */
     ag_tensor *y = ag_sum(ag_mul(h, h), 0, NULL, false);
     ag_backward(y, NULL);
@@ -38,7 +33,7 @@ static void test_second_backward_over_same_graph_does_not_double_count_intermedi
 }
 
 static void test_no_grad_records_nothing(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F32, AG_SHAPE(2), 1, 2));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(2), 1, 2));
     bool prev = ag_set_grad_enabled(false);
     ag_tensor *y = ag_mul(x, x);
     ag_set_grad_enabled(prev);
@@ -53,7 +48,7 @@ static void test_no_grad_records_nothing(void **s) {
 }
 
 static void test_detach_stops_gradients(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 3, 4));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 3, 4));
     /* y = x * detach(x): dy/dx = detach(x) only */
     ag_tensor *y = ag_sum(ag_mul(x, ag_detach(x)), 0, NULL, false);
     ag_backward(y, NULL);
@@ -65,9 +60,9 @@ static void test_detach_stops_gradients(void **s) {
 }
 
 static void test_broadcast_gradient_is_summed_to_input_shape(void **s) {
-    ag_tensor *a = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
-    ag_tensor *b = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 10, 20, 30));
-    ag_tensor *c = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 1), 100, 200));
+    ag_tensor *a = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    ag_tensor *b = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 10, 20, 30));
+    ag_tensor *c = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 1), 100, 200));
     ag_backward(ag_sum(ag_mul(ag_add(a, b), c), 0, NULL, false), NULL);
     tu_assert_values(a->grad, 0, 100, 100, 100, 200, 200, 200);
     tu_assert_values(b->grad, 0, 300, 300, 300);
@@ -75,7 +70,7 @@ static void test_broadcast_gradient_is_summed_to_input_shape(void **s) {
 }
 
 static void test_gradient_flows_through_views_into_the_right_elements(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
     /* select column 1 of the transpose's row... i.e. x[:, 1], then narrow and weight */
     ag_tensor *col = ag_select(ag_transpose(x, 0, 1), 0, 1); /* (2): x[0][1], x[1][1] */
     ag_tensor *w = tu_tensor(AG_F64, AG_SHAPE(2), 10, 100);
@@ -86,7 +81,7 @@ static void test_gradient_flows_through_views_into_the_right_elements(void **s) 
 }
 
 static void test_explicit_output_gradient(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
     ag_tensor *y = ag_mul_scalar(x, 5);
     ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2), 1, -1));
     tu_assert_values(x->grad, 0, 5, -5);
@@ -97,7 +92,7 @@ static void test_explicit_output_gradient(void **s) {
 }
 
 static void test_requires_grad_only_on_float_leaves(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
     ag_requires_grad_(ag_exp(x), true);
     tu_assert_error("ag_requires_grad_", "not a leaf", "ag_exp");
     ag_requires_grad_(ag_zeros(AG_I64, AG_SHAPE(2)), true);
@@ -125,7 +120,7 @@ static void test_frozen_parameter_gets_no_gradient_and_records_nothing(void **s)
 
 static void test_anomaly_mode_names_the_op_that_made_a_nan(void **s) {
     ag_set_anomaly_enabled(true);
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -1, 2));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -1, 2));
     ag_tensor *y = ag_log(x);
     ag_set_anomaly_enabled(false);
     tu_assert_error("ag_log", "anomaly in forward", "(3)", "has NaN at flat index 1");
@@ -134,7 +129,7 @@ static void test_anomaly_mode_names_the_op_that_made_a_nan(void **s) {
 
 static void test_anomaly_mode_catches_nan_in_backward(void **s) {
     /* sqrt at 0 is finite forward (0) but its gradient is inf */
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2), 4, 0));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 4, 0));
     ag_set_anomaly_enabled(true);
     ag_tensor *y = ag_sum(ag_sqrt(x), 0, NULL, false);
     assert_int_equal(tu_error_count(), 0);
@@ -147,8 +142,8 @@ static void test_anomaly_mode_catches_nan_in_backward(void **s) {
 static void backward_big(double *out, int threads) {
     omp_set_num_threads(threads);
     ag_rng r = ag_rng_new(7);
-    ag_tensor *a = leaf(ag_randn(&r, AG_F32, AG_SHAPE(256, 300)));
-    ag_tensor *b = leaf(ag_randn(&r, AG_F32, AG_SHAPE(300)));
+    ag_tensor *a = tu_leaf(ag_randn(&r, AG_F32, AG_SHAPE(256, 300)));
+    ag_tensor *b = tu_leaf(ag_randn(&r, AG_F32, AG_SHAPE(300)));
     ag_tensor *h = ag_tanh(ag_add(a, b));
     ag_tensor *y = ag_mean(ag_mul(ag_softmax(h, -1), ag_sigmoid(h)), 0, NULL, false);
     ag_backward(y, NULL);

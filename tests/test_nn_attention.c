@@ -25,11 +25,6 @@ static ag_tensor *seq(ag_dtype dt, int ndim, const int64_t *shape, double a, dou
     return t;
 }
 
-static ag_tensor *leaf(ag_tensor *t) {
-    ag_requires_grad_(t, true);
-    return t;
-}
-
 static double *values(const ag_tensor *t) {
     double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(ag_numel(t) + 1));
     ag_to_buffer(t, AG_F64, v);
@@ -96,7 +91,7 @@ static void test_masked_softmax_fully_masked_row_gives_zeros_and_zero_grad(void 
     static const double want[] = {0, 0, 0, 0.637443409586, 0, 0.362556590414};
     static const double want_dx[] = {0, 0, 0, -0.345417291059, 0, 0.345417291059};
     static const int bits[] = {1, 1, 1, 0, 1, 0};
-    ag_tensor *x = leaf(seq(AG_F64, AG_SHAPE(2, 3), 0.5, 0.2));
+    ag_tensor *x = tu_leaf(seq(AG_F64, AG_SHAPE(2, 3), 0.5, 0.2));
     ag_tensor *y = ag_masked_softmax(x, bool_of(AG_SHAPE(2, 3), bits), -1);
     CHECK(y, want, 1e-11);
     ag_backward(y, seq(AG_F64, AG_SHAPE(2, 3), 1.3, 0.4));
@@ -104,7 +99,7 @@ static void test_masked_softmax_fully_masked_row_gives_zeros_and_zero_grad(void 
     double *g = values(x->grad);
     assert_true(g[0] == 0 && g[1] == 0 && g[2] == 0);
     /* the same with a float mask of -inf over the whole row, in f32 */
-    ag_tensor *x32 = leaf(seq(AG_F32, AG_SHAPE(2, 3), 0.5, 0.2));
+    ag_tensor *x32 = tu_leaf(seq(AG_F32, AG_SHAPE(2, 3), 0.5, 0.2));
     ag_tensor *fm = tensor_of(AG_F32, (2, 3), NINF, NINF, NINF, 0, NINF, 0);
     ag_tensor *y32 = ag_masked_softmax(x32, fm, 1);
     CHECK(y32, want, 1e-6);
@@ -123,7 +118,7 @@ static ag_tensor *f_msm_dim0_transposed(int n, ag_tensor **in, void *ctx) {
 
 static void test_masked_softmax_passes_gradcheck_for_each_mask_kind(void **s) {
     ag_rng r = ag_rng_new(11);
-    ag_tensor *x = leaf(ag_uniform(&r, AG_F64, AG_SHAPE(3, 4), -2, 2));
+    ag_tensor *x = tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(3, 4), -2, 2));
     static const int bits[] = {0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 1, 0}; /* row 1 fully masked */
     assert_gradcheck(f_msm, NULL, 1, &x);
     assert_gradcheck(f_msm, bool_of(AG_SHAPE(3, 4), bits), 1, &x);
@@ -131,10 +126,10 @@ static void test_masked_softmax_passes_gradcheck_for_each_mask_kind(void **s) {
     ag_tensor *fm = tensor_of(AG_F64, (3, 4), 0, NINF, 0.5, -1, NINF, NINF, NINF, NINF, 2, 0, 0, -0.5);
     assert_gradcheck(f_msm, fm, 1, &x);
     /* a broadcast float mask receives the gradient summed over the rows */
-    ag_tensor *in[2] = {x, leaf(tensor_of(AG_F64, (4), 0.3, -1, 0.5, 0))};
+    ag_tensor *in[2] = {x, tu_leaf(tensor_of(AG_F64, (4), 0.3, -1, 0.5, 0))};
     assert_gradcheck(f_msm, NULL, 2, in);
     /* softmax along dim 0 of a transposed view, mask (4,1) broadcast along dim 1 */
-    ag_tensor *xt = leaf(ag_uniform(&r, AG_F64, AG_SHAPE(3, 4), -2, 2));
+    ag_tensor *xt = tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(3, 4), -2, 2));
     assert_gradcheck(f_msm_dim0_transposed, tensor_of(AG_F64, (4, 1), 0, NINF, 1, 0.5), 1, &xt);
 }
 
@@ -316,9 +311,9 @@ static void test_bool_masks_and_3d_attn_mask_combine_as_in_torch_mha(void **s) {
 static void test_attention_fully_masked_row_gives_zero_output_and_zero_grad(void **s) {
     static const int bits[] = {0, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1}; /* query 2 sees nothing */
     qkv x = inputs(AG_F64);
-    leaf(x.q);
-    leaf(x.k);
-    leaf(x.v);
+    tu_leaf(x.q);
+    tu_leaf(x.k);
+    tu_leaf(x.v);
     ag_tensor *mask = bool_of(AG_SHAPE(L_, S_), bits);
     ag_tensor *o = attend(x, mask, false);
     ag_backward(o, seq(AG_F64, AG_SHAPE(B_, H_, L_, DV), 1.7, 0.3));
@@ -333,9 +328,9 @@ static void test_attention_fully_masked_row_gives_zero_output_and_zero_grad(void
     assert_no_nan(x.v->grad);
     /* the masked query contributes nothing: dk, dv equal those of the first two queries alone */
     qkv y = inputs(AG_F64);
-    ag_tensor *q2 = leaf(ag_contiguous(ag_narrow(y.q, 2, 0, 2)));
-    leaf(y.k);
-    leaf(y.v);
+    ag_tensor *q2 = tu_leaf(ag_contiguous(ag_narrow(y.q, 2, 0, 2)));
+    tu_leaf(y.k);
+    tu_leaf(y.v);
     ag_tensor *o2 = ag_attention(q2, y.k, y.v, ag_narrow(mask, 0, 0, 2), false, 0, NULL, false, NULL);
     ag_backward(o2, ag_narrow(seq(AG_F64, AG_SHAPE(B_, H_, L_, DV), 1.7, 0.3), 2, 0, 2));
     int64_t nk = B_ * H_ * S_ * DH, nv = B_ * H_ * S_ * DV;
@@ -347,7 +342,7 @@ static void test_attention_fully_masked_row_gives_zero_output_and_zero_grad(void
     double *v3 = values(o3);
     for (int64_t i = 0; i < ag_numel(o3); i++) assert_true(v3[i] == 0);
     /* no keys at all (S = 0): zeros, and a zero gradient for q */
-    ag_tensor *q0 = leaf(ag_ones(AG_F64, AG_SHAPE(1, 1, 2, 2)));
+    ag_tensor *q0 = tu_leaf(ag_ones(AG_F64, AG_SHAPE(1, 1, 2, 2)));
     ag_tensor *o0 = ag_attention(q0, ag_zeros(AG_F64, AG_SHAPE(1, 1, 0, 2)), ag_zeros(AG_F64, AG_SHAPE(1, 1, 0, 3)),
                                  NULL, false, 0, NULL, false, NULL);
     tu_assert_values(o0, 0, 0, 0, 0, 0, 0, 0);
@@ -422,9 +417,9 @@ static void test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_e
 
 static void run_big(int threads, double **out, double **grads) {
     omp_set_num_threads(threads);
-    ag_tensor *q = leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.37, 0.1));
-    ag_tensor *k = leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.53, 0.7));
-    ag_tensor *v = leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.29, 1.1));
+    ag_tensor *q = tu_leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.37, 0.1));
+    ag_tensor *k = tu_leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.53, 0.7));
+    ag_tensor *v = tu_leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.29, 1.1));
     ag_rng r = ag_rng_new(3);
     ag_tensor *o = ag_attention(q, k, v, ag_causal_bool_mask(32), false, 0.1, &r, true, NULL);
     ag_backward(o, seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.71, 0.2));
@@ -462,9 +457,9 @@ static ag_tensor *f_attn(int n, ag_tensor **in, void *c) {
 
 static void test_attention_passes_gradcheck_for_each_mask_kind_and_layout(void **s) {
     ag_rng r = ag_rng_new(21);
-    ag_tensor *in[4] = {leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 3, 2), -1, 1)),
-                        leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 4, 2), -1, 1)),
-                        leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 4, 3), -1, 1)), NULL};
+    ag_tensor *in[4] = {tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 3, 2), -1, 1)),
+                        tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 4, 2), -1, 1)),
+                        tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 4, 3), -1, 1)), NULL};
     actx none = {0};
     assert_gradcheck(f_attn, &none, 3, in);
     actx bmask = {.mask = bool_of(AG_SHAPE(L_, S_), (const int[]){0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 1, 0})};
@@ -476,16 +471,16 @@ static void test_attention_passes_gradcheck_for_each_mask_kind_and_layout(void *
     actx drop = {.p = 0.3, .causal = true};
     assert_gradcheck(f_attn, &drop, 3, in);
     /* a float mask (with -inf) is an input too: its gradient is dscores summed over heads */
-    in[3] = leaf(tensor_of(AG_F64, (1, 1, 3, 4), 0, -0.5, NINF, 1, 0.25, 0, 0, -1, NINF, NINF, NINF, NINF));
+    in[3] = tu_leaf(tensor_of(AG_F64, (1, 1, 3, 4), 0, -0.5, NINF, 1, 0.25, 0, 0, -1, NINF, NINF, NINF, NINF));
     assert_gradcheck(f_attn, &none, 4, in);
     /* heads split from (B,L,H*Dh) by view + transpose; k transposed and v strided */
-    ag_tensor *sp[3] = {leaf(ag_uniform(&r, AG_F64, AG_SHAPE(2, 3, 4), -1, 1)),
-                        leaf(ag_uniform(&r, AG_F64, AG_SHAPE(2, 4, 4), -1, 1)),
-                        leaf(ag_uniform(&r, AG_F64, AG_SHAPE(2, 4, 6), -1, 1))};
+    ag_tensor *sp[3] = {tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(2, 3, 4), -1, 1)),
+                        tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(2, 4, 4), -1, 1)),
+                        tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(2, 4, 6), -1, 1))};
     actx split = {.split = true, .mask = bool_of(AG_SHAPE(2, 1, 1, 4), (const int[]){0, 0, 0, 1, 1, 0, 0, 0})};
     assert_gradcheck(f_attn, &split, 3, sp);
-    ag_tensor *odd[3] = {in[0], leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 2, 4), -1, 1)),
-                         leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 4, 6), -1, 1))};
+    ag_tensor *odd[3] = {in[0], tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 2, 4), -1, 1)),
+                         tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(1, 2, 4, 6), -1, 1))};
     actx oddl = {.odd_layouts = true, .causal = true};
     assert_gradcheck(f_attn, &oddl, 3, odd);
 }

@@ -11,16 +11,6 @@
 /* first element of t's data */
 static const void *raw(const ag_tensor *t) { return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype); }
 
-static ag_tensor *leaf(ag_tensor *t) {
-    ag_requires_grad_(t, true);
-    return t;
-}
-
-static void check_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **in) {
-    ag_gradcheck_result r = ag_gradcheck(f, ctx, n, in, NULL);
-    if (!r.ok) fail_msg("%s", r.message);
-}
-
 /* ==== Linear ================================================================================ */
 
 /* torch (float32): x=[[1,2,3],[-1,.5,2]]; w=[[.1,.2,.3],[-.4,.5,-.6],[.7,.8,.9],[1,-1,.5]];
@@ -35,9 +25,9 @@ static void check_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **in) {
 #define LIN_DB 0, 2.5, 3.25, 6
 
 static void test_linear_2d_with_bias_matches_torch_values_and_grads(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F32, AG_SHAPE(2, 3), LIN_X));
-    ag_tensor *w = leaf(tu_tensor(AG_F32, AG_SHAPE(4, 3), LIN_W));
-    ag_tensor *b = leaf(tu_tensor(AG_F32, AG_SHAPE(4), LIN_B));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(2, 3), LIN_X));
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(4, 3), LIN_W));
+    ag_tensor *b = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(4), LIN_B));
     ag_tensor *y = ag_linear(x, w, b);
     tu_assert_shape(y, 2, 4);
     tu_assert_values(y, 1e-6, LIN_Y);
@@ -49,9 +39,9 @@ static void test_linear_2d_with_bias_matches_torch_values_and_grads(void **s) {
 
 static void test_linear_reads_transposed_and_row_sliced_operands_in_place(void **s) {
     /* x as the transpose of a (3,2) tensor, w as the transpose of a (3,4) tensor */
-    ag_tensor *xt = leaf(tu_tensor(AG_F32, AG_SHAPE(3, 2), 1, -1, 2, 0.5, 3, 2));
-    ag_tensor *wt = leaf(tu_tensor(AG_F32, AG_SHAPE(3, 4), 0.1, -0.4, 0.7, 1, 0.2, 0.5, 0.8, -1, 0.3, -0.6, 0.9, 0.5));
-    ag_tensor *b = leaf(tu_tensor(AG_F32, AG_SHAPE(4), LIN_B));
+    ag_tensor *xt = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(3, 2), 1, -1, 2, 0.5, 3, 2));
+    ag_tensor *wt = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(3, 4), 0.1, -0.4, 0.7, 1, 0.2, 0.5, 0.8, -1, 0.3, -0.6, 0.9, 0.5));
+    ag_tensor *b = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(4), LIN_B));
     ag_tensor *x = ag_transpose(xt, 0, 1), *w = ag_transpose(wt, 0, 1);
     assert_false(ag_is_contiguous(x));
     ag_tensor *y = ag_linear(x, w, b);
@@ -61,7 +51,7 @@ static void test_linear_reads_transposed_and_row_sliced_operands_in_place(void *
                      0.625);
     tu_assert_values(wt->grad, 1e-6, 2, 1.5, 2.75, 2, 1.5, 4.25, 6.125, 9, 1, 7, 9.5, 16);
     /* x as columns 1..3 of a (2,5) tensor: rows 5 apart */
-    ag_tensor *big = leaf(tu_tensor(AG_F32, AG_SHAPE(2, 5), 9, 1, 2, 3, 9, 9, -1, 0.5, 2, 9));
+    ag_tensor *big = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(2, 5), 9, 1, 2, 3, 9, 9, -1, 0.5, 2, 9));
     ag_tensor *w2 = tu_tensor(AG_F32, AG_SHAPE(4, 3), LIN_W);
     y = ag_linear(ag_narrow(big, 1, 1, 3), w2, b);
     tu_assert_values(y, 1e-6, LIN_Y);
@@ -78,8 +68,8 @@ static void test_linear_reads_transposed_and_row_sliced_operands_in_place(void *
 #define LIN3_DW 11.75, 25, 8, 0.0625, -0.75, 0
 
 static void test_linear_3d_input_without_bias_matches_torch(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2, 3), 1, 2, 3, 4, 5, 6, -1, -2, 0.5, 0.25, 3, -2));
-    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), LIN3_W));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2, 3), 1, 2, 3, 4, 5, 6, -1, -2, 0.5, 0.25, 3, -2));
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), LIN3_W));
     ag_tensor *y = ag_linear(x, w, NULL);
     tu_assert_shape(y, 2, 2, 2);
     tu_assert_values(y, 1e-12, LIN3_Y);
@@ -90,8 +80,8 @@ static void test_linear_3d_input_without_bias_matches_torch(void **s) {
 
 static void test_linear_copies_a_3d_input_whose_rows_do_not_share_a_stride(void **s) {
     /* base[i][j] = x[j][i] of the previous test, so transpose(base, 0, 1) is that x */
-    ag_tensor *base = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2, 3), 1, 2, 3, -1, -2, 0.5, 4, 5, 6, 0.25, 3, -2));
-    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), LIN3_W));
+    ag_tensor *base = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2, 3), 1, 2, 3, -1, -2, 0.5, 4, 5, 6, 0.25, 3, -2));
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), LIN3_W));
     ag_tensor *y = ag_linear(ag_transpose(base, 0, 1), w, NULL);
     tu_assert_values(y, 1e-12, LIN3_Y);
     ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2, 2, 2), LIN3_G));
@@ -115,12 +105,12 @@ static ag_tensor *f_linear_transposed(int n, ag_tensor **in, void *ctx) {
 
 static void test_linear_gradcheck(void **s) {
     ag_rng r = ag_rng_new(11);
-    ag_tensor *in[3] = {leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4))), leaf(ag_randn(&r, AG_F64, AG_SHAPE(5, 4))),
-                        leaf(ag_randn(&r, AG_F64, AG_SHAPE(5)))};
-    check_gradcheck(f_linear, NULL, 3, in);
-    check_gradcheck(f_linear, NULL, 2, in);
-    ag_tensor *tin[3] = {leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 3))), leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 5))), in[2]};
-    check_gradcheck(f_linear_transposed, NULL, 3, tin);
+    ag_tensor *in[3] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(5, 4))),
+                        tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(5)))};
+    tu_assert_gradcheck(f_linear, NULL, 3, in);
+    tu_assert_gradcheck(f_linear, NULL, 2, in);
+    ag_tensor *tin[3] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 3))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 5))), in[2]};
+    tu_assert_gradcheck(f_linear_transposed, NULL, 3, tin);
 }
 
 static void test_linear_module_names_shapes_and_init_range(void **s) {
@@ -171,7 +161,7 @@ static void test_linear_reports_shape_mismatch_naming_both_shapes(void **s) {
 /* torch: w=[[0,0,0],[1,2,3],[4,5,6],[7,8,9],[10,11,12]]; ids=[[2,0,2],[4,2,0]];
  * y=F.embedding(ids,w,padding_idx=0); y.backward(torch.arange(18.).reshape(2,3,3)) */
 static void test_embedding_padding_row_gets_no_grad_and_repeats_accumulate(void **s) {
-    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(5, 3), 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(5, 3), 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
     ag_tensor *ids = tu_tensor(AG_I64, AG_SHAPE(2, 3), 2, 0, 2, 4, 2, 0);
     ag_tensor *y = ag_embedding(w, ids, 0);
     tu_assert_shape(y, 2, 3, 3);
@@ -181,7 +171,7 @@ static void test_embedding_padding_row_gets_no_grad_and_repeats_accumulate(void 
 }
 
 static void test_embedding_without_padding_gives_every_row_its_grad(void **s) {
-    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(3, 2), 1, 2, 3, 4, 5, 6));
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3, 2), 1, 2, 3, 4, 5, 6));
     ag_tensor *ids = tu_tensor(AG_I32, AG_SHAPE(3), 0, 2, 0);
     ag_tensor *y = ag_embedding(w, ids, -1);
     tu_assert_values(y, 0, 1, 2, 5, 6, 1, 2);
@@ -199,10 +189,10 @@ static ag_tensor *f_embedding_nopad(int n, ag_tensor **in, void *ctx) { return a
 
 static void test_embedding_gradcheck(void **s) {
     ag_rng r = ag_rng_new(3);
-    ag_tensor *w = leaf(ag_randn(&r, AG_F64, AG_SHAPE(6, 3)));
+    ag_tensor *w = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(6, 3)));
     ag_tensor *ids = tu_tensor(AG_I64, AG_SHAPE(2, 3), 1, 2, 1, 5, 0, 2);
-    check_gradcheck(f_embedding, ids, 1, &w);
-    check_gradcheck(f_embedding_nopad, ids, 1, &w);
+    tu_assert_gradcheck(f_embedding, ids, 1, &w);
+    tu_assert_gradcheck(f_embedding_nopad, ids, 1, &w);
 }
 
 static void test_embedding_module_zeroes_padding_row_and_draws_standard_normal(void **s) {
@@ -255,9 +245,9 @@ static void test_embedding_reports_bad_padding_idx(void **s) {
         -0.15210832431847948, 0.095981858846854673, 0.25174210502705568
 
 static void test_layer_norm_matches_torch_values_and_grads(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_X));
-    ag_tensor *w = leaf(tu_tensor(AG_F64, AG_SHAPE(4), 1.5, -0.5, 2, 1));
-    ag_tensor *b = leaf(tu_tensor(AG_F64, AG_SHAPE(4), 0.1, 0.2, -0.3, 0.4));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_X));
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(4), 1.5, -0.5, 2, 1));
+    ag_tensor *b = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(4), 0.1, 0.2, -0.3, 0.4));
     ag_tensor *y = ag_layer_norm(x, w, b, 1e-5);
     tu_assert_values(y, 1e-12, LN_Y);
     ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_G));
@@ -268,7 +258,7 @@ static void test_layer_norm_matches_torch_values_and_grads(void **s) {
 
 static void test_layer_norm_f32_transposed_input_without_affine_matches_torch(void **s) {
     /* x given as the transpose of its (4,2) transpose; torch: F.layer_norm(x,(4,),None,None,1e-5) */
-    ag_tensor *xt = leaf(tu_tensor(AG_F32, AG_SHAPE(4, 2), 1, -1, 2, 0.5, 3, 4, 5, -2));
+    ag_tensor *xt = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(4, 2), 1, -1, 2, 0.5, 3, 4, 5, -2));
     ag_tensor *y = ag_layer_norm(ag_transpose(xt, 0, 1), NULL, NULL, 1e-5);
     tu_assert_values(y, 1e-6, -1.1832132521355803, -0.50709139377239154, 0.16903046459079729, 1.5212741813171751,
                      -0.60461409640134578, 0.054964917854667839, 1.5939826177853662, -1.044333439238688);
@@ -286,11 +276,11 @@ static ag_tensor *f_layer_norm(int n, ag_tensor **in, void *ctx) {
 
 static void test_layer_norm_gradcheck(void **s) {
     ag_rng r = ag_rng_new(4);
-    ag_tensor *in[3] = {leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 5))), leaf(ag_randn(&r, AG_F64, AG_SHAPE(5))),
-                        leaf(ag_randn(&r, AG_F64, AG_SHAPE(5)))};
-    check_gradcheck(f_layer_norm, NULL, 3, in);
-    in[0] = leaf(ag_randn(&r, AG_F64, AG_SHAPE(5, 3)));
-    check_gradcheck(f_layer_norm, "transposed", 3, in);
+    ag_tensor *in[3] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 5))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(5))),
+                        tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(5)))};
+    tu_assert_gradcheck(f_layer_norm, NULL, 3, in);
+    in[0] = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(5, 3)));
+    tu_assert_gradcheck(f_layer_norm, "transposed", 3, in);
 }
 
 static void test_layer_norm_module_names_and_init(void **s) {
@@ -362,12 +352,12 @@ static void test_dropout_mask_independent_of_thread_count(void **s) {
 }
 
 static void test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros(void **s) {
-    ag_tensor *x = leaf(ag_ones(AG_F64, AG_SHAPE(64)));
+    ag_tensor *x = tu_leaf(ag_ones(AG_F64, AG_SHAPE(64)));
     ag_rng r = ag_rng_new(3);
     ag_tensor *y = ag_dropout(x, 0.5, true, &r);
     ag_backward(y, ag_ones(AG_F64, AG_SHAPE(64)));
     assert_memory_equal(raw(x->grad), raw(y), 64 * sizeof(double)); /* x = 1, g = 1: grad = mask = y */
-    ag_tensor *x2 = leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -2, 3));
+    ag_tensor *x2 = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -2, 3));
     ag_tensor *z = ag_dropout(x2, 1.0, true, &r);
     tu_assert_values(z, 0, 0, 0, 0);
     ag_backward(z, ag_ones(AG_F64, AG_SHAPE(3)));
@@ -381,8 +371,8 @@ static ag_tensor *f_dropout(int n, ag_tensor **in, void *ctx) {
 
 static void test_dropout_gradcheck_with_fixed_mask(void **s) {
     ag_rng r = ag_rng_new(8);
-    ag_tensor *x = leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 5)));
-    check_gradcheck(f_dropout, NULL, 1, &x);
+    ag_tensor *x = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 5)));
+    tu_assert_gradcheck(f_dropout, NULL, 1, &x);
 }
 
 static void test_dropout_reports_p_outside_unit_interval(void **s) {

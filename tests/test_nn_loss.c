@@ -7,16 +7,6 @@
 
 #include "test_util.h"
 
-static ag_tensor *leaf(ag_tensor *t) {
-    ag_requires_grad_(t, true);
-    return t;
-}
-
-static void check_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **in) {
-    ag_gradcheck_result r = ag_gradcheck(f, ctx, n, in, NULL);
-    if (!r.ok) fail_msg("%s", r.message);
-}
-
 /* ==== cross entropy, (N, C) ================================================================= */
 
 /* x=[[1,2,3],[.5,-1,2],[3,0,-2],[1,1,1]]; t=[2,-100,0,1];
@@ -26,7 +16,7 @@ static void check_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **in) {
 #define CE_T 2, -100, 0, 1
 
 static ag_tensor *ce_run(double eps, ag_reduction red, ag_tensor **x) {
-    *x = leaf(tu_tensor(AG_F64, AG_SHAPE(4, 3), CE_X));
+    *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(4, 3), CE_X));
     ag_tensor *y = ag_cross_entropy(*x, tu_tensor(AG_I64, AG_SHAPE(4), CE_T), -100, eps, red);
     ag_backward(y, red == AG_REDUCTION_NONE ? tu_tensor(AG_F64, AG_SHAPE(4), 1, 2, -1, 0.5) : NULL);
     return y;
@@ -81,7 +71,7 @@ static void test_cross_entropy_label_smoothing_averages_over_non_ignored_like_to
 #define NCL_T 0, 2, -1, 1, 2, -1, 1, 0
 
 static void test_cross_entropy_ncl_layout_matches_torch(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3, 4), NCL_X));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3, 4), NCL_X));
     ag_tensor *t = tu_tensor(AG_I64, AG_SHAPE(2, 4), NCL_T);
     ag_tensor *y = ag_cross_entropy(x, t, -1, 0.1, AG_REDUCTION_MEAN);
     tu_assert_values(y, 1e-12, 1.2211480806584425);
@@ -103,7 +93,7 @@ static void test_cross_entropy_reads_a_permuted_nlc_tensor(void **s) {
     for (int n = 0; n < 2; n++)
         for (int c = 0; c < 3; c++)
             for (int l = 0; l < 4; l++) nlc[n * 12 + l * 3 + c] = ncl[n * 12 + c * 4 + l];
-    ag_tensor *base = leaf(ag_from_buffer(AG_F64, AG_SHAPE(2, 4, 3), nlc));
+    ag_tensor *base = tu_leaf(ag_from_buffer(AG_F64, AG_SHAPE(2, 4, 3), nlc));
     ag_tensor *y = ag_cross_entropy(ag_permute(base, (int[]){0, 2, 1}), tu_tensor(AG_I32, AG_SHAPE(2, 4), NCL_T), -1,
                                     0.1, AG_REDUCTION_MEAN);
     tu_assert_values(y, 1e-12, 1.2211480806584425);
@@ -120,20 +110,20 @@ static ag_tensor *f_ce(int n, ag_tensor **in, void *ctx) {
 
 static void test_cross_entropy_gradcheck_with_smoothing_and_ignore_index(void **s) {
     ag_rng r = ag_rng_new(12);
-    ag_tensor *x = leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4)));
-    check_gradcheck(f_ce, NULL, 1, &x);
-    check_gradcheck(f_ce, "none", 1, &x);
+    ag_tensor *x = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4)));
+    tu_assert_gradcheck(f_ce, NULL, 1, &x);
+    tu_assert_gradcheck(f_ce, "none", 1, &x);
 }
 
 static void test_cross_entropy_all_ignored_gives_zero_loss_and_zero_grad(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
     ag_tensor *t = tu_tensor(AG_I64, AG_SHAPE(2), -100, -100);
     ag_tensor *y = ag_cross_entropy(x, t, -100, 0.1, AG_REDUCTION_MEAN); /* PyTorch: nan */
     tu_assert_values(y, 0, 0);
     ag_backward(y, NULL);
     tu_assert_values(x->grad, 0, 0, 0, 0, 0, 0, 0);
     tu_assert_values(ag_cross_entropy(x, t, -100, 0.1, AG_REDUCTION_SUM), 0, 0);
-    ag_tensor *lp = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), -1, -2, -3, -4, -5, -6));
+    ag_tensor *lp = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), -1, -2, -3, -4, -5, -6));
     ag_tensor *z = ag_nll_loss(lp, t, -100, AG_REDUCTION_MEAN);
     tu_assert_values(z, 0, 0);
     ag_backward(z, NULL);
@@ -142,7 +132,7 @@ static void test_cross_entropy_all_ignored_gives_zero_loss_and_zero_grad(void **
 
 /* torch (float32): x=[[1e4,-1e4,0],[-3e4,3e4,2.9e4]]; F.cross_entropy(x,[1,2],label_smoothing=.1).backward() */
 static void test_cross_entropy_large_logits_stay_finite(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F32, AG_SHAPE(2, 3), 1e4, -1e4, 0, -3e4, 3e4, 2.9e4));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(2, 3), 1e4, -1e4, 0, -3e4, 3e4, 2.9e4));
     ag_tensor *y = ag_cross_entropy(x, tu_tensor(AG_I64, AG_SHAPE(2), 1, 2), -100, 0.1, AG_REDUCTION_MEAN);
     tu_assert_values(y, 0, 10966.6669921875);
     ag_backward(y, NULL);
@@ -175,7 +165,7 @@ static void test_cross_entropy_reports_shape_mismatch_and_bad_target(void **s) {
 /* lp=[[-1,-2,-.5],[-.25,-3,-1.5],[-2,-.1,-4]]; t=[1,0,-100]; F.nll_loss(lp,t,reduction=red)
  * .backward(g), g=1 for mean/sum and [2,-1,3] for none */
 static ag_tensor *nll_run(ag_reduction red, ag_tensor **lp) {
-    *lp = leaf(tu_tensor(AG_F64, AG_SHAPE(3, 3), -1, -2, -0.5, -0.25, -3, -1.5, -2, -0.1, -4));
+    *lp = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3, 3), -1, -2, -0.5, -0.25, -3, -1.5, -2, -0.1, -4));
     ag_tensor *y = ag_nll_loss(*lp, tu_tensor(AG_I64, AG_SHAPE(3), 1, 0, -100), -100, red);
     ag_backward(y, red == AG_REDUCTION_NONE ? tu_tensor(AG_F64, AG_SHAPE(3), 2, -1, 3) : NULL);
     return y;
@@ -200,8 +190,8 @@ static ag_tensor *f_nll(int n, ag_tensor **in, void *ctx) {
 
 static void test_nll_loss_gradcheck(void **s) {
     ag_rng r = ag_rng_new(13);
-    ag_tensor *x = leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4)));
-    check_gradcheck(f_nll, NULL, 1, &x);
+    ag_tensor *x = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4)));
+    tu_assert_gradcheck(f_nll, NULL, 1, &x);
 }
 
 /* ==== MSE =================================================================================== */
@@ -211,8 +201,8 @@ static void test_nll_loss_gradcheck(void **s) {
 static void test_mse_loss_each_reduction_matches_torch(void **s) {
     for (int k = 0; k < 3; k++) {
         ag_reduction red = k == 0 ? AG_REDUCTION_MEAN : k == 1 ? AG_REDUCTION_SUM : AG_REDUCTION_NONE;
-        ag_tensor *a = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, -5, 6));
-        ag_tensor *b = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 0.5, 2.5, -1, 4, 5, 7));
+        ag_tensor *a = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, -5, 6));
+        ag_tensor *b = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 0.5, 2.5, -1, 4, 5, 7));
         ag_tensor *y = ag_mse_loss(a, b, red);
         ag_backward(y, red == AG_REDUCTION_NONE ? tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6) : NULL);
         if (red == AG_REDUCTION_MEAN) {
@@ -236,7 +226,7 @@ static void test_mse_loss_each_reduction_matches_torch(void **s) {
 
 static void test_mse_loss_f32_transposed_input(void **s) {
     /* a given through a transpose; same numbers as the SUM case above */
-    ag_tensor *at = leaf(tu_tensor(AG_F32, AG_SHAPE(3, 2), 1, 4, 2, -5, 3, 6));
+    ag_tensor *at = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(3, 2), 1, 4, 2, -5, 3, 6));
     ag_tensor *b = tu_tensor(AG_F32, AG_SHAPE(2, 3), 0.5, 2.5, -1, 4, 5, 7);
     ag_tensor *y = ag_mse_loss(ag_transpose(at, 0, 1), b, AG_REDUCTION_SUM);
     tu_assert_values(y, 1e-5, 117.5);
@@ -250,9 +240,9 @@ static ag_tensor *f_mse(int n, ag_tensor **in, void *ctx) {
 
 static void test_mse_loss_gradcheck(void **s) {
     ag_rng r = ag_rng_new(14);
-    ag_tensor *in[2] = {leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 4))), leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 4)))};
-    check_gradcheck(f_mse, NULL, 2, in);
-    check_gradcheck(f_mse, "none", 2, in);
+    ag_tensor *in[2] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 4))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 4)))};
+    tu_assert_gradcheck(f_mse, NULL, 2, in);
+    tu_assert_gradcheck(f_mse, "none", 2, in);
 }
 
 static void test_mse_loss_reports_shape_mismatch(void **s) {

@@ -8,11 +8,6 @@
 
 #define NAN_ (0.0 / 0.0)
 
-static ag_tensor *leaf(ag_tensor *t) {
-    ag_requires_grad_(t, true);
-    return t;
-}
-
 /* [[1,2,3],[4,5,6]] */
 static ag_tensor *m23(ag_dtype dt) { return tu_tensor(dt, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6); }
 
@@ -209,7 +204,7 @@ static void test_max_and_argmax_take_the_first_of_tied_maxima(void **s) {
 }
 
 static void test_max_gradient_goes_to_the_first_maximum_only(void **s) {
-    ag_tensor *x = leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 3, 1, 3, 0, 5, 5));
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 3, 1, 3, 0, 5, 5));
     ag_tensor *w = tu_tensor(AG_F64, AG_SHAPE(2), 10, 100);
     ag_backward(ag_sum(ag_mul(ag_max(x, 1, false), w), 0, NULL, false), NULL);
     tu_assert_values(x->grad, 0, 10, 0, 0, 0, 100, 0);
@@ -312,7 +307,7 @@ static void test_sum_to_shape_of_a_transposed_gradient(void **s) {
 }
 
 static void test_sum_to_shape_records_nothing_with_grad_mode_off(void **s) {
-    ag_tensor *g = leaf(m23(AG_F64));
+    ag_tensor *g = tu_leaf(m23(AG_F64));
     bool prev = ag_set_grad_enabled(false);
     ag_tensor *y = ag_sum_to_shape(g, AG_SHAPE(3));
     ag_set_grad_enabled(prev);
@@ -382,7 +377,7 @@ static ag_tensor *r_softmax_last(ag_tensor *x) { return ag_softmax(x, -1); }
 static ag_tensor *r_softmax_first(ag_tensor *x) { return ag_log_softmax(x, 0); }
 /* the gradient of Σ w·softmax(x) */
 static ag_tensor *r_softmax_grad(ag_tensor *x) {
-    ag_tensor *c = leaf(ag_clone(ag_detach(x)));
+    ag_tensor *c = tu_leaf(ag_clone(ag_detach(x)));
     ag_rng r = ag_rng_new(11);
     ag_tensor *w = ag_randn(&r, c->dtype, c->ndim, c->shape);
     ag_backward(ag_sum(ag_mul(ag_softmax(c, -1), w), 0, NULL, false), NULL);
@@ -561,7 +556,7 @@ static ag_tensor *gc_fn(int n, ag_tensor **in, void *ctx) {
 static void gradcheck_cases(const gcase *cs, int n) {
     ag_rng r = ag_rng_new(3);
     for (int i = 0; i < n; i++) {
-        ag_tensor *x = leaf(ag_uniform(&r, AG_F64, AG_SHAPE(3, 4, 5), -2, 2));
+        ag_tensor *x = tu_leaf(ag_uniform(&r, AG_F64, AG_SHAPE(3, 4, 5), -2, 2));
         ag_gradcheck_result res = ag_gradcheck(gc_fn, (void *)&cs[i], 1, &x, NULL);
         if (!res.ok) fail_msg("case %d (op %d, view %d): %s", i, cs[i].op, cs[i].view, res.message);
     }
@@ -634,7 +629,7 @@ static void test_gradcheck_sum_to_shape(void **s) {
 
 /* 0-d inputs: the reduction is the identity; softmax of one element is 1 with zero gradient */
 static void test_0d_inputs_reduce_to_themselves(void **s) {
-    ag_tensor *x = leaf(ag_scalar(AG_F64, 1.5));
+    ag_tensor *x = tu_leaf(ag_scalar(AG_F64, 1.5));
     tu_assert_values(ag_max(x, 0, true), 0, 1.5);
     tu_assert_values(ag_argmax(x, -1, false), 0, 0);
     tu_assert_values(ag_softmax(x, 0), 0, 1);

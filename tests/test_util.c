@@ -114,3 +114,16 @@ ag_tensor *tu_tensor_(ag_dtype dt, int ndim, const int64_t *shape, const double 
     ag_copy_(t, src);
     return t;
 }
+
+ag_tensor *tu_leaf(ag_tensor *t) {
+    ag_requires_grad_(t, true);
+    return t;
+}
+
+void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n, ag_tensor **in) {
+    ag_gradcheck_result r = ag_gradcheck(f, ctx, n, in, NULL);
+    if (!r.ok) {
+        print_error("%s:%d: %s\n", file, line, r.message);
+        fail();
+    }
+}

@@ -41,4 +41,10 @@ void tu_assert_values_(const char *file, int line, const ag_tensor *t, const dou
                (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)))
 ag_tensor *tu_tensor_(ag_dtype dt, int ndim, const int64_t *shape, const double *v, int64_t n);
 
+/* t, marked as requiring grad */
+ag_tensor *tu_leaf(ag_tensor *t);
+/* Fails with gradcheck's message unless ag_gradcheck (PyTorch's defaults) passes. */
+#define tu_assert_gradcheck(f, ctx, n, in) tu_assert_gradcheck_(__FILE__, __LINE__, (f), (ctx), (n), (in))
+void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n, ag_tensor **in);
+
 #endif
