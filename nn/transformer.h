@@ -1,5 +1,131 @@
-/* (being written) */
+/* nn.TransformerEncoderLayer / TransformerDecoderLayer / TransformerEncoder / TransformerDecoder /
+ * Transformer with PyTorch 1.13's contract: the same parameter names and shapes (state_dict
+ * order), initialisation, options, mask rules and dropout positions. Post-norm (default) and
+ * norm_first (pre-norm) layers; relu or exact gelu in the feed-forward block.
+ *
+ * Dropout sits where torch puts it: on the attention weights inside every attention block, after
+ * each block's output (dropout1/2/3) and between the feed-forward activation and linear2
+ * (dropout). Masks are drawn from args->rng in torch's execution order, so the same seed gives
+ * the same output; in eval mode (training false) nothing is drawn.
+ *
+ * Differences, on purpose: a query whose every key is masked gets a zero attention vector and
+ * zero gradient where torch gives NaN (see mha.h); torch's no-grad inference fast path is not
+ * reproduced (in TransformerEncoder with a key padding mask it returns padded positions as
+ * zeros and cuts positions padded in every sequence): outputs are always those of torch's
+ * differentiable path; the PyTorch 2.x *_is_causal flags are accepted and apply a causal mask
+ * (key j > query i masked) on top of any given mask. */
 #ifndef AG_NN_TRANSFORMER_H
 #define AG_NN_TRANSFORMER_H
 #include "mha.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { AG_ACTIVATION_RELU = 0, AG_ACTIVATION_GELU = 1 } ag_activation;
+
+typedef struct {
+    int64_t d_model, nhead, dim_feedforward;
+    double dropout;           /* attention weights, block outputs and feed-forward hidden units */
+    ag_activation activation; /* of the feed-forward block: relu or exact gelu (F.gelu) */
+    double layer_norm_eps;
+    bool batch_first;         /* (N,L,E) instead of (L,N,E) */
+    bool norm_first;          /* LayerNorm before each block (pre-norm) instead of after */
+} ag_transformer_config;
+
+/* torch's defaults: dim_feedforward 2048, dropout 0.1, relu, eps 1e-5, seq-first, post-norm */
+ag_transformer_config ag_transformer_defaults(int64_t d_model, int64_t nhead);
+
+/* Masks and mode for every forward below; a layer reads the fields that concern it (an encoder
+ * the src_* ones, a decoder the tgt_* and memory_* ones). Mask rules as in mha.h: bool True =
+ * masked, float = added. NULL args: no masks, eval mode. */
+typedef struct {
+    ag_tensor *src_mask;                /* (S,S) or (N*nhead,S,S) */
+    ag_tensor *tgt_mask;                /* (T,T) or (N*nhead,T,T), e.g. ag_square_subsequent_mask(T) */
+    ag_tensor *memory_mask;             /* (T,S) or (N*nhead,T,S) */
+    ag_tensor *src_key_padding_mask;    /* (N,S); (S) for unbatched input */
+    ag_tensor *tgt_key_padding_mask;    /* (N,T); (T) */
+    ag_tensor *memory_key_padding_mask; /* (N,S); (S) */
+    bool src_is_causal, tgt_is_causal, memory_is_causal;
+    bool training;                      /* dropout on */
+    ag_rng *rng;                        /* dropout's generator (NULL: the global one) */
+} ag_transformer_args;
+
+/* ---- layers ------------------------------------------------------------------------------- */
+typedef struct {
+    ag_transformer_config cfg;
+    ag_mha_t self_attn;                /* "self_attn.in_proj_weight", ... */
+    ag_linear_t linear1, linear2;      /* (ff,E) (ff), (E,ff) (E) */
+    ag_layer_norm_t norm1, norm2;      /* (E) weight and bias each */
+} ag_transformer_encoder_layer_t;
+
+typedef struct {
+    ag_transformer_config cfg;
+    ag_mha_t self_attn, multihead_attn; /* "self_attn.*", "multihead_attn.*" (cross-attention) */
+    ag_linear_t linear1, linear2;
+    ag_layer_norm_t norm1, norm2, norm3;
+} ag_transformer_decoder_layer_t;
+
+/* Add the layer's parameters under prefix ("" for none; e.g. "encoder.layers.0") in torch's
+ * order, initialised as torch (MultiheadAttention, Linear, LayerNorm defaults). Misuse (d_model
+ * not divisible by nhead, dropout outside [0,1], ...) is reported; then self_attn.in_proj_weight
+ * is NULL. */
+ag_transformer_encoder_layer_t ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
+                                                                const ag_transformer_config *cfg, ag_rng *rng);
+ag_transformer_decoder_layer_t ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
+                                                                const ag_transformer_config *cfg, ag_rng *rng);
+
+/* src (S,N,E), or (N,S,E) with batch_first, or (S,E) unbatched  ->  same shape */
+ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
+                                                const ag_transformer_args *args);
+/* tgt (T,N,E) / (N,T,E) / (T,E), memory (S,N,E) / (N,S,E) / (S,E)  ->  tgt's shape */
+ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
+                                                ag_tensor *memory, const ag_transformer_args *args);
+
+/* ---- stacks ------------------------------------------------------------------------------- */
+#define AG_TRANSFORMER_MAX_LAYERS 32
+
+typedef struct {
+    int num_layers;
+    ag_transformer_encoder_layer_t layers[AG_TRANSFORMER_MAX_LAYERS]; /* "layers.N.*" */
+    ag_layer_norm_t norm;                                             /* "norm.*"; weight NULL if none */
+} ag_transformer_encoder_t;
+
+typedef struct {
+    int num_layers;
+    ag_transformer_decoder_layer_t layers[AG_TRANSFORMER_MAX_LAYERS];
+    ag_layer_norm_t norm;
+} ag_transformer_decoder_t;
+
+/* nn.TransformerEncoder(layer, num_layers, norm): layers "<prefix>.layers.N" and, with
+ * final_norm, a LayerNorm(d_model, layer_norm_eps) "<prefix>.norm". As torch's _get_clones
+ * deep-copies one layer, every layer starts with the same values (layer 0's). */
+ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                                    int num_layers, bool final_norm, ag_rng *rng);
+ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                                    int num_layers, bool final_norm, ag_rng *rng);
+/* shapes as the layers' */
+ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_tensor *src,
+                                          const ag_transformer_args *args);
+ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
+                                          const ag_transformer_args *args);
+
+/* ---- nn.Transformer ------------------------------------------------------------------------ */
+typedef struct {
+    ag_transformer_encoder_t encoder; /* "encoder.layers.N.*", "encoder.norm.*" */
+    ag_transformer_decoder_t decoder; /* "decoder.layers.N.*", "decoder.norm.*" */
+} ag_transformer_t;
+
+/* Encoder and decoder with final norms, then, as torch's _reset_parameters, every parameter
+ * with more than one dim re-drawn xavier-uniform (so stacked layers no longer share values). */
+ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                    int num_encoder_layers, int num_decoder_layers, ag_rng *rng);
+/* src (S,N,E), tgt (T,N,E) (batch-first or unbatched likewise)  ->  (T,N,E): decoder(tgt,
+ * encoder(src)) */
+ag_tensor *ag_transformer_forward(const ag_transformer_t *m, ag_tensor *src, ag_tensor *tgt,
+                                  const ag_transformer_args *args);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,405 @@
+/* Transformer layers and stacks, step for step as torch 1.13's nn/modules/transformer.py (the
+ * differentiable path). Layers only combine existing ops (ag_mha_forward, ag_linear,
+ * ag_layer_norm, ag_dropout), so every gradient comes from those ops' own backward. LayerNorm
+ * and Linear act on the last dim, so batch_first only matters to the attention blocks. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../tensor/internal.h"
+#include "transformer.h"
+
+#define TRY(e)                                                                                                    \
+    do {                                                                                                          \
+        if (!(e)) return NULL;                                                                                    \
+    } while (0)
+
+/* "<prefix>.<name>" into buf (256 bytes); a longer name is reported (and cut) */
+static const char *name_of(char *buf, const char *prefix, const char *name) {
+    int n = prefix && *prefix ? snprintf(buf, 256, "%s.%s", prefix, name) : snprintf(buf, 256, "%s", name);
+    if (n >= 256) ag_error("ag_transformer", "parameter name '%s...' longer than 255 characters", buf);
+    return buf;
+}
+
+ag_transformer_config ag_transformer_defaults(int64_t d_model, int64_t nhead) {
+    return (ag_transformer_config){.d_model = d_model, .nhead = nhead, .dim_feedforward = 2048, .dropout = 0.1,
+                                   .activation = AG_ACTIVATION_RELU, .layer_norm_eps = 1e-5};
+}
+
+static bool check_config(const char *op, const char *prefix, const ag_transformer_config *c) {
+    if (!c || c->d_model <= 0 || c->nhead <= 0 || c->d_model % c->nhead != 0 || c->dim_feedforward <= 0 ||
+        !(c->dropout >= 0 && c->dropout <= 1) || !(c->layer_norm_eps >= 0) ||
+        (c->activation != AG_ACTIVATION_RELU && c->activation != AG_ACTIVATION_GELU)) {
+        if (!c) ag_error(op, "'%s': config is NULL", prefix ? prefix : "");
+        else
+            ag_error(op, "'%s': d_model %lld, nhead %lld, dim_feedforward %lld, dropout %g, layer_norm_eps %g, "
+                         "activation %d: d_model must be a positive multiple of nhead, dim_feedforward > 0, dropout "
+                         "in [0,1], eps >= 0, activation relu or gelu",
+                     prefix ? prefix : "", (long long)c->d_model, (long long)c->nhead, (long long)c->dim_feedforward,
+                     c->dropout, c->layer_norm_eps, (int)c->activation);
+        return false;
+    }
+    return true;
+}
+
+static ag_mha_t attn_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c,
+                         ag_rng *rng) {
+    char b[256];
+    ag_mha_config mc = ag_mha_defaults(c->d_model, c->nhead);
+    mc.dropout = c->dropout;
+    mc.batch_first = c->batch_first;
+    return ag_mha_new(p, name_of(b, prefix, name), &mc, rng);
+}
+
+static ag_linear_t linear_new(ag_params *p, const char *prefix, const char *name, int64_t in, int64_t out,
+                              ag_rng *rng) {
+    char b[256];
+    return ag_linear_new(p, name_of(b, prefix, name), in, out, true, rng);
+}
+
+static ag_layer_norm_t norm_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c) {
+    char b[256];
+    return ag_layer_norm_new(p, name_of(b, prefix, name), c->d_model, c->layer_norm_eps, true);
+}
+
+/* Modules are registered in torch's __init__ order, which is the state_dict order. */
+ag_transformer_encoder_layer_t ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
+                                                                const ag_transformer_config *cfg, ag_rng *rng) {
+    ag_transformer_encoder_layer_t m;
+    memset(&m, 0, sizeof m);
+    if (!check_config("ag_transformer_encoder_layer_new", prefix, cfg)) return m;
+    m.cfg = *cfg;
+    m.self_attn = attn_new(p, prefix, "self_attn", cfg, rng);
+    m.linear1 = linear_new(p, prefix, "linear1", cfg->d_model, cfg->dim_feedforward, rng);
+    m.linear2 = linear_new(p, prefix, "linear2", cfg->dim_feedforward, cfg->d_model, rng);
+    m.norm1 = norm_new(p, prefix, "norm1", cfg);
+    m.norm2 = norm_new(p, prefix, "norm2", cfg);
+    if (!m.linear1.weight || !m.linear2.weight || !m.norm1.weight || !m.norm2.weight) m.self_attn.in_proj_weight = NULL;
+    return m;
+}
+
+ag_transformer_decoder_layer_t ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
+                                                                const ag_transformer_config *cfg, ag_rng *rng) {
+    ag_transformer_decoder_layer_t m;
+    memset(&m, 0, sizeof m);
+    if (!check_config("ag_transformer_decoder_layer_new", prefix, cfg)) return m;
+    m.cfg = *cfg;
+    m.self_attn = attn_new(p, prefix, "self_attn", cfg, rng);
+    m.multihead_attn = attn_new(p, prefix, "multihead_attn", cfg, rng);
+    m.linear1 = linear_new(p, prefix, "linear1", cfg->d_model, cfg->dim_feedforward, rng);
+    m.linear2 = linear_new(p, prefix, "linear2", cfg->dim_feedforward, cfg->d_model, rng);
+    m.norm1 = norm_new(p, prefix, "norm1", cfg);
+    m.norm2 = norm_new(p, prefix, "norm2", cfg);
+    m.norm3 = norm_new(p, prefix, "norm3", cfg);
+    if (!m.multihead_attn.in_proj_weight || !m.linear1.weight || !m.linear2.weight || !m.norm1.weight ||
+        !m.norm2.weight || !m.norm3.weight)
+        m.self_attn.in_proj_weight = NULL;
+    return m;
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+/* A sequence as the layers see it: always batched; unbatched (L,E) input gets a batch dim of 1
+ * (at 0 or 1 by batch_first) and its key padding masks (L) become (1,L). */
+typedef struct {
+    ag_tensor *x;
+    int64_t n, len;
+} seq;
+
+static bool check_seq(const char *op, const char *what, ag_tensor *t, const ag_transformer_config *c, seq *s) {
+    char b[128];
+    if (!ag__check_float(op, t)) return false;
+    if ((t->ndim != 2 && t->ndim != 3) || t->shape[t->ndim - 1] != c->d_model) {
+        ag_error(op, "%s %s: expected %s, or (L,%lld) unbatched", what, ag_shape_str(t, b),
+                 c->batch_first ? "(N,L,d_model) (batch_first)" : "(L,N,d_model)", (long long)c->d_model);
+        return false;
+    }
+    int bdim = c->batch_first ? 0 : 1;
+    s->x = t->ndim == 2 ? ag_unsqueeze(t, bdim) : t;
+    s->n = s->x->shape[bdim];
+    s->len = s->x->shape[1 - bdim];
+    return s->x != NULL;
+}
+
+/* attn_mask (L,S) or (N*H,L,S); key padding mask (N,S), or (S) when the input was unbatched
+ * (then *kpm is replaced by its (1,S) view). Checked here so the message names the layer's op
+ * and the argument. */
+static bool check_masks(const char *op, const char *mask_name, ag_tensor *am, const char *kpm_name, ag_tensor **kpm,
+                        bool unbatched, int64_t N, int64_t H, int64_t L, int64_t S) {
+    char b[128];
+    if (am && !((am->ndim == 2 && am->shape[0] == L && am->shape[1] == S) ||
+                (am->ndim == 3 && am->shape[0] == N * H && am->shape[1] == L && am->shape[2] == S))) {
+        ag_error(op, "%s %s: expected (%lld,%lld) or (%lld,%lld,%lld) (batch*nhead, target, source)", mask_name,
+                 ag_shape_str(am, b), (long long)L, (long long)S, (long long)(N * H), (long long)L, (long long)S);
+        return false;
+    }
+    if (am && am->dtype != AG_BOOL && am->dtype != AG_F32 && am->dtype != AG_F64) {
+        ag_error(op, "%s %s: dtype %s, expected bool or the input's float dtype", mask_name, ag_shape_str(am, b),
+                 ag_dtype_name(am->dtype));
+        return false;
+    }
+    ag_tensor *k = *kpm;
+    if (!k) return true;
+    if (k->dtype != AG_BOOL && k->dtype != AG_F32 && k->dtype != AG_F64) {
+        /* torch: "only bool and floating types of key_padding_mask are supported" */
+        ag_error(op, "%s %s: dtype %s, only bool and float key padding masks are supported", kpm_name,
+                 ag_shape_str(k, b), ag_dtype_name(k->dtype));
+        return false;
+    }
+    bool ok = unbatched ? k->ndim == 1 && k->shape[0] == S : k->ndim == 2 && k->shape[0] == N && k->shape[1] == S;
+    if (!ok) {
+        if (unbatched)
+            ag_error(op, "%s %s: expected (%lld) for unbatched input", kpm_name, ag_shape_str(k, b), (long long)S);
+        else
+            ag_error(op, "%s %s: expected (%lld,%lld) (batch, source length)", kpm_name, ag_shape_str(k, b),
+                     (long long)N, (long long)S);
+        return false;
+    }
+    if (unbatched) *kpm = ag_unsqueeze(k, 0);
+    return *kpm != NULL;
+}
+
+/* dropoutN(attn(q, kv, kv)): _sa_block / _mha_block. q == kv makes ag_mha_forward use one
+ * packed projection GEMM. */
+static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
+                             bool causal, double p, const ag_transformer_args *a) {
+    ag_mha_args ma = {.key_padding_mask = kpm, .attn_mask = mask, .is_causal = causal, .training = a->training,
+                      .rng = a->rng};
+    ag_tensor *y = ag_mha_forward(attn, q, kv, kv, &ma, NULL);
+    TRY(y);
+    return ag_dropout(y, p, a->training, a->rng);
+}
+
+/* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block */
+static ag_tensor *ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
+                           const ag_transformer_args *a) {
+    ag_tensor *h = ag_linear_forward(l1, x);
+    TRY(h);
+    h = c->activation == AG_ACTIVATION_GELU ? ag_gelu(h) : ag_relu(h);
+    TRY(h);
+    TRY(h = ag_dropout(h, c->dropout, a->training, a->rng));
+    TRY(h = ag_linear_forward(l2, h));
+    return ag_dropout(h, c->dropout, a->training, a->rng);
+}
+
+/* post-norm: norm(x + block);  norm_first: x + block(norm(x)) — the block given normed input */
+#define RESIDUAL(x, norm, block_of)                                                                              \
+    do {                                                                                                          \
+        if (c->norm_first) {                                                                                      \
+            ag_tensor *h_ = ag_layer_norm_forward(&(norm), x);                                                    \
+            TRY(h_);                                                                                              \
+            ag_tensor *y_ = block_of(h_);                                                                         \
+            TRY(y_);                                                                                              \
+            TRY(x = ag_add(x, y_));                                                                               \
+        } else {                                                                                                  \
+            ag_tensor *y_ = block_of(x);                                                                          \
+            TRY(y_);                                                                                              \
+            TRY(x = ag_add(x, y_));                                                                               \
+            TRY(x = ag_layer_norm_forward(&(norm), x));                                                           \
+        }                                                                                                         \
+    } while (0)
+
+ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
+                                                const ag_transformer_args *args) {
+    const char *op = "ag_transformer_encoder_layer_forward";
+    if (!m || !m->self_attn.in_proj_weight) {
+        ag_error(op, "module is NULL or was not created (ag_transformer_encoder_layer_new failed?)");
+        return NULL;
+    }
+    ag_transformer_args none = {0};
+    const ag_transformer_args *a = args ? args : &none;
+    const ag_transformer_config *c = &m->cfg;
+    seq s;
+    if (!check_seq(op, "src", src, c, &s)) return NULL;
+    ag_tensor *kpm = a->src_key_padding_mask;
+    if (!check_masks(op, "src_mask", a->src_mask, "src_key_padding_mask", &kpm, src->ndim == 2, s.n, c->nhead, s.len,
+                     s.len))
+        return NULL;
+    ag_tensor *x = s.x;
+#define SA(h) attn_block(&m->self_attn, h, h, a->src_mask, kpm, a->src_is_causal, c->dropout, a)
+#define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
+    RESIDUAL(x, m->norm1, SA);
+    RESIDUAL(x, m->norm2, FF);
+#undef SA
+#undef FF
+    return src->ndim == 2 ? ag_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
+                                                ag_tensor *memory, const ag_transformer_args *args) {
+    const char *op = "ag_transformer_decoder_layer_forward";
+    if (!m || !m->self_attn.in_proj_weight) {
+        ag_error(op, "module is NULL or was not created (ag_transformer_decoder_layer_new failed?)");
+        return NULL;
+    }
+    ag_transformer_args none = {0};
+    const ag_transformer_args *a = args ? args : &none;
+    const ag_transformer_config *c = &m->cfg;
+    seq t, mem;
+    if (!check_seq(op, "tgt", tgt, c, &t) || !check_seq(op, "memory", memory, c, &mem)) return NULL;
+    if (tgt->ndim != memory->ndim || t.n != mem.n) {
+        char b1[128], b2[128];
+        ag_error(op, "tgt %s, memory %s: batch sizes differ (batch_first=%d)", ag_shape_str(tgt, b1),
+                 ag_shape_str(memory, b2), c->batch_first);
+        return NULL;
+    }
+    bool unbatched = tgt->ndim == 2;
+    ag_tensor *tkpm = a->tgt_key_padding_mask, *mkpm = a->memory_key_padding_mask;
+    if (!check_masks(op, "tgt_mask", a->tgt_mask, "tgt_key_padding_mask", &tkpm, unbatched, t.n, c->nhead, t.len,
+                     t.len) ||
+        !check_masks(op, "memory_mask", a->memory_mask, "memory_key_padding_mask", &mkpm, unbatched, t.n, c->nhead,
+                     t.len, mem.len))
+        return NULL;
+    ag_tensor *x = t.x, *mx = mem.x;
+#define SA(h) attn_block(&m->self_attn, h, h, a->tgt_mask, tkpm, a->tgt_is_causal, c->dropout, a)
+#define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
+#define CA(h) attn_block(&m->multihead_attn, h, mx, a->memory_mask, mkpm, a->memory_is_causal, c->dropout, a)
+    RESIDUAL(x, m->norm1, SA);
+    RESIDUAL(x, m->norm2, CA);
+    RESIDUAL(x, m->norm3, FF);
+#undef SA
+#undef CA
+#undef FF
+    return unbatched ? ag_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+/* ---- stacks ------------------------------------------------------------------------------- */
+
+static bool check_layers(const char *op, const char *prefix, int num_layers) {
+    if (num_layers < 1 || num_layers > AG_TRANSFORMER_MAX_LAYERS) {
+        ag_error(op, "'%s': num_layers %d, expected 1 to %d", prefix ? prefix : "", num_layers,
+                 AG_TRANSFORMER_MAX_LAYERS);
+        return false;
+    }
+    return true;
+}
+
+/* torch's _get_clones deep-copies one layer: give layers 1.. the values of layer 0, whose
+ * parameters are p->list[first, first + per_layer) (every layer adds the same count). */
+static void clone_first_layer(ag_params *p, int first, int per_layer, int num_layers) {
+    for (int l = 1; l < num_layers; l++)
+        for (int k = 0; k < per_layer; k++) ag_copy_(p->list[first + l * per_layer + k], p->list[first + k]);
+}
+
+ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                                    int num_layers, bool final_norm, ag_rng *rng) {
+    const char *op = "ag_transformer_encoder_new";
+    ag_transformer_encoder_t m;
+    memset(&m, 0, sizeof m);
+    if (!check_layers(op, prefix, num_layers) || !check_config(op, prefix, cfg) || !p) {
+        if (!p) ag_error(op, "'%s': parameter set is NULL", prefix ? prefix : "");
+        return m;
+    }
+    char b[256], layer[256];
+    int first = p->count;
+    for (int l = 0; l < num_layers; l++) {
+        snprintf(layer, sizeof layer, "layers.%d", l);
+        m.layers[l] = ag_transformer_encoder_layer_new(p, name_of(b, prefix, layer), cfg, rng);
+        if (!m.layers[l].self_attn.in_proj_weight) return (ag_transformer_encoder_t){0};
+    }
+    clone_first_layer(p, first, (p->count - first) / num_layers, num_layers);
+    if (final_norm) m.norm = norm_new(p, prefix, "norm", cfg);
+    m.num_layers = num_layers;
+    return m;
+}
+
+ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                                    int num_layers, bool final_norm, ag_rng *rng) {
+    const char *op = "ag_transformer_decoder_new";
+    ag_transformer_decoder_t m;
+    memset(&m, 0, sizeof m);
+    if (!check_layers(op, prefix, num_layers) || !check_config(op, prefix, cfg) || !p) {
+        if (!p) ag_error(op, "'%s': parameter set is NULL", prefix ? prefix : "");
+        return m;
+    }
+    char b[256], layer[256];
+    int first = p->count;
+    for (int l = 0; l < num_layers; l++) {
+        snprintf(layer, sizeof layer, "layers.%d", l);
+        m.layers[l] = ag_transformer_decoder_layer_new(p, name_of(b, prefix, layer), cfg, rng);
+        if (!m.layers[l].self_attn.in_proj_weight) return (ag_transformer_decoder_t){0};
+    }
+    clone_first_layer(p, first, (p->count - first) / num_layers, num_layers);
+    if (final_norm) m.norm = norm_new(p, prefix, "norm", cfg);
+    m.num_layers = num_layers;
+    return m;
+}
+
+ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_tensor *src,
+                                          const ag_transformer_args *args) {
+    if (!m || m->num_layers < 1) {
+        ag_error("ag_transformer_encoder_forward", "module is NULL or was not created (ag_transformer_encoder_new "
+                                                   "failed?)");
+        return NULL;
+    }
+    ag_tensor *x = src;
+    for (int l = 0; l < m->num_layers; l++) TRY(x = ag_transformer_encoder_layer_forward(&m->layers[l], x, args));
+    return m->norm.weight ? ag_layer_norm_forward(&m->norm, x) : x;
+}
+
+ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
+                                          const ag_transformer_args *args) {
+    if (!m || m->num_layers < 1) {
+        ag_error("ag_transformer_decoder_forward", "module is NULL or was not created (ag_transformer_decoder_new "
+                                                   "failed?)");
+        return NULL;
+    }
+    ag_tensor *x = tgt;
+    for (int l = 0; l < m->num_layers; l++)
+        TRY(x = ag_transformer_decoder_layer_forward(&m->layers[l], x, memory, args));
+    return m->norm.weight ? ag_layer_norm_forward(&m->norm, x) : x;
+}
+
+/* ---- nn.Transformer ------------------------------------------------------------------------ */
+
+ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                    int num_encoder_layers, int num_decoder_layers, ag_rng *rng) {
+    ag_transformer_t m;
+    memset(&m, 0, sizeof m);
+    char b[256];
+    int first = p ? p->count : 0;
+    m.encoder = ag_transformer_encoder_new(p, name_of(b, prefix, "encoder"), cfg, num_encoder_layers, true, rng);
+    if (!m.encoder.num_layers) return m;
+    m.decoder = ag_transformer_decoder_new(p, name_of(b, prefix, "decoder"), cfg, num_decoder_layers, true, rng);
+    if (!m.decoder.num_layers) {
+        m.encoder.num_layers = 0;
+        return m;
+    }
+    /* _reset_parameters: xavier_uniform_ on every parameter with dim > 1 (all 2-d here:
+     * fan_in = shape[1], fan_out = shape[0]), in registration order */
+    for (int i = first; i < p->count; i++) {
+        ag_tensor *w = p->list[i];
+        if (w->ndim < 2) continue;
+        double bound = sqrt(6.0 / (double)(w->shape[0] + w->shape[1]));
+        ag_uniform_(rng, w, -bound, bound);
+    }
+    return m;
+}
+
+ag_tensor *ag_transformer_forward(const ag_transformer_t *m, ag_tensor *src, ag_tensor *tgt,
+                                  const ag_transformer_args *args) {
+    const char *op = "ag_transformer_forward";
+    if (!m || m->encoder.num_layers < 1 || m->decoder.num_layers < 1) {
+        ag_error(op, "module is NULL or was not created (ag_transformer_new failed?)");
+        return NULL;
+    }
+    if (!ag__check_not_null(op, src) || !ag__check_not_null(op, tgt)) return NULL;
+    const ag_transformer_config *c = &m->encoder.layers[0].cfg;
+    char b1[128], b2[128];
+    int bdim = c->batch_first ? 0 : 1;
+    if (src->ndim != tgt->ndim || src->ndim < 2 || src->ndim > 3 ||
+        (src->ndim == 3 && src->shape[bdim] != tgt->shape[bdim])) {
+        ag_error(op, "src %s, tgt %s: expected both batched (3-d) with equal batch sizes "
+                     "(batch_first=%d) or both unbatched (2-d)",
+                 ag_shape_str(src, b1), ag_shape_str(tgt, b2), c->batch_first);
+        return NULL;
+    }
+    if (src->shape[src->ndim - 1] != c->d_model || tgt->shape[tgt->ndim - 1] != c->d_model) {
+        ag_error(op, "src %s, tgt %s: the feature number of src and tgt must be d_model %lld", ag_shape_str(src, b1),
+                 ag_shape_str(tgt, b2), (long long)c->d_model);
+        return NULL;
+    }
+    ag_tensor *memory = ag_transformer_encoder_forward(&m->encoder, src, args);
+    TRY(memory);
+    return ag_transformer_decoder_forward(&m->decoder, tgt, memory, args);
+}

@@ -1,0 +1,52 @@
+/* The one GEMM entry point. OpenBLAS's own threading changes results with the thread count (its
+ * kernel choice depends on it: the single-threaded sgemm "direct" path, for one), so attograd
+ * keeps OpenBLAS single-threaded and parallelises large products itself: the output is cut into
+ * blocks whose size depends only on the shape, every block is one single-threaded GEMM, and
+ * OpenMP deals the blocks out. 1 thread or 8, the same calls compute the same numbers. */
+#include <cblas.h>
+#include <omp.h>
+
+#include "internal.h"
+
+/* rows (or columns) of C per block, and the work below which a product is not split */
+#define GEMM_BLOCK 128
+#define GEMM_SPLIT_WORK (1 << 21)
+
+static void gemm1(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const char *a,
+                  int64_t lda, const char *b, int64_t ldb, double beta, char *c, int64_t ldc) {
+    enum CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
+    if (dt == AG_F32)
+        cblas_sgemm(CblasRowMajor, A, B, (blasint)m, (blasint)n, (blasint)k, (float)alpha, (const float *)a,
+                    (blasint)lda, (const float *)b, (blasint)ldb, (float)beta, (float *)c, (blasint)ldc);
+    else
+        cblas_dgemm(CblasRowMajor, A, B, (blasint)m, (blasint)n, (blasint)k, alpha, (const double *)a, (blasint)lda,
+                    (const double *)b, (blasint)ldb, beta, (double *)c, (blasint)ldc);
+}
+
+void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    static bool pinned;
+    if (!pinned) { /* first use, before any parallel region can call here */
+        openblas_set_num_threads(1);
+        pinned = true;
+    }
+    const char *A = a, *B = b;
+    char *C = c;
+    int64_t es = (int64_t)ag_dtype_size(dt);
+    bool split = (double)m * (double)n * (double)k >= GEMM_SPLIT_WORK && (m > GEMM_BLOCK || n > GEMM_BLOCK);
+    if (!split) {
+        gemm1(dt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    bool rows = m >= n;
+    int64_t total = rows ? m : n, blocks = (total + GEMM_BLOCK - 1) / GEMM_BLOCK;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int64_t i = 0; i < blocks; i++) {
+        int64_t s = i * GEMM_BLOCK, len = total - s < GEMM_BLOCK ? total - s : GEMM_BLOCK;
+        if (rows) /* rows s.. of C from rows s.. of op(A) */
+            gemm1(dt, ta, tb, len, n, k, alpha, A + (ta ? s : s * lda) * es, lda, B, ldb, beta, C + s * ldc * es, ldc);
+        else      /* columns s.. of C from columns s.. of op(B) */
+            gemm1(dt, ta, tb, m, len, k, alpha, A, lda, B + (tb ? s * ldb : s) * es, ldb, beta, C + s * es, ldc);
+    }
+}
