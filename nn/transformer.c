@@ -162,10 +162,10 @@ static bool check_masks(const char *op, const char *mask_name, ag_tensor *am, co
 /* dropoutN(attn(q, kv, kv)): _sa_block / _mha_block. q == kv makes ag_mha_forward use one
  * packed projection GEMM. */
 static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
-                             bool causal, double p, const ag_transformer_args *a) {
+                             bool causal, double p, const ag_transformer_args *a, ag_tensor **weights) {
     ag_mha_args ma = {.key_padding_mask = kpm, .attn_mask = mask, .is_causal = causal, .training = a->training,
-                      .rng = a->rng};
-    ag_tensor *y = ag_mha_forward(attn, q, kv, kv, &ma, NULL);
+                      .rng = a->rng, .need_weights = weights != NULL};
+    ag_tensor *y = ag_mha_forward(attn, q, kv, kv, &ma, weights);
     TRY(y);
     return ag_dropout(y, p, a->training, a->rng);
 }
@@ -216,7 +216,7 @@ ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_lay
                      s.len))
         return NULL;
     ag_tensor *x = s.x;
-#define SA(h) attn_block(&m->self_attn, h, h, a->src_mask, kpm, a->src_is_causal, c->dropout, a)
+#define SA(h) attn_block(&m->self_attn, h, h, a->src_mask, kpm, a->src_is_causal, c->dropout, a, NULL)
 #define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
     RESIDUAL(x, m->norm1, SA);
     RESIDUAL(x, m->norm2, FF);
@@ -251,9 +251,11 @@ ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_lay
                      t.len, mem.len))
         return NULL;
     ag_tensor *x = t.x, *mx = mem.x;
-#define SA(h) attn_block(&m->self_attn, h, h, a->tgt_mask, tkpm, a->tgt_is_causal, c->dropout, a)
+#define SA(h) attn_block(&m->self_attn, h, h, a->tgt_mask, tkpm, a->tgt_is_causal, c->dropout, a, NULL)
 #define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
-#define CA(h) attn_block(&m->multihead_attn, h, mx, a->memory_mask, mkpm, a->memory_is_causal, c->dropout, a)
+#define CA(h)                                                                                                         \
+    attn_block(&m->multihead_attn, h, mx, a->memory_mask, mkpm, a->memory_is_causal, c->dropout, a,                    \
+               a->cross_attn_weights)
     RESIDUAL(x, m->norm1, SA);
     RESIDUAL(x, m->norm2, CA);
     RESIDUAL(x, m->norm3, FF);
@@ -345,8 +347,11 @@ ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_
         return NULL;
     }
     ag_tensor *x = tgt;
-    for (int l = 0; l < m->num_layers; l++)
-        TRY(x = ag_transformer_decoder_layer_forward(&m->layers[l], x, memory, args));
+    ag_transformer_args la = args ? *args : (ag_transformer_args){0};
+    for (int l = 0; l < m->num_layers; l++) {
+        if (args && args->cross_attn_weights) la.cross_attn_weights = args->cross_attn_weights + l;
+        TRY(x = ag_transformer_decoder_layer_forward(&m->layers[l], x, memory, &la));
+    }
     return m->norm.weight ? ag_layer_norm_forward(&m->norm, x) : x;
 }
 

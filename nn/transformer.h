@@ -48,6 +48,10 @@ typedef struct {
     ag_tensor *memory_key_padding_mask; /* (N,S); (S) */
     bool src_is_causal, tgt_is_causal, memory_is_causal;
     bool training;                      /* dropout on */
+    /* When non-NULL, decoders store their cross-attention weights here (for pictures; no
+     * gradient): a decoder layer writes (N,nhead,T,S) per-head weights to [0], a decoder stack
+     * layer l's to [l]. */
+    ag_tensor **cross_attn_weights;
     ag_rng *rng;                        /* dropout's generator (NULL: the global one) */
 } ag_transformer_args;
 

@@ -576,6 +576,36 @@ static void test_forward_reports_input_and_mask_shapes_naming_the_argument(void 
     ag_params_free(p);
 }
 
+/* The decoder stack hands out each layer's cross-attention weights on request, without
+ * changing its output: (N,nhead,T,S) rows summing to 1, zero on padded memory positions. */
+static void test_decoder_stack_reports_cross_attention_weights_per_layer(void **s) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_rng r = ag_rng_new(9);
+    ag_transformer_config c = ag_transformer_defaults(8, 2);
+    c.dim_feedforward = 16;
+    c.batch_first = true;
+    ag_transformer_decoder_t *d = ag_arena_alloc(ag_arena_current(), sizeof *d);
+    *d = ag_transformer_decoder_new(p, "decoder", &c, 2, true, &r);
+    ag_tensor *tgt = ag_randn(&r, AG_F32, AG_SHAPE(2, 3, 8)), *mem = ag_randn(&r, AG_F32, AG_SHAPE(2, 5, 8));
+    ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(2, 5));
+    ag_set(kpm, (int64_t[]){1, 4}, 1); /* item 1's last memory position is padding */
+    ag_transformer_args a = {.memory_key_padding_mask = kpm, .tgt_is_causal = true};
+    ag_tensor *plain = ag_transformer_decoder_forward(d, tgt, mem, &a);
+    ag_tensor *w[2] = {NULL, NULL};
+    a.cross_attn_weights = w;
+    ag_tensor *y = ag_transformer_decoder_forward(d, tgt, mem, &a);
+    assert_memory_equal(plain->data, y->data, sizeof(float) * 2 * 3 * 8);
+    for (int l = 0; l < 2; l++) {
+        tu_assert_shape(w[l], 2, 2, 3, 5);
+        ag_tensor *rows = ag_sum(w[l], 1, (int[]){-1}, false);
+        tu_assert_values(rows, 1e-6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < 3; t++) assert_true(ag_get(w[l], (int64_t[]){1, h, t, 4}) == 0.0);
+    }
+    assert_true(ag_get(w[0], (int64_t[]){0, 0, 0, 4}) > 0.0);
+    ag_params_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, tu_setup, tu_teardown)
@@ -594,6 +624,7 @@ int main(void) {
         T(test_seq2seq_loss_gradcheck_over_every_parameter),
         T(test_new_reports_bad_config_and_forward_refuses_the_failed_module),
         T(test_forward_reports_input_and_mask_shapes_naming_the_argument),
+        T(test_decoder_stack_reports_cross_attention_weights_per_layer),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
