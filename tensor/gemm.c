@@ -12,15 +12,17 @@
 #define GEMM_BLOCK 128
 #define GEMM_SPLIT_WORK (1 << 21)
 
+static inline blasint ld(int64_t v) { return (blasint)(v > 1 ? v : 1); } /* BLAS wants >= 1 */
+
 static void gemm1(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const char *a,
                   int64_t lda, const char *b, int64_t ldb, double beta, char *c, int64_t ldc) {
     enum CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
     if (dt == AG_F32)
-        cblas_sgemm(CblasRowMajor, A, B, (blasint)m, (blasint)n, (blasint)k, (float)alpha, (const float *)a,
-                    (blasint)lda, (const float *)b, (blasint)ldb, (float)beta, (float *)c, (blasint)ldc);
+        cblas_sgemm(CblasRowMajor, A, B, (blasint)m, (blasint)n, (blasint)k, (float)alpha, (const float *)a, ld(lda),
+                    (const float *)b, ld(ldb), (float)beta, (float *)c, ld(ldc));
     else
-        cblas_dgemm(CblasRowMajor, A, B, (blasint)m, (blasint)n, (blasint)k, alpha, (const double *)a, (blasint)lda,
-                    (const double *)b, (blasint)ldb, beta, (double *)c, (blasint)ldc);
+        cblas_dgemm(CblasRowMajor, A, B, (blasint)m, (blasint)n, (blasint)k, alpha, (const double *)a, ld(lda),
+                    (const double *)b, ld(ldb), beta, (double *)c, ld(ldc));
 }
 
 void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
@@ -34,6 +36,15 @@ void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
     const char *A = a, *B = b;
     char *C = c;
     int64_t es = (int64_t)ag_dtype_size(dt);
+    if (k == 0) { /* an empty sum: C = beta C, without trusting BLAS to treat k = 0 so */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                char *e = C + (i * ldc + j) * es;
+                if (dt == AG_F32) *(float *)e = beta == 0 ? 0.0f : (float)beta * *(float *)e;
+                else *(double *)e = beta == 0 ? 0.0 : beta * *(double *)e;
+            }
+        return;
+    }
     bool split = (double)m * (double)n * (double)k >= GEMM_SPLIT_WORK && (m > GEMM_BLOCK || n > GEMM_BLOCK);
     if (!split) {
         gemm1(dt, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
