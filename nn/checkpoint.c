@@ -35,8 +35,9 @@ typedef struct {
     int count, omitted, worst;
 } report;
 
-static void problem(report *r, int severity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void problem(report *r, int severity, const char *fmt, ...) {
+/* Record a problem; returns false, so that "return problem(...)" reads as failing. */
+static bool problem(report *r, int severity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool problem(report *r, int severity, const char *fmt, ...) {
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -46,7 +47,7 @@ static void problem(report *r, int severity, const char *fmt, ...) {
     size_t n = strlen(buf);
     if (r->len + n + 3 > sizeof r->text) {
         r->omitted++;
-        return;
+        return false;
     }
     if (r->count++) {
         memcpy(r->text + r->len, "; ", 2);
@@ -54,6 +55,7 @@ static void problem(report *r, int severity, const char *fmt, ...) {
     }
     memcpy(r->text + r->len, buf, n + 1);
     r->len += n;
+    return false;
 }
 
 static ag_ckpt_status report_status(const report *r, bool strict) {
@@ -297,7 +299,7 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
 static bool bounded(const char *s, size_t cap) { return memchr(s, 0, cap) && *s; }
 
 /* Arguments a file cannot be made from; reported as INVAL. */
-static void check_save_args(const ag_params *p, const ag_optim *o, const ag_train_state *s, report *r) {
+static bool check_save_args(const ag_params *p, const ag_optim *o, const ag_train_state *s, report *r) {
     if (!p) return problem(r, INVAL, "no parameters to save");
     if (p->dtype != AG_F32 && p->dtype != AG_F64) return problem(r, INVAL, "parameters must be f32 or f64");
     for (int i = 0; i < p->count; i++) {
@@ -308,7 +310,7 @@ static void check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
     }
     if (o && (o->params != p || o->numel != p->numel))
         problem(r, INVAL, "the optimizer was made for another parameter set, or before the last parameter was added");
-    if (!s) return;
+    if (!s) return !r->worst;
     if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || s->nconfig > AG_CKPT_MAX_CONFIG)
         return problem(r, INVAL, "training state holds %d rngs and %d config entries (at most %d and %d)", s->nrng,
                        s->nconfig, AG_CKPT_MAX_RNGS, AG_CKPT_MAX_CONFIG);
@@ -328,13 +330,18 @@ static void check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
             if (strncmp(e->key, s->config[j].key, AG_CKPT_NAME_MAX) == 0)
                 problem(r, INVAL, "config key '%.63s' appears twice", e->key);
     }
+    return !r->worst;
 }
 
+/* Strong close (closing the file closes anything a failure left open). No file locks: writers
+ * never touch a file at its final path, so locks add nothing but failures on file systems
+ * without them. */
 static hid_t fapl_new(void) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    /* 1.8 file format: checksummed metadata, readable by any HDF5 >= 1.8 */
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
     H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, false, true);
+#endif
     return fapl;
 }
 
@@ -356,36 +363,39 @@ static char *dir_of(const char *path) {
 }
 
 /* write tmp, flush, close, fsync, rename over path, fsync the directory */
-static void save_atomic(const char *path, const char *tmp, const ag_params *p, const ag_optim *o,
+static bool save_atomic(const char *path, const char *tmp, const ag_params *p, const ag_optim *o,
                         const ag_train_state *s, bool sync, report *r) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return problem(r, IO, "cannot create '%s': %s", tmp, strerror(errno));
     close(fd);
     hid_t fapl = fapl_new();
+    /* 1.8 file format: checksummed metadata, readable by any HDF5 >= 1.8 */
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    cause_t c = cause(); /* before the next HDF5 call clears the error stack */
     H5Pclose(fapl);
     if (f < 0) {
-        problem(r, IO, "HDF5 cannot create '%s': %s", tmp, cause().desc);
+        problem(r, IO, "HDF5 cannot create '%s': %s", tmp, c.desc);
         unlink(tmp);
-        return;
+        return false;
     }
     bool ok = write_all(f, p, o, s) >= 0 && H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0;
-    cause_t c = cause();
+    c = cause();
     ok = H5Fclose(f) >= 0 && ok;
     if (!ok) {
         problem(r, IO, "writing '%s' failed: %s", tmp, c.desc);
         unlink(tmp);
-        return;
+        return false;
     }
     if (sync && fsync_path(tmp, O_RDWR) < 0) {
         problem(r, IO, "cannot fsync '%s': %s", tmp, strerror(errno));
         unlink(tmp);
-        return;
+        return false;
     }
     if (rename(tmp, path) < 0) {
         problem(r, IO, "cannot rename '%s' over it: %s", tmp, strerror(errno));
         unlink(tmp);
-        return;
+        return false;
     }
     char *dir = dir_of(path);
     /* some file systems cannot sync a directory (EINVAL); the rename is then as durable as they get */
@@ -393,6 +403,7 @@ static void save_atomic(const char *path, const char *tmp, const ag_params *p, c
         problem(r, IO, "saved, but cannot fsync directory '%s' (the new file may not survive a power loss): %s", dir,
                 strerror(errno));
     free(dir);
+    return !r->worst;
 }
 
 ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
@@ -466,50 +477,44 @@ static bool attr_value(hid_t a, ag_config_entry *e, const char **why) {
     return ok;
 }
 
-/* Attribute name of loc (called where in messages). Returns false (FORMAT reported) when it is
- * missing or not of type want (an integer is accepted for a double). */
+/* Attribute name of loc (called where in messages); -1 with FORMAT reported when missing. */
+static hid_t attr_open(hid_t loc, const char *where, const char *name, report *r) {
+    htri_t ex = H5Aexists(loc, name);
+    hid_t a = ex > 0 ? H5Aopen(loc, name, H5P_DEFAULT) : -1;
+    if (a < 0) problem(r, FORMAT, "%s has no '%s' attribute%s", where, name, ex != 0 ? " (corrupted?)" : "");
+    return a;
+}
+
+/* Attribute name of loc into e; false (FORMAT reported) when it is missing or not of type want
+ * (an integer is accepted for a double). */
 static bool attr_get(hid_t loc, const char *where, const char *name, ag_config_type want, ag_config_entry *e,
                      report *r) {
     static const char *const tn[] = {"an integer", "a number", "a string"};
-    htri_t ex = H5Aexists(loc, name);
-    if (ex <= 0) {
-        problem(r, FORMAT, "%s has no '%s' attribute%s", where, name, ex < 0 ? " (corrupted?)" : "");
-        return false;
-    }
     const char *why;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    bool ok = a >= 0 && attr_value(a, e, &why);
-    if (a >= 0) H5Aclose(a);
+    hid_t a = attr_open(loc, where, name, r);
+    if (a < 0) return false;
+    bool ok = attr_value(a, e, &why);
+    H5Aclose(a);
     if (ok && e->type == AG_CONFIG_INT && want == AG_CONFIG_DOUBLE) {
         e->type = AG_CONFIG_DOUBLE;
         e->d = (double)e->i;
     }
-    if (!ok) {
-        problem(r, FORMAT, "attribute '%s' of %s %s", name, where, why);
-        return false;
-    }
-    if (e->type != want) {
-        problem(r, FORMAT, "attribute '%s' of %s is not %s", name, where, tn[want]);
-        return false;
-    }
+    if (!ok) return problem(r, FORMAT, "attribute '%s' of %s %s", name, where, why);
+    if (e->type != want) return problem(r, FORMAT, "attribute '%s' of %s is not %s", name, where, tn[want]);
     return true;
 }
 
 /* An n-element attribute of class cls read as mtype into out; false (FORMAT reported) otherwise. */
 static bool attr_array(hid_t loc, const char *where, const char *name, H5T_class_t cls, hid_t mtype, hssize_t n,
                        void *out, report *r) {
-    htri_t ex = H5Aexists(loc, name);
-    if (ex <= 0) {
-        problem(r, FORMAT, "%s has no '%s' attribute%s", where, name, ex < 0 ? " (corrupted?)" : "");
-        return false;
-    }
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t ty = a < 0 ? -1 : H5Aget_type(a), sp = a < 0 ? -1 : H5Aget_space(a);
+    hid_t a = attr_open(loc, where, name, r);
+    if (a < 0) return false;
+    hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
     bool ok = ty >= 0 && sp >= 0 && H5Tget_class(ty) == cls && H5Sget_simple_extent_npoints(sp) == n &&
               H5Aread(a, mtype, out) >= 0;
     if (ty >= 0) H5Tclose(ty);
     if (sp >= 0) H5Sclose(sp);
-    if (a >= 0) H5Aclose(a);
+    H5Aclose(a);
     if (!ok)
         problem(r, FORMAT, "attribute '%s' of %s is not %lld %s", name, where, (long long)n,
                 cls == H5T_FLOAT ? "numbers" : "integers");
@@ -548,7 +553,8 @@ static bool read_tensor(hid_t ds, const char *prefix, const char *name, const ag
         problem(r, NOMEM, "out of memory reading dataset '%s%s'", prefix, name);
         goto out;
     }
-    ok = n == 0 || H5Dread(ds, size == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
+    hid_t mtype = size == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+    ok = n == 0 || H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
     if (!ok) problem(r, FORMAT, "dataset '%s%s' is corrupted: %s", prefix, name, cause().desc);
     if (ok && buf != dst) { /* the other float width: round to nearest, as a C conversion does */
         if (t->dtype == AG_F32)
@@ -592,12 +598,12 @@ static int param_index(const ag_params *p, const char *name) {
     return -1;
 }
 
-/* Every parameter's dataset in g (whose path is prefix) into its slice of stage; what names the
- * tensors in messages ("parameter", "optimizer state"). */
-static void load_slab(hid_t g, const char *prefix, const char *what, const ag_params *p, char *stage, report *r) {
-    char where[160], b[128];
-    snprintf(where, sizeof where, "/%.*s", (int)strlen(prefix) - 1 > 0 ? (int)strlen(prefix) - 1 : 0, prefix);
-    char **names = link_names(g, prefix[0] ? where : "/model", r);
+/* Every parameter's dataset in group g (called where) into its slice of stage. Messages name
+ * datasets as prefix + name and the tensors as what ("parameter", "optimizer state"). */
+static void load_slab(hid_t g, const char *where, const char *prefix, const char *what, const ag_params *p,
+                      char *stage, report *r) {
+    char b[128];
+    char **names = link_names(g, where, r);
     bool *seen = calloc((size_t)p->count + 1, 1);
     if (!names || !seen) {
         if (!seen) problem(r, NOMEM, "out of memory");
@@ -623,7 +629,8 @@ static void load_slab(hid_t g, const char *prefix, const char *what, const ag_pa
         if (obj >= 0) H5Oclose(obj);
     }
     for (int i = 0; i < p->count; i++)
-        if (!seen[i]) problem(r, SKIP, "missing %s '%s%s' %s", what, prefix, p->list[i]->name, ag_shape_str(p->list[i], b));
+        if (!seen[i])
+            problem(r, SKIP, "missing %s '%s%s' %s", what, prefix, p->list[i]->name, ag_shape_str(p->list[i], b));
     free_names(names);
     free(seen);
 }
@@ -644,7 +651,7 @@ static void load_model(hid_t f, const ag_params *p, char *stage, report *r) {
     int st = group_open(f, "model", &g, r);
     if (st == 0) problem(r, SKIP, "no /model group: all %d parameters missing", p->count);
     if (st <= 0) return;
-    load_slab(g, "", "parameter", p, stage, r);
+    load_slab(g, "/model", "", "parameter", p, stage, r);
     H5Gclose(g);
 }
 
@@ -685,14 +692,15 @@ static void load_optim(hid_t f, const ag_optim *opt, ag_optim *so, char **stage,
     }
     free_names(names);
     for (int j = 0; j < nstate; j++) {
-        char prefix[96];
+        char prefix[96], where[96];
         const char *name = ag_optim_state(opt, j, NULL);
         hid_t sg;
         int s = group_open(g, name, &sg, r);
         if (s == 0) problem(r, SKIP, "no optimizer state '%s' in the file (no /optimizer/%s group)", name, name);
         if (s <= 0) continue;
         snprintf(prefix, sizeof prefix, "optimizer/%s/", name);
-        load_slab(sg, prefix, "optimizer state", opt->params, stage[j], r);
+        snprintf(where, sizeof where, "/optimizer/%s", name);
+        load_slab(sg, where, prefix, "optimizer state", opt->params, stage[j], r);
         H5Gclose(sg);
     }
 out:
@@ -793,24 +801,22 @@ static hid_t open_checkpoint(const char *path, report *r) {
         problem(r, FORMAT, "not an HDF5 file (no HDF5 signature)");
         return -1;
     }
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+    hid_t fapl = fapl_new();
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    cause_t c = cause();
     H5Pclose(fapl);
     if (f < 0) {
-        cause_t c = cause();
         if (c.minor == H5E_TRUNCATED)
             problem(r, FORMAT, "truncated HDF5 file: %lld bytes, fewer than its superblock records (HDF5: %s)",
                     (long long)st.st_size, c.desc);
-        else if (strstr(c.desc, "unable to lock file"))
-            problem(r, IO, "locked by another process (being written?): %s", c.desc);
         else
             problem(r, FORMAT, "corrupted HDF5 file, cannot open it: %s", c.desc);
         return -1;
     }
     htri_t ex = H5Aexists(f, "format");
     if (ex <= 0) {
-        problem(r, FORMAT, "not an attograd checkpoint: %s", ex < 0 ? cause().desc : "no 'format' attribute on /");
+        if (ex < 0) problem(r, FORMAT, "corrupted HDF5 file, cannot read the root group: %s", cause().desc);
+        else problem(r, FORMAT, "not an attograd checkpoint: no 'format' attribute on the root group");
     } else if (attr_get(f, "/", "format", AG_CONFIG_STRING, &e, r)) {
         if (strcmp(e.s, FORMAT_NAME) != 0)
             problem(r, FORMAT, "not an attograd checkpoint: format is '%s', expected '" FORMAT_NAME "'", e.s);
@@ -842,9 +848,11 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
         problem(&r, INVAL, "parameters must be f32 or f64");
     if (r.worst) goto done;
     /* staging: copies of everything a load may change, committed only on success */
+    bool oom = false;
     if (params) {
         bytes = (size_t)params->numel * ag_dtype_size(params->dtype);
         if ((stage = malloc(bytes + 1))) memcpy(stage, params->data, bytes);
+        oom |= !stage;
     }
     if (opt) {
         so = *opt;
@@ -852,10 +860,11 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
             void *slab;
             ag_optim_state(opt, k, &slab);
             if ((ostage[k] = malloc(bytes + 1))) memcpy(ostage[k], slab, bytes);
-            else stage = (free(stage), NULL);
+            oom |= !ostage[k];
         }
     }
-    if ((params && !stage) || (state && !(ss = calloc(1, sizeof *ss)))) {
+    if (state) oom |= !(ss = calloc(1, sizeof *ss));
+    if (oom) {
         problem(&r, NOMEM, "out of memory staging the load");
         goto done;
     }
@@ -893,7 +902,7 @@ done:
     free(stage);
     for (int k = 0; k < 3; k++) free(ostage[k]);
     free(ss);
-    report_write(&r, path, report_status(&r, strict) == AG_CKPT_PARTIAL ? "loaded what matches, skipped " : "", msg,
+    report_write(&r, path, report_status(&r, strict) == AG_CKPT_PARTIAL ? "loaded what matches; " : "", msg,
                  msgsize);
     return report_status(&r, strict);
 }

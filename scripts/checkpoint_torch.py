@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Convert between attograd HDF5 checkpoints and PyTorch state_dict files, and check that
+an equivalent torch model computes what attograd computes (docs/checkpoint.md).
+
+  checkpoint_torch.py to-torch CKPT.h5 OUT.pt
+      /model's datasets -> an OrderedDict name -> tensor (same names, shapes, dtypes, bits),
+      saved with torch.save.
+  checkpoint_torch.py from-torch IN.pt OUT.h5 [--dtype keep|float32|float64]
+                      [--config KEY=VALUE ...] [--config-from CKPT.h5]
+      a state_dict (or a dict holding one under "state_dict" or "model", or a whole
+      nn.Module) -> an attograd checkpoint with /model, a fresh /training (step 0) and /config
+      from the options. Written atomically (temporary file, fsync, rename).
+  checkpoint_torch.py check [--child PATH]
+      runs tests/checkpoint_child (PATH or $AG_CHECKPOINT_CHILD) to make attograd MLPs and
+      their outputs, converts both ways and compares with torch.nn.Sequential(Linear, ReLU,
+      Linear). Exits 0 when every comparison passed, 1 when one failed, 77 (meson's "skipped")
+      when torch or h5py cannot be imported.
+"""
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+
+FORMAT = "attograd-checkpoint"
+FORMAT_VERSION = 1
+SKIP = 77
+
+try:
+    import h5py
+    import numpy as np
+    import torch
+except ImportError as e:  # the check must not pass without running; conversions cannot run
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        print(f"checkpoint_torch check: skipped, cannot import {e.name}", file=sys.stderr)
+        sys.exit(SKIP)
+    sys.exit(f"checkpoint_torch: needs torch, numpy and h5py ({e})")
+
+
+class ConvertError(Exception):
+    pass
+
+
+def _attr_str(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def open_checkpoint(path):
+    """h5py.File of an attograd checkpoint, after checking its format attributes."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise ConvertError(f"{path}: cannot open as HDF5: {e}") from None
+    fmt = f.attrs.get("format")
+    if fmt is None or _attr_str(fmt) != FORMAT:
+        f.close()
+        raise ConvertError(f"{path}: not an attograd checkpoint (format {fmt!r})")
+    if int(f.attrs.get("format_version", -1)) != FORMAT_VERSION:
+        f.close()
+        raise ConvertError(f"{path}: format_version {f.attrs.get('format_version')} is not {FORMAT_VERSION}")
+    return f
+
+
+def read_state_dict(path):
+    """The /model group as an OrderedDict in the order the parameters were added."""
+    with open_checkpoint(path) as f:
+        if "model" not in f:
+            raise ConvertError(f"{path}: no /model group")
+        sd = collections.OrderedDict()
+        for name, ds in f["model"].items():
+            if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "f" or ds.dtype.itemsize not in (4, 8):
+                raise ConvertError(f"{path}: '{name}' is not a float32/float64 dataset")
+            arr = np.ascontiguousarray(ds[()], dtype=ds.dtype.newbyteorder("="))
+            sd[name] = torch.from_numpy(np.array(arr, ndmin=0))
+        return sd
+
+
+def read_config(path):
+    with open_checkpoint(path) as f:
+        return {k: (_attr_str(v) if isinstance(v, (bytes, str)) else v.item()) for k, v in f["config"].attrs.items()} \
+            if "config" in f else {}
+
+
+def _atomic_write(path, write):
+    """write(tmp_path), fsync, rename over path, fsync the directory."""
+    d = os.path.dirname(os.path.abspath(path))
+    tmp = path + ".tmp"
+    try:
+        write(tmp)
+        fd = os.open(tmp, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def to_torch(src, dst):
+    sd = read_state_dict(src)
+    _atomic_write(dst, lambda tmp: torch.save(sd, tmp))
+    return sd
+
+
+def _state_dict_of(obj, path):
+    if isinstance(obj, torch.nn.Module):
+        return obj.state_dict()
+    if isinstance(obj, dict):
+        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return obj
+        for key in ("state_dict", "model"):
+            if isinstance(obj.get(key), dict):
+                return _state_dict_of(obj[key], path)
+    raise ConvertError(f"{path}: holds no state_dict (a dict of tensors, or one under 'state_dict' or 'model')")
+
+
+def write_checkpoint(dst, sd, dtype="keep", config=None):
+    """An attograd checkpoint holding sd under /model, a fresh /training and config under /config."""
+    want = {"keep": None, "float32": torch.float32, "float64": torch.float64}[dtype]
+    tensors = []
+    for name, t in sd.items():
+        if "/" in name or name in ("", "."):
+            raise ConvertError(f"'{name}' cannot name an HDF5 dataset")
+        if not t.is_floating_point():
+            raise ConvertError(f"'{name}' is {t.dtype}: attograd parameters are float32 or float64")
+        t = t.detach().cpu().to(want) if want else t.detach().cpu()
+        if t.dtype not in (torch.float32, torch.float64):
+            raise ConvertError(f"'{name}' is {t.dtype}: pass --dtype float32 or float64 to convert it")
+        tensors.append((name, t.contiguous().numpy()))
+    if len({a.dtype for _, a in tensors}) > 1:
+        raise ConvertError("the state_dict mixes float32 and float64: pass --dtype to pick one")
+
+    def write(tmp):
+        # 1.8 file format, as attograd writes: checksummed metadata; Fletcher32 on the data
+        with h5py.File(tmp, "w", libver=("v108", "v108"), track_order=True) as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["format_version"] = np.int64(FORMAT_VERSION)
+            g = f.create_group("model", track_order=True)
+            for name, a in tensors:
+                big = a.nbytes >= 1 << 30
+                chunked = a.ndim > 0 and a.size > 0
+                g.create_dataset(name, data=a, dtype=a.dtype.newbyteorder("<"),
+                                 chunks=(True if big else a.shape) if chunked else None, fletcher32=chunked)
+            t = f.create_group("training", track_order=True)
+            for k in ("global_step", "epoch", "data_position"):
+                t.attrs[k] = np.int64(0)
+            t.create_group("rng", track_order=True)
+            c = f.create_group("config", track_order=True)
+            for k, v in (config or {}).items():
+                if isinstance(v, (bool, int)):
+                    c.attrs[k] = np.int64(v)
+                else:
+                    c.attrs[k] = np.float64(v) if isinstance(v, float) else str(v)
+    _atomic_write(dst, write)
+
+
+def from_torch(src, dst, dtype="keep", config=None):
+    sd = _state_dict_of(torch.load(src, map_location="cpu"), src)
+    write_checkpoint(dst, sd, dtype, config)
+    return sd
+
+
+def _parse_value(v):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
+
+
+# ---- check ---------------------------------------------------------------------------------
+
+class CheckFailed(Exception):
+    pass
+
+
+def _child(child, *args):
+    r = subprocess.run([child, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CheckFailed(f"{child} {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout
+
+
+def _attograd_forward(child, ckpt, batch=4):
+    """(x, y) as float64 numpy arrays from checkpoint_child mlp-forward."""
+    lines = _child(child, "mlp-forward", ckpt, str(batch)).split("\n")
+    out, i = {}, 0
+    while i < len(lines) and lines[i]:
+        name, rows, cols = lines[i].split()
+        n = int(rows) * int(cols)
+        out[name] = np.array([float.fromhex(v) for v in lines[i + 1:i + 1 + n]]).reshape(int(rows), int(cols))
+        i += 1 + n
+    return out["x"], out["y"]
+
+
+def _mlp(cfg, dt):
+    return torch.nn.Sequential(torch.nn.Linear(cfg["in_features"], cfg["hidden"]), torch.nn.ReLU(),
+                               torch.nn.Linear(cfg["hidden"], cfg["out_features"])).to(dt)
+
+
+def _expect(cond, what):
+    if not cond:
+        raise CheckFailed(what)
+    print(f"  ok: {what}")
+
+
+def _close(a, b, dt):
+    tol = dict(rtol=1e-12, atol=1e-14) if dt == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    return np.allclose(a, b, **tol), float(np.max(np.abs(a - b)))
+
+
+def check(child):
+    with tempfile.TemporaryDirectory(prefix="ag_torch_check_") as d:
+        p = lambda n: os.path.join(d, n)
+        for dts, dt in (("f32", torch.float32), ("f64", torch.float64)):
+            print(f"{dts}:")
+            # attograd -> torch
+            _child(child, "mlp-init", p("a.h5"), dts, "11")
+            x, y = _attograd_forward(child, p("a.h5"))
+            cfg = read_config(p("a.h5"))
+            sd = to_torch(p("a.h5"), p("a.pt"))
+            loaded = torch.load(p("a.pt"))
+            with h5py.File(p("a.h5"), "r") as f:
+                same = list(loaded) == list(f["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias"] and all(
+                    tuple(loaded[k].shape) == f["model"][k].shape and loaded[k].dtype == dt
+                    and np.array_equal(loaded[k].numpy().view(np.uint8), f["model"][k][()].view(np.uint8))
+                    for k in loaded)
+            _expect(same, "torch file has the checkpoint's names, order, shapes, dtype and bits")
+            model = _mlp(cfg, dt)
+            model.load_state_dict(loaded, strict=True)
+            with torch.no_grad():
+                yt = model(torch.from_numpy(x).to(dt)).double().numpy()
+            ok, err = _close(yt, y, dt)
+            _expect(ok, f"torch model from the converted file matches attograd's outputs (max |diff| {err:.3g})")
+            # torch -> attograd, round trip: same weights give attograd the same outputs, bit for bit
+            from_torch(p("a.pt"), p("a2.h5"), config=cfg)
+            x2, y2 = _attograd_forward(child, p("a2.h5"))
+            _expect(np.array_equal(x2, x) and np.array_equal(y2, y), "h5 -> pt -> h5 round trip is bit-exact")
+            # a model made by torch, converted for attograd
+            torch.manual_seed(3)
+            m2 = _mlp(cfg, dt)
+            torch.save(m2.state_dict(), p("b.pt"))
+            from_torch(p("b.pt"), p("b.h5"), config=cfg)
+            x3, y3 = _attograd_forward(child, p("b.h5"))
+            with torch.no_grad():
+                yt3 = m2(torch.from_numpy(x3).to(dt)).double().numpy()
+            ok, err = _close(yt3, y3, dt)
+            _expect(ok, f"attograd loading a torch-made state_dict matches torch's outputs (max |diff| {err:.3g})")
+            _expect(not np.allclose(y3, y), "different weights give different outputs (the comparison can fail)")
+    print("checkpoint_torch check: all comparisons passed")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("to-torch")
+    a.add_argument("src")
+    a.add_argument("dst")
+    b = sub.add_parser("from-torch")
+    b.add_argument("src")
+    b.add_argument("dst")
+    b.add_argument("--dtype", choices=("keep", "float32", "float64"), default="keep")
+    b.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    b.add_argument("--config-from", metavar="CKPT.h5", help="copy /config from an attograd checkpoint")
+    c = sub.add_parser("check")
+    c.add_argument("--child", default=os.environ.get("AG_CHECKPOINT_CHILD"))
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "to-torch":
+            sd = to_torch(args.src, args.dst)
+            print(f"{args.dst}: {len(sd)} tensors")
+        elif args.cmd == "from-torch":
+            cfg = read_config(args.config_from) if args.config_from else {}
+            for kv in args.config:
+                k, sep, v = kv.partition("=")
+                if not sep:
+                    raise ConvertError(f"--config {kv}: expected KEY=VALUE")
+                cfg[k] = _parse_value(v)
+            sd = from_torch(args.src, args.dst, args.dtype, cfg)
+            print(f"{args.dst}: {len(sd)} tensors")
+        else:
+            if not args.child or not os.access(args.child, os.X_OK):
+                print("checkpoint_torch check: needs the checkpoint_child program (--child or AG_CHECKPOINT_CHILD)",
+                      file=sys.stderr)
+                return 1
+            check(args.child)
+    except (ConvertError, CheckFailed) as e:
+        print(f"checkpoint_torch {args.cmd}: {'FAILED: ' if isinstance(e, CheckFailed) else ''}{e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
