@@ -1,0 +1,51 @@
+/* Shared by nn/checkpoint.c (reports, HDF5 errors, saving) and nn/checkpoint_load.c. */
+#ifndef AG_NN_CHECKPOINT_INTERNAL_H
+#define AG_NN_CHECKPOINT_INTERNAL_H
+
+#include <hdf5.h>
+
+#include "../tensor/internal.h"
+#include "checkpoint.h"
+
+#define FORMAT_NAME "attograd-checkpoint"
+#define FORMAT_VERSION 1
+
+/* ---- the report: every problem found, joined into one message ----------------------------- */
+
+/* Severity of a problem; the worst one decides the status. SKIP problems are what a non-strict
+ * load leaves out (a missing, unexpected or misshapen tensor); the rest always fail. */
+enum { SKIP = 1, MISMATCH, FORMAT, IO, INVAL, NOMEM };
+
+typedef struct {
+    char text[8192];
+    size_t len;
+    int count, omitted, worst;
+} report;
+
+typedef struct {
+    H5E_auto2_t fn;
+    void *data;
+} hush_t;
+
+typedef struct {
+    char desc[300];
+    hid_t minor;
+} cause_t;
+
+/* Record a problem; returns false, so that "return problem(...)" reads as failing. */
+bool ag__ck_problem(report *r, int severity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+ag_ckpt_status ag__ck_report_status(const report *r, bool strict);
+/* "<path>: <problem>" or "<path>: <lead>N problems: <p1>; <p2>; ..." into msg */
+void ag__ck_report_write(const report *r, const char *path, const char *lead, char *msg, size_t size);
+/* HDF5's error printing off (and back on) around each call */
+hush_t ag__ck_hush(void);
+void ag__ck_unhush(hush_t h);
+/* The innermost entry of HDF5's error stack (the actual cause), then clear the stack. */
+cause_t ag__ck_cause(void);
+const char *ag__ck_type_desc(hid_t ty, char *buf);
+char *ag__ck_dims_str(int nd, const hsize_t *dims, char *buf);
+const char *ag__ck_kind_name(ag_optim_kind k);
+/* file access properties: the HDF5 1.8 format (checksummed metadata), no file locking */
+hid_t ag__ck_fapl_new(void);
+
+#endif
