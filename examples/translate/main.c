@@ -1,0 +1,279 @@
+/* attograd-translate: train a toy translation model with teacher forcing, evaluate it, translate,
+ * and draw where it attends.
+ *
+ *   attograd-translate train --train FILE [options]
+ *   attograd-translate eval --checkpoint FILE --data FILE [--beam K]
+ *   attograd-translate translate --checkpoint FILE [--beam K] [SENTENCE ...]   (else stdin)
+ *   attograd-translate attention --checkpoint FILE --out FILE.svg SENTENCE
+ *
+ * Bad input (files, corpora, options) is reported with a message and never crashes: exit status
+ * 1 for a failure, 2 for a usage error. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "translate.h"
+
+/* ---- options ---- */
+
+void opts_usage(FILE *f, const char *usage, const opt_def *defs) {
+    fprintf(f, "%s\n", usage);
+    if (defs && defs[0].name) fprintf(f, "options:\n");
+    for (const opt_def *d = defs; d && d->name; d++) fprintf(f, "  %-20s %s\n", d->name, d->help);
+}
+
+static bool parse_value(const opt_def *d, const char *v) {
+    char *end;
+    errno = 0;
+    switch (d->type) {
+    case OPT_INT: {
+        long long x = strtoll(v, &end, 10);
+        if (errno || end == v || *end) return false;
+        *(int64_t *)d->value = x;
+        return true;
+    }
+    case OPT_DOUBLE: {
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !isfinite(x)) return false;
+        *(double *)d->value = x;
+        return true;
+    }
+    case OPT_STRING: *(const char **)d->value = v; return true;
+    case OPT_FLAG: return false;
+    }
+    return false;
+}
+
+bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
+                int maxpos, int *npos) {
+    *npos = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            for (i++; i < argc; i++) {
+                if (*npos >= maxpos) goto too_many;
+                pos[(*npos)++] = argv[i];
+            }
+            break;
+        }
+        if (strncmp(a, "--", 2) != 0 || strlen(a) == 2) {
+            if (*npos >= maxpos) goto too_many;
+            pos[(*npos)++] = a;
+            continue;
+        }
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        const opt_def *d = NULL;
+        for (const opt_def *k = defs; k->name; k++)
+            if (strlen(k->name) == len && strncmp(k->name, a, len) == 0) d = k;
+        if (!d) {
+            fprintf(stderr, "attograd-translate: unknown option '%.*s'\n", (int)len, a);
+            goto usage;
+        }
+        if (d->type == OPT_FLAG) {
+            if (eq) {
+                fprintf(stderr, "attograd-translate: option %s takes no value\n", d->name);
+                goto usage;
+            }
+            *(bool *)d->value = true;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) {
+            fprintf(stderr, "attograd-translate: option %s needs a value (%s)\n", d->name, d->help);
+            goto usage;
+        }
+        if (!parse_value(d, v)) {
+            fprintf(stderr, "attograd-translate: option %s: '%s' is not a valid %s\n", d->name, v,
+                    d->type == OPT_INT ? "integer" : "number");
+            goto usage;
+        }
+    }
+    return true;
+too_many:
+    fprintf(stderr, "attograd-translate: too many arguments\n");
+usage:
+    opts_usage(stderr, usage, defs);
+    return false;
+}
+
+/* ---- the model configuration and vocabularies inside a checkpoint ----
+ * Config strings are short (AG_CKPT_STRING_MAX), so a vocabulary is stored as consecutive
+ * entries "<name>.0", "<name>.1", ... each holding whole lines. */
+
+static bool store_text(ag_train_state *st, const char *name, const char *text, char *msg, size_t msgsize) {
+    size_t n = strlen(text), at = 0;
+    int part = 0;
+    char key[AG_CKPT_NAME_MAX], chunk[AG_CKPT_STRING_MAX];
+    while (at < n) {
+        size_t take = n - at < sizeof chunk - 1 ? n - at : sizeof chunk - 1;
+        if (at + take < n) { /* end the chunk after a newline */
+            while (take > 0 && text[at + take - 1] != '\n') take--;
+            if (take == 0) {
+                snprintf(msg, msgsize, "%s: a token longer than %zu bytes cannot be stored", name, sizeof chunk - 1);
+                return false;
+            }
+        }
+        memcpy(chunk, text + at, take);
+        chunk[take] = 0;
+        snprintf(key, sizeof key, "%s.%d", name, part++);
+        if (!ag_config_set_string(st, key, chunk)) {
+            snprintf(msg, msgsize, "%s: vocabulary too large for the checkpoint's configuration", name);
+            return false;
+        }
+        at += take;
+    }
+    snprintf(key, sizeof key, "%s.parts", name);
+    return ag_config_set_int(st, key, part);
+}
+
+static char *load_text(const ag_train_state *st, const char *name) {
+    char key[AG_CKPT_NAME_MAX];
+    int64_t parts = 0;
+    snprintf(key, sizeof key, "%s.parts", name);
+    if (!ag_config_get_int(st, key, &parts) || parts < 1 || parts > AG_CKPT_MAX_CONFIG) return NULL;
+    size_t total = 1;
+    for (int64_t i = 0; i < parts; i++) {
+        snprintf(key, sizeof key, "%s.%lld", name, (long long)i);
+        const char *s = ag_config_get_string(st, key);
+        if (!s) return NULL;
+        total += strlen(s);
+    }
+    char *text = malloc(total);
+    if (!text) return NULL;
+    text[0] = 0;
+    for (int64_t i = 0; i < parts; i++) {
+        snprintf(key, sizeof key, "%s.%lld", name, (long long)i);
+        strcat(text, ag_config_get_string(st, key));
+    }
+    return text;
+}
+
+bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src, const tr_vocab *tgt,
+                  tr_tok_mode mode, int64_t max_len, char *msg, size_t msgsize) {
+    bool ok = ag_config_set_string(st, "model", c->kind == MODEL_GRU ? "gru" : "transformer") &&
+              ag_config_set_int(st, "d_model", c->d_model) && ag_config_set_int(st, "nhead", c->nhead) &&
+              ag_config_set_int(st, "dim_feedforward", c->ff) && ag_config_set_int(st, "encoder_layers", c->enc_layers) &&
+              ag_config_set_int(st, "decoder_layers", c->dec_layers) && ag_config_set_int(st, "hidden", c->hidden) &&
+              ag_config_set_double(st, "dropout", c->dropout) && ag_config_set_int(st, "positions", c->max_len) &&
+              ag_config_set_int(st, "max_len", max_len) &&
+              ag_config_set_string(st, "tokens", mode == TR_CHARS ? "chars" : "words");
+    if (!ok) {
+        snprintf(msg, msgsize, "the model configuration does not fit the checkpoint");
+        return false;
+    }
+    char *s = tr_vocab_to_string(src), *t = tr_vocab_to_string(tgt);
+    ok = s && t && store_text(st, "src_vocab", s, msg, msgsize) && store_text(st, "tgt_vocab", t, msg, msgsize);
+    free(s);
+    free(t);
+    return ok;
+}
+
+bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
+    memset(t, 0, sizeof *t);
+    ag_ckpt_status st = ag_checkpoint_load(path, NULL, NULL, &t->state, NULL, msg, msgsize);
+    if (st != AG_CKPT_OK) return false;
+    const char *kind = ag_config_get_string(&t->state, "model"), *tokens = ag_config_get_string(&t->state, "tokens");
+    model_config c = {0};
+    bool ok = kind && tokens && (strcmp(kind, "transformer") == 0 || strcmp(kind, "gru") == 0);
+    c.kind = kind && strcmp(kind, "gru") == 0 ? MODEL_GRU : MODEL_TRANSFORMER;
+    ok = ok && ag_config_get_int(&t->state, "d_model", &c.d_model) && ag_config_get_int(&t->state, "nhead", &c.nhead) &&
+         ag_config_get_int(&t->state, "dim_feedforward", &c.ff) &&
+         ag_config_get_int(&t->state, "encoder_layers", &c.enc_layers) &&
+         ag_config_get_int(&t->state, "decoder_layers", &c.dec_layers) &&
+         ag_config_get_int(&t->state, "hidden", &c.hidden) && ag_config_get_double(&t->state, "dropout", &c.dropout) &&
+         ag_config_get_int(&t->state, "positions", &c.max_len) &&
+         ag_config_get_int(&t->state, "max_len", &t->max_len);
+    if (!ok) {
+        snprintf(msg, msgsize, "%s: not a checkpoint of attograd-translate (model configuration missing)", path);
+        return false;
+    }
+    t->mode = strcmp(tokens, "chars") == 0 ? TR_CHARS : TR_WORDS;
+    char *sv = load_text(&t->state, "src_vocab"), *tv = load_text(&t->state, "tgt_vocab");
+    char err[TR_ERR_SIZE];
+    ok = sv && tv && tr_vocab_from_string(&t->src, sv, "source vocabulary", err, sizeof err) == 0 &&
+         tr_vocab_from_string(&t->tgt, tv, "target vocabulary", err, sizeof err) == 0;
+    free(sv);
+    free(tv);
+    if (!ok) {
+        snprintf(msg, msgsize, "%s: the vocabularies in the checkpoint are missing or damaged", path);
+        trained_free(t);
+        return false;
+    }
+    c.src_vocab = t->src.size;
+    c.tgt_vocab = t->tgt.size;
+    t->m = model_new(&c, AG_F32, 0);
+    if (!t->m || (st = ag_checkpoint_load(path, model_params(t->m), NULL, NULL, NULL, msg, msgsize)) != AG_CKPT_OK) {
+        trained_free(t);
+        return false;
+    }
+    return true;
+}
+
+void trained_free(trained *t) {
+    model_free(t->m);
+    tr_vocab_free(&t->src);
+    tr_vocab_free(&t->tgt);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- translating ---- */
+
+void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out) {
+    enum { CHUNK = 64 };
+    int64_t L = t->max_len, W = 2 * L + 8;
+    int64_t *src = calloc((size_t)(CHUNK * L), sizeof *src), *hyp = malloc(sizeof(int64_t) * (size_t)(CHUNK * W));
+    ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
+    for (int at = 0; at < n; at += CHUNK) {
+        int B = n - at < CHUNK ? n - at : CHUNK;
+        int64_t S = 1;
+        memset(src, 0, sizeof(int64_t) * (size_t)(CHUNK * L));
+        for (int b = 0; b < B; b++) {
+            int len = tr_vocab_encode(&t->src, in[at + b], t->mode, src + b * L, (int)L - 1);
+            if (len > L - 1) len = (int)L - 1;
+            src[b * L + len] = TR_EOS;
+            if (len + 1 > S) S = len + 1;
+        }
+        ag_tensor *s = ag_empty(AG_I64, AG_SHAPE(B, S));
+        for (int b = 0; b < B; b++) memcpy((int64_t *)s->data + b * S, src + b * L, sizeof(int64_t) * (size_t)S);
+        model_translate(t->m, s, W, beam, length_penalty, hyp);
+        for (int b = 0; b < B; b++) {
+            size_t need = tr_vocab_decode(&t->tgt, hyp + b * W, (int)W, t->mode, NULL, 0) + 1;
+            out[at + b] = malloc(need);
+            tr_vocab_decode(&t->tgt, hyp + b * W, (int)W, t->mode, out[at + b], need);
+        }
+        ag_arena_reset(arena);
+    }
+    ag_arena_use(prev);
+    ag_arena_free(arena);
+    free(src);
+    free(hyp);
+}
+
+static const char *MAIN_USAGE =
+    "usage: attograd-translate COMMAND [options]\n"
+    "commands:\n"
+    "  train       train a model on a TSV parallel corpus (source<TAB>target per line)\n"
+    "  eval        loss, exact match and BLEU of a checkpoint on a TSV file\n"
+    "  translate   translate sentences given as arguments, or one per line on stdin\n"
+    "  attention   draw the cross-attention of one sentence as an SVG heatmap\n"
+    "`attograd-translate COMMAND --help` lists a command's options.";
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "%s\n", MAIN_USAGE);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
+    if (strcmp(cmd, "translate") == 0) return cmd_translate(argc, argv);
+    if (strcmp(cmd, "attention") == 0) return cmd_attention(argc, argv);
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        printf("%s\n", MAIN_USAGE);
+        return 0;
+    }
+    fprintf(stderr, "attograd-translate: unknown command '%s'\n%s\n", cmd, MAIN_USAGE);
+    return 2;
+}

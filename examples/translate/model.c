@@ -1,0 +1,308 @@
+/* The translation models.
+ * Transformer: embeddings scaled by √d plus sinusoidal positions, an nn.Transformer (post-norm,
+ * batch-first), a Linear "generator" to the target vocabulary.
+ * GRU: a bidirectional GRU encoder; its last states through a tanh Linear "bridge" start a
+ * GRUCell decoder that reads [previous word; context] where the context is additive (Bahdanau)
+ * attention over the encoder outputs with the previous decoder state as query; the generator
+ * reads [state; context].
+ * Both are an encode step and a teacher-forced decode step, which training, decoding (the
+ * prefix is decoded again at every step: sentences are short) and the attention pictures share. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+struct model {
+    model_config cfg;
+    ag_dtype dtype;
+    ag_params *params;
+    ag_arena *consts;   /* tensors that live as long as the model (positional table) */
+    ag_rng init_rng;
+    ag_embedding_t src_embed, tgt_embed;
+    ag_linear_t generator;
+    /* Transformer */
+    ag_transformer_t tf;
+    ag_tensor *pos;     /* (max_len, d) */
+    /* GRU */
+    ag_gru_t encoder;
+    ag_linear_t bridge;
+    ag_additive_attention_t attention;
+    ag_gru_cell_t decoder;
+};
+
+/* what decoding needs from the source */
+typedef struct {
+    ag_tensor *memory;    /* (B,S,d) Transformer, (B,S,2H) GRU */
+    ag_tensor *src_pad;   /* (B,S) bool */
+    ag_tensor *h0;        /* GRU: (B,H) */
+    ag_tensor *keys_proj; /* GRU: W1·memory, (B,S,H) */
+} encoded;
+
+model_config model_defaults(model_kind kind, int64_t src_vocab, int64_t tgt_vocab) {
+    model_config c = {.kind = kind, .src_vocab = src_vocab, .tgt_vocab = tgt_vocab, .d_model = 128, .nhead = 4,
+                      .ff = 512, .enc_layers = 2, .dec_layers = 2, .hidden = 128, .dropout = 0.1, .max_len = 256};
+    if (kind == MODEL_GRU) c.enc_layers = c.dec_layers = 1;
+    return c;
+}
+
+static ag_transformer_config tf_config(const model_config *c) {
+    ag_transformer_config t = ag_transformer_defaults(c->d_model, c->nhead);
+    t.dim_feedforward = c->ff;
+    t.dropout = c->dropout;
+    t.batch_first = true;
+    return t;
+}
+
+model *model_new(const model_config *cfg, ag_dtype dt, uint64_t seed) {
+    model *m = calloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->dtype = dt;
+    m->params = ag_params_new(dt);
+    m->consts = ag_arena_new(1 << 16);
+    m->init_rng = ag_rng_new(seed);
+    ag_rng *r = &m->init_rng;
+    int64_t E = cfg->d_model, H = cfg->hidden;
+    m->src_embed = ag_embedding_new(m->params, "src_embed", cfg->src_vocab, E, PAD_ID, r);
+    m->tgt_embed = ag_embedding_new(m->params, "tgt_embed", cfg->tgt_vocab, E, PAD_ID, r);
+    if (cfg->kind == MODEL_TRANSFORMER) {
+        ag_transformer_config tc = tf_config(cfg);
+        m->tf = ag_transformer_new(m->params, "transformer", &tc, (int)cfg->enc_layers, (int)cfg->dec_layers, r);
+        m->generator = ag_linear_new(m->params, "generator", E, cfg->tgt_vocab, true, r);
+    } else {
+        ag_gru_config gc = ag_gru_defaults(E, H);
+        gc.num_layers = (int)cfg->enc_layers;
+        gc.bidirectional = true;
+        gc.batch_first = true;
+        gc.dropout = cfg->dropout;
+        m->encoder = ag_gru_new(m->params, "encoder", &gc, r);
+        m->bridge = ag_linear_new(m->params, "bridge", 2 * H, H, true, r);
+        m->attention = ag_additive_attention_new(m->params, "attention", H, 2 * H, H, r);
+        m->decoder = ag_gru_cell_new(m->params, "decoder", E + 2 * H, H, true, r);
+        m->generator = ag_linear_new(m->params, "generator", 3 * H, cfg->tgt_vocab, true, r);
+    }
+    ag_arena *prev = ag_arena_use(m->consts);
+    m->pos = ag_sinusoidal_positions(cfg->max_len, cfg->d_model, dt);
+    ag_arena_use(prev);
+    return m;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    ag_params_free(m->params);
+    ag_arena_free(m->consts);
+    free(m);
+}
+
+ag_params *model_params(model *m) { return m->params; }
+const model_config *model_cfg(const model *m) { return &m->cfg; }
+
+/* ids (B,L) → embedding·√d + positions, dropout: (B,L,d) */
+static ag_tensor *embed(model *m, const ag_embedding_t *e, ag_tensor *ids, bool training, ag_rng *rng) {
+    int64_t L = ids->shape[1];
+    ag_tensor *x = ag_mul_scalar(ag_embedding_forward(e, ids), sqrt((double)m->cfg.d_model));
+    x = ag_add(x, ag_narrow(m->pos, 0, 0, L));
+    return ag_dropout(x, m->cfg.dropout, training, rng);
+}
+
+static ag_tensor *pad_mask(ag_tensor *ids) { return ag_eq_scalar(ids, PAD_ID); }
+
+static encoded encode(model *m, ag_tensor *src, bool training, ag_rng *rng) {
+    encoded e = {.src_pad = pad_mask(src)};
+    if (m->cfg.kind == MODEL_TRANSFORMER) {
+        ag_transformer_args a = {.src_key_padding_mask = e.src_pad, .training = training, .rng = rng};
+        e.memory = ag_transformer_encoder_forward(&m->tf.encoder, embed(m, &m->src_embed, src, training, rng), &a);
+        return e;
+    }
+    int64_t B = src->shape[0], H = m->cfg.hidden;
+    ag_tensor *x = ag_dropout(ag_embedding_forward(&m->src_embed, src), m->cfg.dropout, training, rng);
+    ag_tensor *lengths = ag_sum(ag_logical_not(e.src_pad), 1, (int[]){1}, false); /* (B) i64 */
+    ag_gru_args ga = {.lengths = lengths, .training = training, .rng = rng};
+    ag_tensor *h_n = NULL;
+    e.memory = ag_gru_forward(&m->encoder, x, &ga, &h_n); /* (B,S,2H); h_n (layers*2, B, H) */
+    int64_t last = h_n->shape[0] - 2;                   /* the last layer's two directions */
+    ag_tensor *both = ag_reshape(ag_transpose(ag_narrow(h_n, 0, last, 2), 0, 1), AG_SHAPE(B, 2 * H));
+    e.h0 = ag_tanh(ag_linear_forward(&m->bridge, both));
+    e.keys_proj = ag_additive_attention_keys(&m->attention, e.memory);
+    return e;
+}
+
+/* Teacher-forced logits (B,T,V) for tgt_in (B,T). GRU: with probability 1 - teacher_forcing a
+ * step reads the model's own previous prediction instead of the reference (drawn from rng, one
+ * draw per step); attn (optional, GRU) receives the (B,T,S) attention weights. */
+static ag_tensor *decode(model *m, const encoded *e, ag_tensor *tgt_in, bool training, double teacher_forcing,
+                         ag_rng *rng, ag_tensor **attn) {
+    if (m->cfg.kind == MODEL_TRANSFORMER) {
+        ag_transformer_args a = {.memory_key_padding_mask = e->src_pad,
+                                 .tgt_key_padding_mask = pad_mask(tgt_in),
+                                 .tgt_is_causal = true,
+                                 .training = training,
+                                 .rng = rng};
+        ag_tensor *y = ag_transformer_decoder_forward(&m->tf.decoder, embed(m, &m->tgt_embed, tgt_in, training, rng),
+                                                      e->memory, &a);
+        return ag_linear_forward(&m->generator, y);
+    }
+    int64_t T = tgt_in->shape[1];
+    ag_tensor **logits = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)T);
+    ag_tensor **ws = attn ? ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)T) : NULL;
+    ag_tensor *h = e->h0, *prev = NULL;
+    for (int64_t t = 0; t < T; t++) {
+        ag_tensor *ids = ag_select(tgt_in, 1, t);
+        if (t > 0 && teacher_forcing < 1.0) {
+            double u;
+            ag_rng_uniform_f64(rng, 1, &u);
+            if (u >= teacher_forcing) ids = ag_argmax(prev, -1, false); /* its own guess: no gradient */
+        }
+        ag_tensor *w = NULL;
+        ag_tensor *ctx = ag_additive_attention_forward(&m->attention, h, e->memory, e->keys_proj, e->src_pad, &w);
+        ag_tensor *emb = ag_dropout(ag_embedding_forward(&m->tgt_embed, ids), m->cfg.dropout, training, rng);
+        h = ag_gru_cell_forward(&m->decoder, ag_cat(2, (ag_tensor *[]){emb, ctx}, 1), h);
+        ag_tensor *out = ag_dropout(ag_cat(2, (ag_tensor *[]){h, ctx}, 1), m->cfg.dropout, training, rng);
+        logits[t] = prev = ag_linear_forward(&m->generator, out);
+        if (ws) ws[t] = w;
+    }
+    if (attn) *attn = ag_stack((int)T, ws, 1);
+    return ag_stack((int)T, logits, 1);
+}
+
+ag_tensor *model_forward(model *m, ag_tensor *src, ag_tensor *tgt_in, bool training, double teacher_forcing,
+                         ag_rng *rng) {
+    int64_t S = src->shape[1], T = tgt_in->shape[1];
+    if (m->cfg.kind == MODEL_TRANSFORMER && (S > m->cfg.max_len || T > m->cfg.max_len)) {
+        ag_error("model_forward", "sequence lengths %lld and %lld exceed max_len %lld", (long long)S, (long long)T,
+                 (long long)m->cfg.max_len);
+        return NULL;
+    }
+    encoded e = encode(m, src, training, rng);
+    return decode(m, &e, tgt_in, training, teacher_forcing, rng, NULL);
+}
+
+ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smoothing) {
+    int64_t V = logits->shape[2];
+    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, V)), ag_reshape(tgt_out, AG_SHAPE(-1)), PAD_ID,
+                            label_smoothing, AG_REDUCTION_MEAN);
+}
+
+/* ---- decoding ---- */
+
+/* log-probabilities of the next token for every row of ys (R,t): (R,V) */
+static void next_logprobs(model *m, ag_tensor *ys, const encoded *e, double *out) {
+    ag_tensor *logits = decode(m, e, ys, false, 1.0, NULL, NULL);
+    ag_tensor *lp = ag_log_softmax(ag_select(logits, 1, ys->shape[1] - 1), -1);
+    ag_to_buffer(lp, AG_F64, out);
+}
+
+static double length_penalty(int64_t len, double alpha) { return alpha == 0 ? 1.0 : pow((5.0 + (double)len) / 6.0, alpha); }
+
+/* Beam search over B sentences with K beams each (K = 1 is greedy). A finished beam (it produced
+ * <eos>) is carried on unchanged with its score; the best beam by score / length penalty wins. */
+void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double alpha, int64_t *out) {
+    bool grad = ag_set_grad_enabled(false);
+    int64_t B = src->shape[0], V = m->cfg.tgt_vocab, K = beam > 1 ? beam : 1, R = B * K;
+    if (max_len > m->cfg.max_len - 1) max_len = m->cfg.max_len - 1;
+    memset(out, 0, sizeof(int64_t) * (size_t)(B * max_len));
+
+    /* every sentence repeated K times: rows b*K .. b*K+K-1 */
+    ag_tensor *rows = ag_empty(AG_I64, AG_SHAPE(R));
+    for (int64_t r = 0; r < R; r++) ((int64_t *)rows->data)[r] = r / K;
+    encoded e = encode(m, ag_index_select(src, 0, rows), false, NULL);
+
+    /* beams: tokens (R, W) starting with <bos>; score; generated length; finished */
+    int64_t W = max_len + 1;
+    typedef struct { double score; int64_t len; bool done; } hyp;
+    int64_t *tok = calloc((size_t)(R * W), sizeof *tok), *ntok = calloc((size_t)(R * W), sizeof *ntok);
+    hyp *h = calloc((size_t)R, sizeof *h), *nh = calloc((size_t)R, sizeof *nh);
+    double *lp = malloc(sizeof(double) * (size_t)(R * V));
+    typedef struct { double score; int64_t row, token; } cand;
+    cand *c = malloc(sizeof(cand) * (size_t)(K * V));
+    for (int64_t r = 0; r < R; r++) {
+        tok[r * W] = BOS_ID;
+        h[r].score = r % K == 0 ? 0.0 : -INFINITY; /* identical beams at the start: keep one */
+    }
+    for (int64_t t = 1; t <= max_len; t++) {
+        bool live = false;
+        for (int64_t r = 0; r < R; r++) live |= !h[r].done && h[r].score > -INFINITY;
+        if (!live) break;
+        ag_tensor *ys = ag_empty(AG_I64, AG_SHAPE(R, t));
+        for (int64_t r = 0; r < R; r++) memcpy((int64_t *)ys->data + r * t, tok + r * W, sizeof(int64_t) * (size_t)t);
+        next_logprobs(m, ys, &e, lp);
+        for (int64_t b = 0; b < B; b++) {
+            int64_t n = 0;
+            for (int64_t r = b * K; r < b * K + K; r++) {
+                if (h[r].score == -INFINITY) continue;
+                if (h[r].done) c[n++] = (cand){h[r].score, r, PAD_ID};
+                else
+                    for (int64_t v = 0; v < V; v++) c[n++] = (cand){h[r].score + lp[r * V + v], r, v};
+            }
+            for (int64_t k = 0; k < K; k++) { /* k-th best candidate (K is small) */
+                int64_t best = -1;
+                for (int64_t i = 0; i < n; i++)
+                    if (c[i].score > -INFINITY && (best < 0 || c[i].score > c[best].score)) best = i;
+                int64_t j = b * K + k;
+                if (best < 0) {
+                    nh[j] = (hyp){-INFINITY, 0, true};
+                    continue;
+                }
+                const hyp *from = &h[c[best].row];
+                memcpy(ntok + j * W, tok + c[best].row * W, sizeof(int64_t) * (size_t)W);
+                ntok[j * W + t] = c[best].token;
+                nh[j] = from->done ? *from
+                                   : (hyp){c[best].score, from->len + 1, c[best].token == EOS_ID};
+                c[best].score = -INFINITY;
+            }
+        }
+        int64_t *tt = tok;
+        tok = ntok;
+        ntok = tt;
+        hyp *th = h;
+        h = nh;
+        nh = th;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int64_t best = b * K;
+        double bs = -INFINITY;
+        for (int64_t r = b * K; r < b * K + K; r++) {
+            if (h[r].score == -INFINITY) continue;
+            double s = K > 1 ? h[r].score / length_penalty(h[r].len > 0 ? h[r].len : 1, alpha) : h[r].score;
+            if (s > bs) {
+                bs = s;
+                best = r;
+            }
+        }
+        for (int64_t i = 0; i < max_len; i++) {
+            int64_t v = tok[best * W + 1 + i];
+            out[b * max_len + i] = v;
+            if (v == EOS_ID || v == PAD_ID) break;
+        }
+    }
+    free(tok);
+    free(ntok);
+    free(h);
+    free(nh);
+    free(lp);
+    free(c);
+    ag_set_grad_enabled(grad);
+}
+
+const double *model_attention(model *m, ag_tensor *src, ag_tensor *tgt_in, int *maps) {
+    bool grad = ag_set_grad_enabled(false);
+    bool gru = m->cfg.kind == MODEL_GRU;
+    int L = gru ? 1 : (int)m->cfg.dec_layers;
+    int64_t H = gru ? 1 : m->cfg.nhead, T = tgt_in->shape[1], S = src->shape[1];
+    ag_tensor **w = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)L);
+    encoded e = encode(m, src, false, NULL);
+    if (gru) {
+        ag_tensor *a = NULL;
+        decode(m, &e, tgt_in, false, 1.0, NULL, &a);
+        w[0] = ag_unsqueeze(a, 1); /* (1,1,T,S) */
+    } else {
+        ag_transformer_args a = {.memory_key_padding_mask = e.src_pad, .tgt_is_causal = true, .cross_attn_weights = w};
+        ag_transformer_decoder_forward(&m->tf.decoder, embed(m, &m->tgt_embed, tgt_in, false, NULL), e.memory, &a);
+    }
+    double *out = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(L * H * T * S));
+    for (int l = 0; l < L; l++) ag_to_buffer(ag_select(w[l], 0, 0), AG_F64, out + (int64_t)l * H * T * S);
+    *maps = L * (int)H;
+    ag_set_grad_enabled(grad);
+    return out;
+}

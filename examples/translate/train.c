@@ -1,0 +1,497 @@
+/* attograd-translate train: teacher-forced training with Adam, warmup + inverse square root,
+ * label smoothing and clipping; periodic evaluation, checkpoints (last and best), exact resume,
+ * Ctrl-C saves and exits, curves as SVG. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "metrics.h"
+#include "progress.h"
+#include "svg.h"
+#include "translate.h"
+
+typedef struct {
+    const char *train, *dev, *test, *out, *model;
+    int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
+        seed, threads, samples, beam, max_eval;
+    double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
+    bool chars, strict, resume, help;
+} train_opts;
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- evaluation: teacher-forced loss, greedy (or beam) exact match and BLEU ---- */
+
+typedef struct {
+    double loss, exact, bleu;
+    int64_t sentences;
+} eval_result;
+
+/* Evaluate on up to max_pairs pairs of d (0: all); prints `samples` translations to f. */
+static eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const tr_vocab *tgt_v,
+                            tr_tok_mode mode, int beam, int64_t max_pairs, int samples, FILE *f) {
+    eval_result r = {0};
+    char err[TR_ERR_SIZE];
+    tr_batcher b;
+    tr_batch bt;
+    if (tr_batcher_init(&b, d, 128, 0, false, err, sizeof err) != 0 || tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
+        fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
+        r.loss = NAN;
+        return r;
+    }
+    tr_batcher_set_epoch(&b, 0);
+    tr_bleu_stats bleu = {0};
+    double loss_sum = 0;
+    int64_t tokens = 0, W = 2 * (int64_t)b.max_tgt_len + 8;
+    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(128 * W));
+    bool grad = ag_set_grad_enabled(false);
+    ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
+    int shown = 0;
+    for (int64_t k = 0; k < b.nbatches && (max_pairs <= 0 || r.sentences < max_pairs); k++) {
+        tr_batcher_get(&b, d, k, &bt);
+        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Ls), bt.src);
+        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_in);
+        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_out);
+        loss_sum += ag_item(model_loss(model_forward(m, src, tin, false, 1.0, NULL), tout, 0.0)) * (double)bt.ntokens;
+        tokens += bt.ntokens;
+        model_translate(m, src, W, beam, 0.6, hyp);
+        for (int i = 0; i < bt.B; i++) {
+            const int64_t *h = hyp + i * W, *ref = bt.tgt_out + (int64_t)i * bt.Lt;
+            tr_bleu_add_ids(&bleu, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt));
+            if (f && shown < samples) {
+                char s[512], t[512], rf[512];
+                tr_vocab_decode(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
+                tr_vocab_decode(tgt_v, h, (int)W, mode, t, sizeof t);
+                tr_vocab_decode(tgt_v, ref, bt.Lt, mode, rf, sizeof rf);
+                if (strcmp(t, rf) == 0) fprintf(f, "  %s  ->  %s\n", s, t);
+                else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, t, rf);
+                shown++;
+            }
+        }
+        r.sentences += bt.B;
+        ag_arena_reset(arena);
+    }
+    ag_arena_use(prev);
+    ag_arena_free(arena);
+    ag_set_grad_enabled(grad);
+    free(hyp);
+    tr_batch_free(&bt);
+    tr_batcher_free(&b);
+    r.loss = tokens ? loss_sum / (double)tokens : NAN;
+    r.exact = tr_exact_match(&bleu);
+    r.bleu = tr_bleu_score(&bleu);
+    return r;
+}
+
+/* ---- curves ---- */
+
+typedef struct {
+    int n, cap;
+    double *step, *train_loss, *dev_loss, *dev_exact;
+} curves;
+
+static void curves_add(curves *c, double step, double tl, double dl, double acc) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->step = realloc(c->step, sizeof(double) * (size_t)c->cap);
+        c->train_loss = realloc(c->train_loss, sizeof(double) * (size_t)c->cap);
+        c->dev_loss = realloc(c->dev_loss, sizeof(double) * (size_t)c->cap);
+        c->dev_exact = realloc(c->dev_exact, sizeof(double) * (size_t)c->cap);
+    }
+    c->step[c->n] = step;
+    c->train_loss[c->n] = tl;
+    c->dev_loss[c->n] = dl;
+    c->dev_exact[c->n] = acc;
+    c->n++;
+}
+
+static void curves_write(const curves *c, const char *path) {
+    tr_svg_series s[3] = {{"train loss", c->step, c->train_loss, c->n, 0},
+                          {"dev loss", c->step, c->dev_loss, c->n, 0},
+                          {"dev exact match", c->step, c->dev_exact, c->n, 1}};
+    char err[TR_ERR_SIZE];
+    if (tr_svg_curves(path, "attograd-translate training", "step", "loss", "exact match", 3, s, err, sizeof err))
+        fprintf(stderr, "attograd-translate: %s\n", err);
+}
+
+static void curves_free(curves *c) {
+    free(c->step);
+    free(c->train_loss);
+    free(c->dev_loss);
+    free(c->dev_exact);
+}
+
+/* ---- checkpoints ---- */
+
+static bool save(const char *path, model *m, ag_optim *opt, ag_train_state *st) {
+    char msg[1024];
+    ag_ckpt_status s = ag_checkpoint_save(path, model_params(m), opt, st, NULL, msg, sizeof msg);
+    if (s != AG_CKPT_OK) fprintf(stderr, "attograd-translate: saving %s failed: %s\n", path, msg);
+    return s == AG_CKPT_OK;
+}
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static bool make_dir(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(path, 0777) != 0 && errno != EEXIST) return false;
+            *p = '/';
+        }
+    return mkdir(path, 0777) == 0 || errno == EEXIST;
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+    tr_corpus train_c, dev_c;
+    tr_vocab src, tgt;
+    tr_dataset all, train, dev;
+    tr_tok_mode mode;
+} corpora;
+
+static void corpora_free(corpora *c) {
+    tr_corpus_free(&c->train_c);
+    tr_corpus_free(&c->dev_c);
+    tr_vocab_free(&c->src);
+    tr_vocab_free(&c->tgt);
+    tr_dataset_free(&c->all);
+    tr_dataset_free(&c->train);
+    tr_dataset_free(&c->dev);
+}
+
+static bool read_corpus(tr_corpus *c, const char *path, const train_opts *o) {
+    char err[TR_ERR_SIZE], note[1024];
+    tr_read_opts ro = {.strict = o->strict};
+    if (tr_corpus_read(c, path, &ro, err, sizeof err) != 0) {
+        fprintf(stderr, "attograd-translate: %s\n", err);
+        return false;
+    }
+    if (tr_corpus_skip_summary(c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: %s: %s\n", path, note);
+    if (tr_corpus_note_summary(c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: note: %s\n", note);
+    return true;
+}
+
+/* Corpora and vocabularies: built from the training file, or taken from the checkpoint when
+ * resuming (so ids do not move). */
+static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed) {
+    char err[TR_ERR_SIZE];
+    c->mode = resumed ? resumed->mode : o->chars ? TR_CHARS : TR_WORDS;
+    if (!read_corpus(&c->train_c, o->train, o)) return false;
+    if (o->dev && !read_corpus(&c->dev_c, o->dev, o)) return false;
+    if (resumed) {
+        char *s = tr_vocab_to_string(&resumed->src), *t = tr_vocab_to_string(&resumed->tgt);
+        bool ok = s && t && tr_vocab_from_string(&c->src, s, "source vocabulary", err, sizeof err) == 0 &&
+                  tr_vocab_from_string(&c->tgt, t, "target vocabulary", err, sizeof err) == 0;
+        free(s);
+        free(t);
+        if (!ok) goto fail;
+    } else if (tr_vocab_build(&c->src, &c->train_c, TR_SIDE_SRC, c->mode, (int)o->min_count, err, sizeof err) ||
+               tr_vocab_build(&c->tgt, &c->train_c, TR_SIDE_TGT, c->mode, (int)o->min_count, err, sizeof err)) {
+        goto fail;
+    }
+    if (tr_dataset_build(&c->all, &c->train_c, &c->src, &c->tgt, c->mode, (int)o->max_len, err, sizeof err)) goto fail;
+    if (c->all.dropped)
+        fprintf(stderr, "attograd-translate: %s: %lld pairs longer than %lld tokens left out\n", o->train,
+                (long long)c->all.dropped, (long long)o->max_len);
+    if (o->dev) {
+        if (tr_dataset_build(&c->dev, &c->dev_c, &c->src, &c->tgt, c->mode, (int)o->max_len, err, sizeof err) ||
+            tr_dataset_split(&c->all, 0.0, 0, &c->train, NULL, err, sizeof err))
+            goto fail;
+    } else if (tr_dataset_split(&c->all, o->heldout, (uint64_t)o->seed, &c->train, &c->dev, err, sizeof err)) {
+        goto fail;
+    }
+    if (c->train.n == 0) {
+        snprintf(err, sizeof err, "%s: no training pairs left", o->train);
+        goto fail;
+    }
+    return true;
+fail:
+    fprintf(stderr, "attograd-translate: %s\n", err);
+    return false;
+}
+
+static int train_run(const train_opts *o) {
+    char msg[2048];
+    int status = 1;
+    if (!make_dir(o->out)) {
+        fprintf(stderr, "attograd-translate: cannot create directory %s: %s\n", o->out, strerror(errno));
+        return 1;
+    }
+    char *last_path = join(o->out, "last.h5"), *best_path = join(o->out, "best.h5");
+    char *curves_path = join(o->out, "curves.svg"), *attn_path = join(o->out, "attention.svg");
+    trained resumed = {0};
+    bool resuming = false;
+    if (o->resume) {
+        if (!trained_load(&resumed, last_path, msg, sizeof msg)) {
+            fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
+            goto out_paths;
+        }
+        resuming = true;
+    }
+    corpora c = {0};
+    if (!load_corpora(&c, o, resuming ? &resumed : NULL)) goto out_corpora;
+
+    model_config cfg = model_defaults(strcmp(o->model, "gru") == 0 ? MODEL_GRU : MODEL_TRANSFORMER, c.src.size, c.tgt.size);
+    cfg.d_model = o->d_model;
+    cfg.nhead = o->heads;
+    cfg.ff = o->ff;
+    if (o->layers) cfg.enc_layers = cfg.dec_layers = o->layers;
+    cfg.hidden = o->hidden;
+    cfg.dropout = o->dropout;
+    cfg.max_len = 2 * o->max_len + 8;
+    if (resuming) cfg = *model_cfg(resumed.m);
+    model *m = model_new(&cfg, AG_F32, (uint64_t)o->seed);
+    if (!m) goto out_corpora;
+    ag_optim *opt = ag_adam_new(model_params(m), o->lr, 0.9, 0.98, 1e-9, 0.0);
+    ag_train_state st = {0};
+    /* one generator for dropout and the GRU's teacher-forcing draws, saved in every checkpoint */
+    ag_rng train_rng = ag_rng_new((uint64_t)o->seed * 1000003 + 1);
+    if (resuming) {
+        if (ag_checkpoint_load(last_path, model_params(m), opt, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) {
+            fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
+            goto out_model;
+        }
+        ag_state_get_rng(&st, "train", &train_rng);
+        fprintf(stderr, "attograd-translate: resuming %s at step %lld (epoch %lld)\n", last_path,
+                (long long)st.global_step, (long long)st.epoch);
+    } else if (!config_store(&st, &cfg, &c.src, &c.tgt, c.mode, o->max_len, msg, sizeof msg)) {
+        fprintf(stderr, "attograd-translate: %s\n", msg);
+        goto out_model;
+    }
+    fprintf(stderr, "attograd-translate: %s model, %lld parameters; %lld training pairs, %lld dev pairs; vocabularies "
+                    "%d and %d tokens\n",
+            o->model, (long long)model_params(m)->numel, (long long)c.train.n, (long long)c.dev.n, c.src.size, c.tgt.size);
+
+    char err[TR_ERR_SIZE];
+    tr_batcher b;
+    tr_batch bt;
+    if (tr_batcher_init(&b, &c.train, (int)o->batch, (uint64_t)o->seed, true, err, sizeof err) ||
+        tr_batch_alloc(&bt, &b, err, sizeof err)) {
+        fprintf(stderr, "attograd-translate: %s\n", err);
+        goto out_model;
+    }
+    tr_batcher_set_epoch(&b, st.epoch);
+    struct sigaction sa = {.sa_handler = on_sigint};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    tr_progress prog;
+    tr_progress_init(&prog, stderr, o->steps);
+    curves cv = {0};
+    double best = -1, window_loss = 0, t0 = now();
+    int64_t window_n = 0;
+    ag_config_get_double(&st, "best_dev_exact", &best);
+    ag_arena *arena = ag_arena_new(1 << 22), *prev = ag_arena_use(arena);
+    bool stop = false;
+    while (st.global_step < o->steps && !interrupted && !stop) {
+        if (st.data_position >= b.nbatches) {
+            st.epoch++;
+            st.data_position = 0;
+            tr_batcher_set_epoch(&b, st.epoch);
+        }
+        tr_batcher_get(&b, &c.train, st.data_position, &bt);
+        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Ls), bt.src);
+        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_in);
+        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_out);
+        ag_params_zero_grad(model_params(m));
+        ag_tensor *loss = model_loss(model_forward(m, src, tin, true, o->teacher_forcing, &train_rng), tout,
+                                     o->label_smoothing);
+        ag_backward(loss, NULL);
+        if (o->clip > 0) ag_clip_grad_norm(model_params(m), o->clip);
+        opt->lr = ag_lr_warmup_inv_sqrt(st.global_step + 1, o->lr, o->warmup);
+        ag_optim_step(opt);
+        double l = ag_item(loss);
+        st.global_step++;
+        st.data_position++;
+        window_loss += l;
+        window_n++;
+        tr_progress_update(&prog, st.epoch, st.global_step, l, bt.ntokens, opt->lr);
+        ag_arena_reset(arena);
+
+        bool last = st.global_step == o->steps;
+        if (st.global_step % o->eval_every == 0 || last) {
+            tr_progress_message(&prog, "step %lld: evaluating on %lld dev pairs", (long long)st.global_step,
+                                (long long)(o->max_eval && o->max_eval < c.dev.n ? o->max_eval : c.dev.n));
+            eval_result r = evaluate(m, &c.dev, &c.src, &c.tgt, c.mode, 1, o->max_eval, (int)o->samples, stderr);
+            tr_progress_message(&prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f",
+                                (long long)st.global_step, window_loss / (double)window_n, r.loss, 100 * r.exact,
+                                100 * r.bleu);
+            curves_add(&cv, (double)st.global_step, window_loss / (double)window_n, r.loss, r.exact);
+            curves_write(&cv, curves_path);
+            window_loss = 0;
+            window_n = 0;
+            if (r.exact > best) {
+                best = r.exact;
+                ag_config_set_double(&st, "best_dev_exact", best);
+                ag_state_set_rng(&st, "train", &train_rng);
+                save(best_path, m, opt, &st);
+            }
+            if (o->stop_at > 0 && r.exact >= o->stop_at) {
+                tr_progress_message(&prog, "dev exact match reached %.2f%%: stopping", 100 * r.exact);
+                stop = true;
+            }
+        }
+        if (st.global_step % o->save_every == 0 || last || stop || interrupted) {
+            ag_state_set_rng(&st, "train", &train_rng);
+            save(last_path, m, opt, &st);
+        }
+    }
+    tr_progress_finish(&prog);
+    ag_arena_use(prev);
+    ag_arena_free(arena);
+    if (interrupted) {
+        fprintf(stderr, "attograd-translate: interrupted at step %lld; saved %s (continue with --resume)\n",
+                (long long)st.global_step, last_path);
+        status = 130;
+        goto out_loop;
+    }
+    fprintf(stderr, "attograd-translate: %lld steps in %.1f s\n", (long long)st.global_step, now() - t0);
+    status = 0;
+
+    /* the best checkpoint on the test file, with a few translations and a picture */
+    trained best_model;
+    if (!trained_load(&best_model, best_path, msg, sizeof msg)) {
+        fprintf(stderr, "attograd-translate: %s\n", msg);
+        status = 1;
+        goto out_loop;
+    }
+    if (o->test) {
+        tr_corpus tc = {0};
+        tr_dataset td = {0};
+        if (read_corpus(&tc, o->test, o) &&
+            tr_dataset_build(&td, &tc, &best_model.src, &best_model.tgt, c.mode, (int)o->max_len, err, sizeof err) == 0) {
+            printf("test (%s, %lld pairs), best checkpoint:\n", o->test, (long long)td.n);
+            eval_result r = evaluate(best_model.m, &td, &best_model.src, &best_model.tgt, c.mode, 1, 0, (int)o->samples,
+                                     stdout);
+            printf("test loss %.4f, greedy exact match %.2f%%, BLEU %.2f\n", r.loss, 100 * r.exact, 100 * r.bleu);
+        } else {
+            status = 1;
+        }
+        tr_dataset_free(&td);
+        tr_corpus_free(&tc);
+    }
+    if (c.dev.n > 0) { /* heatmap of the first dev sentence */
+        char s[1024];
+        tr_vocab_decode(&c.src, c.dev.ids + c.dev.src_start[0], c.dev.src_len[0], c.mode, s, sizeof s);
+        const char *in[1] = {s};
+        if (attention_svg(&best_model, s, attn_path, msg, sizeof msg)) printf("attention of \"%s\": %s\n", in[0], attn_path);
+        else fprintf(stderr, "attograd-translate: %s\n", msg);
+    }
+    printf("checkpoints: %s (best dev exact match %.2f%%), %s\ncurves: %s\n", best_path, 100 * best, last_path,
+           curves_path);
+    trained_free(&best_model);
+out_loop:
+    curves_free(&cv);
+    tr_batch_free(&bt);
+    tr_batcher_free(&b);
+out_model:
+    ag_optim_free(opt);
+    model_free(m);
+out_corpora:
+    corpora_free(&c);
+    trained_free(&resumed);
+out_paths:
+    free(last_path);
+    free(best_path);
+    free(curves_path);
+    free(attn_path);
+    return status;
+}
+
+static const char *TRAIN_USAGE =
+    "usage: attograd-translate train --train FILE [--dev FILE | --heldout F] [--test FILE] [options]\n"
+    "Trains with teacher forcing on a UTF-8 TSV corpus (source<TAB>target per line); writes\n"
+    "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/curves.svg and OUT/attention.svg.";
+
+int cmd_train(int argc, char **argv) {
+    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 3000, .batch = 64, .d_model = 128,
+                    .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
+                    .eval_every = 500, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
+                    .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
+                    .heldout = 0.05, .teacher_forcing = 1.0};
+    const opt_def defs[] = {
+        {"--train", OPT_STRING, &o.train, "FILE  training corpus (TSV)"},
+        {"--dev", OPT_STRING, &o.dev, "FILE  development corpus (default: --heldout of the training file)"},
+        {"--heldout", OPT_DOUBLE, &o.heldout, "F     fraction held out for development when no --dev (0.05)"},
+        {"--test", OPT_STRING, &o.test, "FILE  corpus evaluated with the best checkpoint at the end"},
+        {"--out", OPT_STRING, &o.out, "DIR   where checkpoints and pictures go (runs/translate)"},
+        {"--model", OPT_STRING, &o.model, "NAME  transformer or gru (transformer)"},
+        {"--steps", OPT_INT, &o.steps, "N     optimizer steps (3000)"},
+        {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
+        {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
+        {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (400)"},
+        {"--d-model", OPT_INT, &o.d_model, "N     embedding / model size (128)"},
+        {"--heads", OPT_INT, &o.heads, "N     attention heads (4)"},
+        {"--layers", OPT_INT, &o.layers, "N     encoder and decoder layers each (Transformer 2, GRU 1)"},
+        {"--ff", OPT_INT, &o.ff, "N     feed-forward size (512)"},
+        {"--hidden", OPT_INT, &o.hidden, "N     GRU hidden size (128)"},
+        {"--dropout", OPT_DOUBLE, &o.dropout, "P     dropout (0.1)"},
+        {"--label-smoothing", OPT_DOUBLE, &o.label_smoothing, "E     (0.1)"},
+        {"--clip", OPT_DOUBLE, &o.clip, "X     clip the gradient norm (1.0; 0 = off)"},
+        {"--teacher-forcing", OPT_DOUBLE, &o.teacher_forcing, "R     GRU: probability of feeding the reference (1.0)"},
+        {"--max-len", OPT_INT, &o.max_len, "N     drop pairs with a side longer than N tokens (64)"},
+        {"--min-count", OPT_INT, &o.min_count, "N     vocabulary: tokens seen at least N times (1)"},
+        {"--chars", OPT_FLAG, &o.chars, "      character-level tokens instead of words"},
+        {"--strict", OPT_FLAG, &o.strict, "      stop at the first bad corpus line instead of skipping it"},
+        {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (500)"},
+        {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs decoded per evaluation (1000; 0 = all)"},
+        {"--save-every", OPT_INT, &o.save_every, "N     write OUT/last.h5 every N steps (500)"},
+        {"--samples", OPT_INT, &o.samples, "N     sample translations shown per evaluation (3)"},
+        {"--stop-at", OPT_DOUBLE, &o.stop_at, "A     stop once dev exact match reaches A (off)"},
+        {"--seed", OPT_INT, &o.seed, "N     (1)"},
+        {"--threads", OPT_INT, &o.threads, "N     threads (default: all cores)"},
+        {"--resume", OPT_FLAG, &o.resume, "      continue exactly from OUT/last.h5"},
+        {"--help", OPT_FLAG, &o.help, "      this text"},
+        {NULL, 0, NULL, NULL},
+    };
+    const char *pos[1];
+    int npos;
+    if (!opts_parse(argc, argv, 2, defs, TRAIN_USAGE, pos, 0, &npos)) return 2;
+    if (o.help) {
+        opts_usage(stdout, TRAIN_USAGE, defs);
+        return 0;
+    }
+    const char *bad = NULL;
+    if (!o.train) bad = "--train FILE is required";
+    else if (strcmp(o.model, "transformer") != 0 && strcmp(o.model, "gru") != 0) bad = "--model is transformer or gru";
+    else if (o.steps < 1 || o.batch < 1 || o.d_model < 1 || o.heads < 1 || o.layers < 0 || o.ff < 1 || o.hidden < 1 ||
+             o.max_len < 2 || o.min_count < 1 || o.eval_every < 1 || o.save_every < 1 || o.warmup < 1 || o.samples < 0 ||
+             o.threads < 0 || o.max_eval < 0)
+        bad = "sizes, counts and intervals must be positive";
+    else if (o.d_model % o.heads != 0) bad = "--d-model must be a multiple of --heads";
+    else if (o.lr <= 0 || o.dropout < 0 || o.dropout >= 1 || o.label_smoothing < 0 || o.label_smoothing > 1 ||
+             o.clip < 0 || o.heldout < 0 || o.heldout >= 1 || o.teacher_forcing < 0 || o.teacher_forcing > 1)
+        bad = "--lr > 0, --dropout in [0,1), --label-smoothing, --teacher-forcing in [0,1], --heldout in [0,1)";
+    if (bad) {
+        fprintf(stderr, "attograd-translate train: %s\n", bad);
+        opts_usage(stderr, TRAIN_USAGE, defs);
+        return 2;
+    }
+    if (o.threads > 0) omp_set_num_threads((int)o.threads);
+    return train_run(&o);
+}
