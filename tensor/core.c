@@ -149,6 +149,7 @@ void ag_arena_reset(ag_arena *a) {
 void *ag_arena_alloc(ag_arena *a, size_t bytes) {
     bytes = (bytes + 63) & ~(size_t)63;
     block *b = a->cur;
+    while (b->used + bytes > b->size && b->next) b = a->cur = b->next; /* blocks kept by a rewind */
     if (b->used + bytes > b->size) {
         size_t size = b->size * 2 > bytes ? b->size * 2 : bytes;
         b->next = block_new(size);
@@ -161,6 +162,16 @@ void *ag_arena_alloc(ag_arena *a, size_t bytes) {
 }
 
 size_t ag_arena_used(const ag_arena *a) { return a->total_used; }
+
+ag_arena_mark ag_arena_get_mark(const ag_arena *a) { return (ag_arena_mark){a->cur, a->cur->used, a->total_used}; }
+
+void ag_arena_rewind(ag_arena *a, ag_arena_mark m) {
+    block *b = m.block;
+    b->used = m.used;
+    for (block *n = b->next; n; n = n->next) n->used = 0; /* later blocks stay for reuse */
+    a->cur = b;
+    a->total_used = m.total;
+}
 
 static ag_arena *current_arena, *default_arena;
 

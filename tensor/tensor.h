@@ -69,6 +69,11 @@ void ag_arena_reset(ag_arena *a);
 /* 64-byte aligned, uninitialised. Aborts on out-of-memory. */
 void *ag_arena_alloc(ag_arena *a, size_t bytes);
 size_t ag_arena_used(const ag_arena *a);
+/* A position in an arena, and going back to it: everything allocated after the mark is
+ * forgotten (for loops inside a step, e.g. decoding one token at a time). */
+typedef struct { void *block; size_t used, total; } ag_arena_mark;
+ag_arena_mark ag_arena_get_mark(const ag_arena *a);
+void ag_arena_rewind(ag_arena *a, ag_arena_mark m);
 /* Make a the current arena for all tensor allocation; returns the previous one. */
 ag_arena *ag_arena_use(ag_arena *a);
 /* The current arena (a process-wide default one is created on first use). */

@@ -476,6 +476,28 @@ static void test_error_handler_is_replaceable_and_last_error_is_kept(void **stat
 
 #define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
+/* Rewinding to a mark forgets what came after it and reuses the same memory, including blocks
+ * that had to be added past the first, with no new heap allocation. */
+static void test_arena_rewind_reuses_memory_after_the_mark(void **state) {
+    (void)state;
+    ag_arena *a = ag_arena_new(4096);
+    void *keep = ag_arena_alloc(a, 1000);
+    ag_arena_mark m = ag_arena_get_mark(a);
+    size_t used = ag_arena_used(a);
+    void *first = ag_arena_alloc(a, 3000);
+    ag_arena_alloc(a, 20000); /* past the first block */
+    uint64_t allocs = ag_alloc_count();
+    for (int i = 0; i < 5; i++) {
+        ag_arena_rewind(a, m);
+        assert_int_equal(ag_arena_used(a), used);
+        assert_ptr_equal(ag_arena_alloc(a, 3000), first);
+        ag_arena_alloc(a, 20000);
+    }
+    assert_int_equal(ag_alloc_count(), allocs);
+    assert_non_null(keep);
+    ag_arena_free(a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_empty_has_contiguous_strides_and_requested_shape),
@@ -510,6 +532,7 @@ int main(void) {
         T(test_item_on_multi_element_tensor_is_reported),
         T(test_index_out_of_range_is_reported),
         T(test_error_handler_is_replaceable_and_last_error_is_kept),
+            cmocka_unit_test(test_arena_rewind_reuses_memory_after_the_mark),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

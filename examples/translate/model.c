@@ -199,14 +199,19 @@ static double length_penalty(int64_t len, double alpha) { return alpha == 0 ? 1.
  * <eos>) is carried on unchanged with its score; the best beam by score / length penalty wins. */
 void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double alpha, int64_t *out) {
     bool grad = ag_set_grad_enabled(false);
-    int64_t B = src->shape[0], V = m->cfg.tgt_vocab, K = beam > 1 ? beam : 1, R = B * K;
+    int64_t B = src->shape[0], V = m->cfg.tgt_vocab, K = beam > 1 ? beam : 1, R = B * K, stride = max_len;
+    memset(out, 0, sizeof(int64_t) * (size_t)(B * stride));
+    /* no translation runs longer than twice its source and a little (nor the positions) */
+    if (max_len > 2 * src->shape[1] + 8) max_len = 2 * src->shape[1] + 8;
     if (max_len > m->cfg.max_len - 1) max_len = m->cfg.max_len - 1;
-    memset(out, 0, sizeof(int64_t) * (size_t)(B * max_len));
 
     /* every sentence repeated K times: rows b*K .. b*K+K-1 */
     ag_tensor *rows = ag_empty(AG_I64, AG_SHAPE(R));
     for (int64_t r = 0; r < R; r++) ((int64_t *)rows->data)[r] = r / K;
     encoded e = encode(m, ag_index_select(src, 0, rows), false, NULL);
+    /* each step's tensors are dropped once its log-probabilities are read */
+    ag_arena *arena = ag_arena_current();
+    ag_arena_mark mark = ag_arena_get_mark(arena);
 
     /* beams: tokens (R, W) starting with <bos>; score; generated length; finished */
     int64_t W = max_len + 1;
@@ -227,6 +232,7 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
         ag_tensor *ys = ag_empty(AG_I64, AG_SHAPE(R, t));
         for (int64_t r = 0; r < R; r++) memcpy((int64_t *)ys->data + r * t, tok + r * W, sizeof(int64_t) * (size_t)t);
         next_logprobs(m, ys, &e, lp);
+        ag_arena_rewind(arena, mark);
         for (int64_t b = 0; b < B; b++) {
             int64_t n = 0;
             for (int64_t r = b * K; r < b * K + K; r++) {
@@ -272,7 +278,7 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
         }
         for (int64_t i = 0; i < max_len; i++) {
             int64_t v = tok[best * W + 1 + i];
-            out[b * max_len + i] = v;
+            out[b * stride + i] = v;
             if (v == EOS_ID || v == PAD_ID) break;
         }
     }
