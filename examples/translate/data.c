@@ -1,6 +1,7 @@
-/* TSV corpora, tokenisation, vocabularies, encoded pairs and length-bucketed batches.
+/* TSV corpora, tokenisation and vocabularies (encoded pairs and batches: batch.c).
  * Everything here reports failures as a status plus a message; nothing aborts. */
 #include "data.h"
+#include "data_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +14,8 @@
 
 #include "tensor/tensor.h"
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errsz, const char *fmt, ...) {
+/* the message into err; returns -1 (declared in data_internal.h) */
+int tr__fail(char *err, size_t errsz, const char *fmt, ...) {
     if (err && errsz) {
         va_list ap;
         va_start(ap, fmt);
@@ -137,12 +139,12 @@ int tr_corpus_read(tr_corpus *c, const char *path, const tr_read_opts *opts, cha
     size_t maxb = opts && opts->max_line_bytes ? opts->max_line_bytes : 4096;
     bool strict = opts && opts->strict;
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errsz, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return tr__fail(err, errsz, "%s: cannot open: %s", path, strerror(errno));
     char *buf = malloc(maxb + 2);
     int64_t *off = NULL;
     int rc = -1;
     if (!buf) {
-        fail(err, errsz, "%s: out of memory", path);
+        tr__fail(err, errsz, "%s: out of memory", path);
         goto done;
     }
     size_t total = 0;
@@ -157,7 +159,7 @@ int tr_corpus_read(tr_corpus *c, const char *path, const tr_read_opts *opts, cha
         }
         if (ch == '\n') total++;
         if (ferror(f)) {
-            fail(err, errsz, "%s: read error: %s", path, strerror(errno));
+            tr__fail(err, errsz, "%s: read error: %s", path, strerror(errno));
             goto done;
         }
         if (ch == EOF && len == 0 && !longer) break;
@@ -182,32 +184,32 @@ int tr_corpus_read(tr_corpus *c, const char *path, const tr_read_opts *opts, cha
         }
         if (kind >= 0) {
             if (strict) {
-                fail(err, errsz, "%s:%lld: %s", path, (long long)lineno, why);
+                tr__fail(err, errsz, "%s:%lld: %s", path, (long long)lineno, why);
                 goto done;
             }
             if (c->bad_count[kind]++ == 0)
                 snprintf(c->first_bad[kind], sizeof c->first_bad[kind], "%s:%lld: %s", path, (long long)lineno, why);
             c->skipped++;
         } else if (!add_pair(c, &off, buf, len, lineno)) {
-            fail(err, errsz, "%s:%lld: out of memory", path, (long long)lineno);
+            tr__fail(err, errsz, "%s:%lld: out of memory", path, (long long)lineno);
             goto done;
         }
         if (ch == EOF) break;
     }
     if (total == 0) {
-        fail(err, errsz, "%s: file is empty", path);
+        tr__fail(err, errsz, "%s: file is empty", path);
         goto done;
     }
     if (c->n == 0) {
         char s[TR_ERR_SIZE];
         tr_corpus_skip_summary(c, s, sizeof s);
-        fail(err, errsz, "%s: no valid pairs (%s)", path, s);
+        tr__fail(err, errsz, "%s: no valid pairs (%s)", path, s);
         goto done;
     }
     c->src = malloc((size_t)c->n * sizeof(char *));
     c->tgt = malloc((size_t)c->n * sizeof(char *));
     if (!c->src || !c->tgt) {
-        fail(err, errsz, "%s: out of memory", path);
+        tr__fail(err, errsz, "%s: out of memory", path);
         goto done;
     }
     for (int64_t i = 0; i < c->n; i++) c->src[i] = c->text + off[2 * i], c->tgt[i] = c->text + off[2 * i + 1];
@@ -389,7 +391,7 @@ static int vocab_make(tr_vocab *v, int n, const tr_span *toks, const char *name,
     v->slot = malloc((size_t)v->nslot * sizeof(int32_t));
     if (!v->text || !v->token || !v->slot) {
         tr_vocab_free(v);
-        return fail(err, errsz, "%s: out of memory", name);
+        return tr__fail(err, errsz, "%s: out of memory", name);
     }
     memset(v->slot, 0xff, (size_t)v->nslot * sizeof(int32_t));
     char *p = v->text;
@@ -402,7 +404,7 @@ static int vocab_make(tr_vocab *v, int n, const tr_span *toks, const char *name,
         if (*slot >= 0) {
             int prev = *slot;
             tr_vocab_free(v);
-            return fail(err, errsz, "%s:%d: duplicate token '%.*s' (also line %d)", name, i + 1,
+            return tr__fail(err, errsz, "%s:%d: duplicate token '%.*s' (also line %d)", name, i + 1,
                         toks[i].len > 60 ? 60 : toks[i].len, toks[i].s, prev + 1);
         }
         *slot = i;
@@ -479,7 +481,7 @@ int tr_vocab_build(tr_vocab *v, const tr_corpus *c, int sides, tr_tok_mode mode,
     rc = vocab_make(v, k, list, name, err, errsz);
     goto done;
 oom:
-    fail(err, errsz, "%s: out of memory building the vocabulary", name);
+    tr__fail(err, errsz, "%s: out of memory building the vocabulary", name);
 done:
     free(tc);
     free(slot);
@@ -514,11 +516,11 @@ int tr_vocab_from_string(tr_vocab *v, const char *s, const char *name, char *err
     memset(v, 0, sizeof *v);
     size_t n = strlen(s);
     if (n && s[n - 1] == '\n') n--;
-    if (n == 0) return fail(err, errsz, "%s: empty vocabulary", name);
+    if (n == 0) return tr__fail(err, errsz, "%s: empty vocabulary", name);
     int count = 1;
     for (size_t i = 0; i < n; i++) count += s[i] == '\n';
     tr_span *list = malloc((size_t)count * sizeof *list);
-    if (!list) return fail(err, errsz, "%s: out of memory", name);
+    if (!list) return tr__fail(err, errsz, "%s: out of memory", name);
     int k = 0;
     for (size_t i = 0; i <= n; k++) {
         const char *e = memchr(s + i, '\n', n - i);
@@ -538,9 +540,9 @@ int tr_vocab_from_string(tr_vocab *v, const char *s, const char *name, char *err
         }
         if (list[k].len == 0) bad = "empty token";
         int rc = 0;
-        if (bad) rc = fail(err, errsz, "%s:%d: %s", name, k + 1, bad);
+        if (bad) rc = tr__fail(err, errsz, "%s:%d: %s", name, k + 1, bad);
         else if (k < TR_NUM_SPECIALS && !span_is(list[k], (const char *const[]){specials[k], NULL}))
-            rc = fail(err, errsz, "%s:%d: expected the special token %s as id %d, found '%.*s'", name, k + 1,
+            rc = tr__fail(err, errsz, "%s:%d: expected the special token %s as id %d, found '%.*s'", name, k + 1,
                       specials[k], k, list[k].len > 60 ? 60 : list[k].len, list[k].s);
         if (rc) {
             free(list);
@@ -549,7 +551,7 @@ int tr_vocab_from_string(tr_vocab *v, const char *s, const char *name, char *err
     }
     if (count < TR_NUM_SPECIALS) {
         free(list);
-        return fail(err, errsz, "%s: %d lines, expected at least the %d special tokens", name, count, TR_NUM_SPECIALS);
+        return tr__fail(err, errsz, "%s: %d lines, expected at least the %d special tokens", name, count, TR_NUM_SPECIALS);
     }
     int rc = vocab_make(v, count, list, name, err, errsz);
     free(list);
@@ -558,7 +560,7 @@ int tr_vocab_from_string(tr_vocab *v, const char *s, const char *name, char *err
 
 int tr_vocab_save(const tr_vocab *v, const char *path, char *err, size_t errsz) {
     char *s = tr_vocab_to_string(v);
-    if (!s) return fail(err, errsz, "%s: out of memory", path);
+    if (!s) return tr__fail(err, errsz, "%s: out of memory", path);
     size_t n = strlen(s);
     s[n] = '\n'; /* the terminator's byte becomes the final newline */
     int rc = tr_write_atomic(path, s, n + 1, err, errsz);
@@ -569,7 +571,7 @@ int tr_vocab_save(const tr_vocab *v, const char *path, char *err, size_t errsz) 
 int tr_vocab_load(tr_vocab *v, const char *path, char *err, size_t errsz) {
     memset(v, 0, sizeof *v);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errsz, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return tr__fail(err, errsz, "%s: cannot open: %s", path, strerror(errno));
     char *s = NULL;
     int64_t cap = 0, n = 0;
     size_t got;
@@ -577,15 +579,15 @@ int tr_vocab_load(tr_vocab *v, const char *path, char *err, size_t errsz) {
         if (!grow((void **)&s, &cap, n + 65536 + 1, 1)) {
             fclose(f);
             free(s);
-            return fail(err, errsz, "%s: out of memory", path);
+            return tr__fail(err, errsz, "%s: out of memory", path);
         }
         got = fread(s + n, 1, 65536, f);
         n += (int64_t)got;
     } while (got > 0);
     int rc;
-    if (ferror(f)) rc = fail(err, errsz, "%s: read error: %s", path, strerror(errno));
-    else if (memchr(s, 0, (size_t)n)) rc = fail(err, errsz, "%s: NUL byte in a vocabulary file", path);
-    else if (n == 0) rc = fail(err, errsz, "%s: file is empty", path);
+    if (ferror(f)) rc = tr__fail(err, errsz, "%s: read error: %s", path, strerror(errno));
+    else if (memchr(s, 0, (size_t)n)) rc = tr__fail(err, errsz, "%s: NUL byte in a vocabulary file", path);
+    else if (n == 0) rc = tr__fail(err, errsz, "%s: file is empty", path);
     else s[n] = 0, rc = tr_vocab_from_string(v, s, path, err, errsz);
     fclose(f);
     free(s);
@@ -617,323 +619,4 @@ int tr_ids_len(const int64_t *ids, int n) {
     int i = 0;
     while (i < n && ids[i] != TR_EOS && ids[i] != TR_PAD) i++;
     return i;
-}
-
-/* ---- encoded pairs ----------------------------------------------------------------------- */
-
-void tr_dataset_free(tr_dataset *d) {
-    free(d->ids);
-    free(d->src_start);
-    free(d->tgt_start);
-    free(d->src_len);
-    free(d->tgt_len);
-    free(d->line);
-    memset(d, 0, sizeof *d);
-}
-
-static bool dataset_alloc(tr_dataset *d, int64_t n, int64_t nids) {
-    size_t m = n ? (size_t)n : 1;
-    d->n = n;
-    d->ids = malloc((nids ? (size_t)nids : 1) * sizeof(int64_t));
-    d->src_start = malloc(m * sizeof(int64_t));
-    d->tgt_start = malloc(m * sizeof(int64_t));
-    d->src_len = malloc(m * sizeof(int32_t));
-    d->tgt_len = malloc(m * sizeof(int32_t));
-    d->line = malloc(m * sizeof(int64_t));
-    return d->ids && d->src_start && d->tgt_start && d->src_len && d->tgt_len && d->line;
-}
-
-int tr_dataset_build(tr_dataset *d, const tr_corpus *c, const tr_vocab *src_vocab, const tr_vocab *tgt_vocab,
-                     tr_tok_mode mode, int max_len, char *err, size_t errsz) {
-    memset(d, 0, sizeof *d);
-    const char *name = c->path ? c->path : "corpus";
-    int64_t keep = 0, nids = 0;
-    for (int64_t i = 0; i < c->n; i++) { /* first pass: sizes */
-        int64_t ls = (int64_t)tr_vocab_encode(src_vocab, c->src[i], mode, NULL, 0) + 1;
-        int64_t lt = (int64_t)tr_vocab_encode(tgt_vocab, c->tgt[i], mode, NULL, 0) + 1;
-        if (max_len > 0 && (ls > max_len || lt > max_len)) continue;
-        keep++;
-        nids += ls + lt;
-    }
-    if (keep == 0)
-        return fail(err, errsz,
-                    "%s: none of the %lld pairs has at most %d tokens on both sides (raise the length limit)", name,
-                    (long long)c->n, max_len);
-    if (!dataset_alloc(d, keep, nids)) {
-        tr_dataset_free(d);
-        return fail(err, errsz, "%s: out of memory encoding the corpus", name);
-    }
-    int64_t k = 0, at = 0;
-    for (int64_t i = 0; i < c->n; i++) {
-        int ls = tr_vocab_encode(src_vocab, c->src[i], mode, NULL, 0) + 1;
-        int lt = tr_vocab_encode(tgt_vocab, c->tgt[i], mode, NULL, 0) + 1;
-        if (max_len > 0 && (ls > max_len || lt > max_len)) {
-            d->dropped++;
-            continue;
-        }
-        d->src_start[k] = at;
-        tr_vocab_encode(src_vocab, c->src[i], mode, d->ids + at, ls);
-        d->ids[at + ls - 1] = TR_EOS;
-        at += ls;
-        d->tgt_start[k] = at;
-        tr_vocab_encode(tgt_vocab, c->tgt[i], mode, d->ids + at, lt);
-        d->ids[at + lt - 1] = TR_EOS;
-        at += lt;
-        d->src_len[k] = ls;
-        d->tgt_len[k] = lt;
-        d->line[k++] = c->line[i];
-    }
-    return 0;
-}
-
-/* out = the pairs of d flagged (or not) in pick, in d's order */
-static bool dataset_pick(const tr_dataset *d, const bool *pick, bool want, tr_dataset *out) {
-    int64_t n = 0, nids = 0;
-    for (int64_t i = 0; i < d->n; i++)
-        if (pick[i] == want) n++, nids += d->src_len[i] + d->tgt_len[i];
-    memset(out, 0, sizeof *out);
-    if (!dataset_alloc(out, n, nids)) return false;
-    int64_t k = 0, at = 0;
-    for (int64_t i = 0; i < d->n; i++) {
-        if (pick[i] != want) continue;
-        memcpy(out->ids + at, d->ids + d->src_start[i], (size_t)d->src_len[i] * sizeof(int64_t));
-        out->src_start[k] = at;
-        at += d->src_len[i];
-        memcpy(out->ids + at, d->ids + d->tgt_start[i], (size_t)d->tgt_len[i] * sizeof(int64_t));
-        out->tgt_start[k] = at;
-        at += d->tgt_len[i];
-        out->src_len[k] = d->src_len[i];
-        out->tgt_len[k] = d->tgt_len[i];
-        out->line[k++] = d->line[i];
-    }
-    return true;
-}
-
-/* Fisher-Yates shuffle of a[0..n) with uniforms drawn from r (n-1 of them, one at a time so the
- * caller needs no scratch memory) */
-static void shuffle(int64_t *a, int64_t n, ag_rng *r) {
-    for (int64_t i = n - 1; i > 0; i--) {
-        double u;
-        ag_rng_uniform_f64(r, 1, &u);
-        int64_t j = (int64_t)(u * (double)(i + 1));
-        if (j > i) j = i;
-        int64_t t = a[i];
-        a[i] = a[j];
-        a[j] = t;
-    }
-}
-
-int tr_dataset_split(const tr_dataset *all, double fraction, uint64_t seed, tr_dataset *train, tr_dataset *held,
-                     char *err, size_t errsz) {
-    tr_dataset unused;
-    if (!held) held = &unused; /* the caller only wants the training part */
-    memset(train, 0, sizeof *train);
-    memset(held, 0, sizeof *held);
-    if (!(fraction >= 0 && fraction < 1)) return fail(err, errsz, "held-out fraction %g is not in [0, 1)", fraction);
-    int64_t nh = (int64_t)(fraction * (double)all->n + 0.5);
-    if (nh >= all->n)
-        return fail(err, errsz, "holding out %lld of %lld pairs leaves none to train on", (long long)nh,
-                    (long long)all->n);
-    int64_t *idx = malloc((size_t)all->n * sizeof(int64_t));
-    bool *pick = calloc((size_t)all->n, 1);
-    int rc = -1;
-    if (idx && pick) {
-        for (int64_t i = 0; i < all->n; i++) idx[i] = i;
-        ag_rng r = ag_rng_new(seed ^ 0x5be1d5eedull); /* not the batcher's stream for the same seed */
-        shuffle(idx, all->n, &r);
-        for (int64_t i = 0; i < nh; i++) pick[idx[i]] = true;
-        if (dataset_pick(all, pick, false, train) && dataset_pick(all, pick, true, held)) rc = 0;
-    }
-    free(idx);
-    free(pick);
-    if (rc) {
-        tr_dataset_free(train);
-        tr_dataset_free(held);
-        return fail(err, errsz, "out of memory splitting %lld pairs", (long long)all->n);
-    }
-    train->dropped = all->dropped;
-    if (held == &unused) tr_dataset_free(&unused);
-    return 0;
-}
-
-/* ---- batches ----------------------------------------------------------------------------- */
-
-typedef struct {
-    int32_t ls, lt;
-    double key;
-    int64_t i;
-} len_key;
-
-static int by_length(const void *pa, const void *pb) {
-    const len_key *a = pa, *b = pb;
-    if (a->ls != b->ls) return a->ls < b->ls ? -1 : 1;
-    if (a->lt != b->lt) return a->lt < b->lt ? -1 : 1;
-    if (a->key != b->key) return a->key < b->key ? -1 : 1;
-    return (a->i > b->i) - (a->i < b->i);
-}
-
-void tr_batcher_free(tr_batcher *b) {
-    free(b->order);
-    free(b->start);
-    free(b->size);
-    free(b->perm);
-    memset(b, 0, sizeof *b);
-}
-
-int tr_batcher_init(tr_batcher *b, const tr_dataset *d, int batch_size, uint64_t seed, bool shuffle_, char *err,
-                    size_t errsz) {
-    memset(b, 0, sizeof *b);
-    if (batch_size < 1) return fail(err, errsz, "batch size %d: must be at least 1", batch_size);
-    if (d->n < 1) return fail(err, errsz, "no pairs to make batches of");
-    int64_t n = d->n, nb = (n + batch_size - 1) / batch_size;
-    len_key *lk = malloc((size_t)n * sizeof *lk);
-    double *u = malloc((size_t)n * sizeof(double));
-    b->order = malloc((size_t)n * sizeof(int64_t));
-    b->start = malloc((size_t)nb * sizeof(int64_t));
-    b->size = malloc((size_t)nb * sizeof(int32_t));
-    b->perm = malloc((size_t)nb * sizeof(int64_t));
-    if (!lk || !u || !b->order || !b->start || !b->size || !b->perm) {
-        free(lk);
-        free(u);
-        tr_batcher_free(b);
-        return fail(err, errsz, "out of memory making %lld batches", (long long)nb);
-    }
-    /* tie keys use counters [0, n) of the seed's stream; epoch orders use [(e+1)·2^32, ...) */
-    ag_rng r = ag_rng_new(seed);
-    ag_rng_uniform_f64(&r, n, u);
-    for (int64_t i = 0; i < n; i++) lk[i] = (len_key){d->src_len[i], d->tgt_len[i], u[i], i};
-    qsort(lk, (size_t)n, sizeof *lk, by_length);
-    for (int64_t i = 0; i < n; i++) {
-        b->order[i] = lk[i].i;
-        if (lk[i].ls > b->max_src_len) b->max_src_len = lk[i].ls;
-        if (lk[i].lt > b->max_tgt_len) b->max_tgt_len = lk[i].lt;
-    }
-    for (int64_t k = 0; k < nb; k++) {
-        b->start[k] = k * batch_size;
-        b->size[k] = (int32_t)(n - b->start[k] < batch_size ? n - b->start[k] : batch_size);
-    }
-    free(lk);
-    free(u);
-    b->nbatches = nb;
-    b->batch_size = batch_size;
-    b->seed = seed;
-    b->shuffle = shuffle_;
-    tr_batcher_set_epoch(b, 0);
-    return 0;
-}
-
-void tr_batcher_set_epoch(tr_batcher *b, int64_t epoch) {
-    for (int64_t k = 0; k < b->nbatches; k++) b->perm[k] = k;
-    b->epoch = epoch;
-    if (!b->shuffle) return;
-    ag_rng r = ag_rng_new(b->seed);
-    r.counter = ((uint64_t)epoch + 1) << 32;
-    shuffle(b->perm, b->nbatches, &r);
-}
-
-void tr_batch_free(tr_batch *bt) {
-    free(bt->src);
-    free(bt->tgt_in);
-    free(bt->tgt_out);
-    free(bt->src_len);
-    free(bt->tgt_len);
-    free(bt->index);
-    memset(bt, 0, sizeof *bt);
-}
-
-int tr_batch_alloc(tr_batch *bt, const tr_batcher *b, char *err, size_t errsz) {
-    memset(bt, 0, sizeof *bt);
-    size_t B = (size_t)b->batch_size;
-    bt->src = malloc(B * (size_t)b->max_src_len * sizeof(int64_t));
-    bt->tgt_in = malloc(B * (size_t)b->max_tgt_len * sizeof(int64_t));
-    bt->tgt_out = malloc(B * (size_t)b->max_tgt_len * sizeof(int64_t));
-    bt->src_len = malloc(B * sizeof(int32_t));
-    bt->tgt_len = malloc(B * sizeof(int32_t));
-    bt->index = malloc(B * sizeof(int64_t));
-    if (!bt->src || !bt->tgt_in || !bt->tgt_out || !bt->src_len || !bt->tgt_len || !bt->index) {
-        tr_batch_free(bt);
-        return fail(err, errsz, "out of memory for a batch of %d", b->batch_size);
-    }
-    bt->cap_B = b->batch_size;
-    bt->cap_Ls = b->max_src_len;
-    bt->cap_Lt = b->max_tgt_len;
-    return 0;
-}
-
-int tr_batcher_get(const tr_batcher *b, const tr_dataset *d, int64_t step, tr_batch *bt) {
-    bt->B = bt->Ls = bt->Lt = 0;
-    bt->ntokens = 0;
-    if (step < 0 || step >= b->nbatches) return -1;
-    int64_t k = b->perm[step];
-    const int64_t *pairs = b->order + b->start[k];
-    int B = b->size[k], Ls = 0, Lt = 0;
-    for (int r = 0; r < B; r++) {
-        if (d->src_len[pairs[r]] > Ls) Ls = d->src_len[pairs[r]];
-        if (d->tgt_len[pairs[r]] > Lt) Lt = d->tgt_len[pairs[r]];
-    }
-    if (B > bt->cap_B || Ls > bt->cap_Ls || Lt > bt->cap_Lt) return -1;
-    for (int r = 0; r < B; r++) {
-        int64_t p = pairs[r];
-        int ls = d->src_len[p], lt = d->tgt_len[p];
-        const int64_t *s = d->ids + d->src_start[p], *t = d->ids + d->tgt_start[p];
-        int64_t *src = bt->src + (size_t)r * Ls, *in = bt->tgt_in + (size_t)r * Lt, *out = bt->tgt_out + (size_t)r * Lt;
-        for (int j = 0; j < Ls; j++) src[j] = j < ls ? s[j] : TR_PAD;
-        for (int j = 0; j < Lt; j++) {
-            in[j] = j == 0 ? TR_BOS : j < lt ? t[j - 1] : TR_PAD;
-            out[j] = j < lt ? t[j] : TR_PAD;
-        }
-        bt->src_len[r] = ls;
-        bt->tgt_len[r] = lt;
-        bt->index[r] = p;
-        bt->ntokens += lt;
-    }
-    bt->B = B;
-    bt->Ls = Ls;
-    bt->Lt = Lt;
-    return 0;
-}
-
-/* ---- files ------------------------------------------------------------------------------- */
-
-int tr_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errsz) {
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 16);
-    if (!tmp) return fail(err, errsz, "%s: out of memory", path);
-    snprintf(tmp, pl + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return fail(err, errsz, "%s: cannot create a temporary file next to it: %s", path, strerror(e));
-    }
-    mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual permissions */
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
-    const char *p = data;
-    size_t left = len;
-    int e = 0;
-    while (left > 0 && !e) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno != EINTR) e = errno;
-        else if (w > 0) p += w, left -= (size_t)w;
-    }
-    if (!e && fsync(fd) != 0) e = errno;
-    if (close(fd) != 0 && !e) e = errno;
-    if (!e && rename(tmp, path) != 0) e = errno;
-    if (e) {
-        unlink(tmp);
-        free(tmp);
-        return fail(err, errsz, "%s: write failed: %s", path, strerror(e));
-    }
-    free(tmp);
-    /* make the rename itself durable */
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path + 1) : 1, slash ? path : ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
 }
