@@ -121,7 +121,7 @@ static void curves_add(curves *c, double step, double tl, double dl, double acc)
 }
 
 static void curves_write(const curves *c, const char *path) {
-    tr_svg_series s[3] = {{"train loss", c->step, c->train_loss, c->n, 0},
+    tr_svg_series s[3] = {{"train loss (label-smoothed, dropout)", c->step, c->train_loss, c->n, 0},
                           {"dev loss", c->step, c->dev_loss, c->n, 0},
                           {"dev exact match", c->step, c->dev_exact, c->n, 1}};
     char err[TR_ERR_SIZE];
@@ -170,6 +170,7 @@ typedef struct {
     tr_corpus train_c, dev_c;
     tr_vocab src, tgt;
     tr_dataset all, train, dev;
+    tr_dataset dev_eval, dev_rest; /* a fixed random subset of dev when --max-eval is smaller */
     tr_tok_mode mode;
 } corpora;
 
@@ -181,6 +182,8 @@ static void corpora_free(corpora *c) {
     tr_dataset_free(&c->all);
     tr_dataset_free(&c->train);
     tr_dataset_free(&c->dev);
+    tr_dataset_free(&c->dev_eval);
+    tr_dataset_free(&c->dev_rest);
 }
 
 static bool read_corpus(tr_corpus *c, const char *path, const train_opts *o) {
@@ -227,6 +230,14 @@ static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed
     if (c->train.n == 0) {
         snprintf(err, sizeof err, "%s: no training pairs left", o->train);
         goto fail;
+    }
+    /* batches come in length order: a prefix of them would be the shortest sentences */
+    double frac = o->max_eval > 0 && o->max_eval < c->dev.n ? (double)o->max_eval / (double)c->dev.n : 0.0;
+    if (tr_dataset_split(&c->dev, frac, (uint64_t)o->seed + 7, &c->dev_rest, &c->dev_eval, err, sizeof err)) goto fail;
+    if (frac == 0.0) {
+        tr_dataset_free(&c->dev_eval);
+        c->dev_eval = c->dev_rest; /* all of dev */
+        memset(&c->dev_rest, 0, sizeof c->dev_rest);
     }
     return true;
 fail:
@@ -336,8 +347,8 @@ static int train_run(const train_opts *o) {
         bool last = st.global_step == o->steps;
         if (st.global_step % o->eval_every == 0 || last) {
             tr_progress_message(&prog, "step %lld: evaluating on %lld dev pairs", (long long)st.global_step,
-                                (long long)(o->max_eval && o->max_eval < c.dev.n ? o->max_eval : c.dev.n));
-            eval_result r = evaluate(m, &c.dev, &c.src, &c.tgt, c.mode, 1, o->max_eval, (int)o->samples, stderr);
+                                (long long)c.dev_eval.n);
+            eval_result r = evaluate(m, &c.dev_eval, &c.src, &c.tgt, c.mode, 1, 0, (int)o->samples, stderr);
             tr_progress_message(&prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f",
                                 (long long)st.global_step, window_loss / (double)window_n, r.loss, 100 * r.exact,
                                 100 * r.bleu);
@@ -459,7 +470,7 @@ int cmd_train(int argc, char **argv) {
         {"--chars", OPT_FLAG, &o.chars, "      character-level tokens instead of words"},
         {"--strict", OPT_FLAG, &o.strict, "      stop at the first bad corpus line instead of skipping it"},
         {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (500)"},
-        {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs decoded per evaluation (1000; 0 = all)"},
+        {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs (a fixed random subset) decoded per evaluation (1000; 0 = all)"},
         {"--save-every", OPT_INT, &o.save_every, "N     write OUT/last.h5 every N steps (500)"},
         {"--samples", OPT_INT, &o.samples, "N     sample translations shown per evaluation (3)"},
         {"--stop-at", OPT_DOUBLE, &o.stop_at, "A     stop once dev exact match reaches A (off)"},
