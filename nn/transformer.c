@@ -283,23 +283,49 @@ static void clone_first_layer(ag_params *p, int first, int per_layer, int num_la
         for (int k = 0; k < per_layer; k++) ag_copy_(p->list[first + l * per_layer + k], p->list[first + k]);
 }
 
-ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
-                                                    int num_layers, bool final_norm, ag_rng *rng) {
-    const char *op = "ag_transformer_encoder_new";
-    ag_transformer_encoder_t m;
-    memset(&m, 0, sizeof m);
+/* The layers "<prefix>.layers.N" of a stack, made by new_layer (false when it failed), then every
+ * layer given layer 0's values; false (nothing usable) on any failure. */
+static bool stack_new(const char *op, ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                      int num_layers, ag_rng *rng, bool (*new_layer)(void *layers, int l, ag_params *p,
+                                                                     const char *name, const ag_transformer_config *cfg,
+                                                                     ag_rng *rng),
+                      void *layers) {
     if (!check_layers(op, prefix, num_layers) || !check_config(op, prefix, cfg) || !p) {
         if (!p) ag_error(op, "'%s': parameter set is NULL", prefix ? prefix : "");
-        return m;
+        return false;
     }
     char b[256], layer[256];
     int first = p->count;
     for (int l = 0; l < num_layers; l++) {
         snprintf(layer, sizeof layer, "layers.%d", l);
-        m.layers[l] = ag_transformer_encoder_layer_new(p, name_of(b, prefix, layer), cfg, rng);
-        if (!m.layers[l].self_attn.in_proj_weight) return (ag_transformer_encoder_t){0};
+        if (!new_layer(layers, l, p, name_of(b, prefix, layer), cfg, rng)) return false;
     }
     clone_first_layer(p, first, (p->count - first) / num_layers, num_layers);
+    return true;
+}
+
+static bool new_encoder_layer(void *layers, int l, ag_params *p, const char *name, const ag_transformer_config *cfg,
+                              ag_rng *rng) {
+    ag_transformer_encoder_layer_t *m = (ag_transformer_encoder_layer_t *)layers + l;
+    *m = ag_transformer_encoder_layer_new(p, name, cfg, rng);
+    return m->self_attn.in_proj_weight != NULL;
+}
+
+static bool new_decoder_layer(void *layers, int l, ag_params *p, const char *name, const ag_transformer_config *cfg,
+                              ag_rng *rng) {
+    ag_transformer_decoder_layer_t *m = (ag_transformer_decoder_layer_t *)layers + l;
+    *m = ag_transformer_decoder_layer_new(p, name, cfg, rng);
+    return m->self_attn.in_proj_weight != NULL;
+}
+
+ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                                    int num_layers, bool final_norm, ag_rng *rng) {
+    ag_transformer_encoder_t m;
+    memset(&m, 0, sizeof m);
+    if (!stack_new("ag_transformer_encoder_new", p, prefix, cfg, num_layers, rng, new_encoder_layer, m.layers)) {
+        memset(&m, 0, sizeof m);
+        return m;
+    }
     if (final_norm) m.norm = norm_new(p, prefix, "norm", cfg);
     m.num_layers = num_layers;
     return m;
@@ -307,21 +333,12 @@ ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *pr
 
 ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
                                                     int num_layers, bool final_norm, ag_rng *rng) {
-    const char *op = "ag_transformer_decoder_new";
     ag_transformer_decoder_t m;
     memset(&m, 0, sizeof m);
-    if (!check_layers(op, prefix, num_layers) || !check_config(op, prefix, cfg) || !p) {
-        if (!p) ag_error(op, "'%s': parameter set is NULL", prefix ? prefix : "");
+    if (!stack_new("ag_transformer_decoder_new", p, prefix, cfg, num_layers, rng, new_decoder_layer, m.layers)) {
+        memset(&m, 0, sizeof m);
         return m;
     }
-    char b[256], layer[256];
-    int first = p->count;
-    for (int l = 0; l < num_layers; l++) {
-        snprintf(layer, sizeof layer, "layers.%d", l);
-        m.layers[l] = ag_transformer_decoder_layer_new(p, name_of(b, prefix, layer), cfg, rng);
-        if (!m.layers[l].self_attn.in_proj_weight) return (ag_transformer_decoder_t){0};
-    }
-    clone_first_layer(p, first, (p->count - first) / num_layers, num_layers);
     if (final_norm) m.norm = norm_new(p, prefix, "norm", cfg);
     m.num_layers = num_layers;
     return m;

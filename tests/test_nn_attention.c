@@ -1,6 +1,6 @@
 /* Masked softmax and fused attention (nn/attention.h). Expected values were computed with
  * PyTorch 1.13 (/usr/bin/python3) in float64 and pasted as literals; each block names the
- * torch expression. Inputs are seq(shape, a, c)[i] = sin(a*i + c) in row-major order, in
+ * torch expression. Inputs are tu_seq(shape, a, c)[i] = sin(a*i + c) in row-major order, in
  * torch: torch.sin(torch.arange(n, dtype=torch.float64) * a + c).reshape(shape). */
 #include <math.h>
 #include <omp.h>
@@ -13,17 +13,7 @@
 #define tensor_of(dt, dims, ...)                                                                   \
     tu_tensor_((dt), AG_SHAPE dims, (const double[]){__VA_ARGS__},                                 \
                (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)))
-#define CHECK(t, arr, tol)                                                                         \
-    tu_assert_values_(__FILE__, __LINE__, (t), (arr), (int64_t)(sizeof(arr) / sizeof(*(arr))), (tol))
 
-static ag_tensor *seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double c) {
-    ag_tensor *t = ag_empty(dt, ndim, shape);
-    int64_t n = ag_numel(t);
-    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(n + 1));
-    for (int64_t i = 0; i < n; i++) v[i] = sin(a * (double)i + c);
-    ag_copy_(t, ag_wrap(AG_F64, ndim, shape, v));
-    return t;
-}
 
 static double *values(const ag_tensor *t) {
     double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(ag_numel(t) + 1));
@@ -57,54 +47,54 @@ static ag_tensor *split_heads(ag_tensor *x, int64_t H) {
 /* ---- masked softmax ---- */
 
 static void test_masked_softmax_bool_mask_excludes_true_positions(void **s) {
-    /* F.softmax(x.masked_fill(m, -inf), -1), x = seq((2,4), 0.9, 0.3) * 3 */
+    /* F.softmax(x.masked_fill(m, -inf), -1), x = tu_seq((2,4), 0.9, 0.3) * 3 */
     static const double want[] = {0.140448830898, 0, 0.771171440071, 0.0883797290307, 0, 0.208096570502,
                                   0.791903429498, 0};
     static const int bits[] = {0, 1, 0, 0, 1, 0, 0, 1};
     for (int k = 0; k < 2; k++) {
         ag_dtype dt = k ? AG_F32 : AG_F64;
-        ag_tensor *x = ag_mul_scalar(seq(dt, AG_SHAPE(2, 4), 0.9, 0.3), 3);
+        ag_tensor *x = ag_mul_scalar(tu_seq(dt, AG_SHAPE(2, 4), 0.9, 0.3), 3);
         ag_tensor *y = ag_masked_softmax(x, bool_of(AG_SHAPE(2, 4), bits), -1);
         tu_assert_shape(y, 2, 4);
-        CHECK(y, want, dt == AG_F32 ? 1e-6 : 1e-11);
+        tu_assert_array(y, want, dt == AG_F32 ? 1e-6 : 1e-11);
     }
 }
 
 static void test_masked_softmax_float_mask_is_added_and_broadcast(void **s) {
-    /* F.softmax(x + fm, -1), x = seq((2,4), 0.9, 0.3) * 3, fm = [0, -1.5, -inf, 0.25] */
+    /* F.softmax(x + fm, -1), x = tu_seq((2,4), 0.9, 0.3) * 3, fm = [0, -1.5, -inf, 0.25] */
     static const double want[] = {0.301737048161, 0.454461215053, 0, 0.243801736786, 0.0372782706742,
                                   0.00329766701166, 0, 0.959424062314};
-    ag_tensor *x = ag_mul_scalar(seq(AG_F64, AG_SHAPE(2, 4), 0.9, 0.3), 3);
-    CHECK(ag_masked_softmax(x, tensor_of(AG_F64, (4), 0, -1.5, NINF, 0.25), 1), want, 1e-11);
+    ag_tensor *x = ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(2, 4), 0.9, 0.3), 3);
+    tu_assert_array(ag_masked_softmax(x, tensor_of(AG_F64, (4), 0, -1.5, NINF, 0.25), 1), want, 1e-11);
     /* along dim 0 of a transposed (non-contiguous) input: F.softmax(x + fm, 0),
-     * x = seq((3,2), 0.7, 0.1) * 2, fm = [[0.5], [-inf], [1.0]] */
+     * x = tu_seq((3,2), 0.7, 0.1) * 2, fm = [[0.5], [-inf], [1.0]] */
     static const double want0[] = {0.314571709085, 0.860536494565, 0, 0, 0.685428290915, 0.139463505435};
-    ag_tensor *x0 = ag_mul_scalar(seq(AG_F64, AG_SHAPE(3, 2), 0.7, 0.1), 2);
+    ag_tensor *x0 = ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.7, 0.1), 2);
     ag_tensor *xt = ag_transpose(ag_contiguous(ag_transpose(x0, 0, 1)), 0, 1);
     assert_false(ag_is_contiguous(xt));
-    CHECK(ag_masked_softmax(xt, tensor_of(AG_F64, (3, 1), 0.5, NINF, 1.0), 0), want0, 1e-11);
+    tu_assert_array(ag_masked_softmax(xt, tensor_of(AG_F64, (3, 1), 0.5, NINF, 1.0), 0), want0, 1e-11);
 }
 
 static void test_masked_softmax_fully_masked_row_gives_zeros_and_zero_grad(void **s) {
     /* torch: F.softmax(x.masked_fill(m, -inf), -1) gives NaN for row 0; row 1 and its grad
-     * (g = seq((2,3), 1.3, 0.4)[1]) from torch autograd on that row alone. */
+     * (g = tu_seq((2,3), 1.3, 0.4)[1]) from torch autograd on that row alone. */
     static const double want[] = {0, 0, 0, 0.637443409586, 0, 0.362556590414};
     static const double want_dx[] = {0, 0, 0, -0.345417291059, 0, 0.345417291059};
     static const int bits[] = {1, 1, 1, 0, 1, 0};
-    ag_tensor *x = tu_leaf(seq(AG_F64, AG_SHAPE(2, 3), 0.5, 0.2));
+    ag_tensor *x = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.5, 0.2));
     ag_tensor *y = ag_masked_softmax(x, bool_of(AG_SHAPE(2, 3), bits), -1);
-    CHECK(y, want, 1e-11);
-    ag_backward(y, seq(AG_F64, AG_SHAPE(2, 3), 1.3, 0.4));
-    CHECK(x->grad, want_dx, 1e-11);
+    tu_assert_array(y, want, 1e-11);
+    ag_backward(y, tu_seq(AG_F64, AG_SHAPE(2, 3), 1.3, 0.4));
+    tu_assert_array(x->grad, want_dx, 1e-11);
     double *g = values(x->grad);
     assert_true(g[0] == 0 && g[1] == 0 && g[2] == 0);
     /* the same with a float mask of -inf over the whole row, in f32 */
-    ag_tensor *x32 = tu_leaf(seq(AG_F32, AG_SHAPE(2, 3), 0.5, 0.2));
+    ag_tensor *x32 = tu_leaf(tu_seq(AG_F32, AG_SHAPE(2, 3), 0.5, 0.2));
     ag_tensor *fm = tensor_of(AG_F32, (2, 3), NINF, NINF, NINF, 0, NINF, 0);
     ag_tensor *y32 = ag_masked_softmax(x32, fm, 1);
-    CHECK(y32, want, 1e-6);
-    ag_backward(y32, seq(AG_F32, AG_SHAPE(2, 3), 1.3, 0.4));
-    CHECK(x32->grad, want_dx, 1e-6);
+    tu_assert_array(y32, want, 1e-6);
+    ag_backward(y32, tu_seq(AG_F32, AG_SHAPE(2, 3), 1.3, 0.4));
+    tu_assert_array(x32->grad, want_dx, 1e-6);
     assert_no_nan(x32->grad);
 }
 
@@ -141,10 +131,10 @@ typedef struct {
     ag_tensor *q, *k, *v;
 } qkv;
 
-/* q = seq((2,2,3,2), 0.37, 0.1), k = seq((2,2,4,2), 0.53, 0.7), v = seq((2,2,4,3), 0.29, 1.1) */
+/* q = tu_seq((2,2,3,2), 0.37, 0.1), k = tu_seq((2,2,4,2), 0.53, 0.7), v = tu_seq((2,2,4,3), 0.29, 1.1) */
 static qkv inputs(ag_dtype dt) {
-    return (qkv){seq(dt, AG_SHAPE(B_, H_, L_, DH), 0.37, 0.1), seq(dt, AG_SHAPE(B_, H_, S_, DH), 0.53, 0.7),
-                 seq(dt, AG_SHAPE(B_, H_, S_, DV), 0.29, 1.1)};
+    return (qkv){tu_seq(dt, AG_SHAPE(B_, H_, L_, DH), 0.37, 0.1), tu_seq(dt, AG_SHAPE(B_, H_, S_, DH), 0.53, 0.7),
+                 tu_seq(dt, AG_SHAPE(B_, H_, S_, DV), 0.29, 1.1)};
 }
 
 static ag_tensor *attend(qkv x, ag_tensor *mask, bool causal) {
@@ -199,27 +189,27 @@ static const double B6[] = {
 static void test_attention_matches_torch_without_mask_for_cross_attention_with_dv_not_dh(void **s) {
     ag_tensor *o = attend(inputs(AG_F64), NULL, false);
     tu_assert_shape(o, B_, H_, L_, DV);
-    CHECK(o, B1, 1e-11);
-    CHECK(attend(inputs(AG_F32), NULL, false), B1, 2e-6);
+    tu_assert_array(o, B1, 1e-11);
+    tu_assert_array(attend(inputs(AG_F32), NULL, false), B1, 2e-6);
 }
 
 static void test_attention_bool_mask_excludes_true_positions(void **s) {
-    CHECK(attend(inputs(AG_F64), bool_of(AG_SHAPE(L_, S_), B2_MASK), false), B2, 1e-11);
-    CHECK(attend(inputs(AG_F32), bool_of(AG_SHAPE(L_, S_), B2_MASK), false), B2, 2e-6);
+    tu_assert_array(attend(inputs(AG_F64), bool_of(AG_SHAPE(L_, S_), B2_MASK), false), B2, 1e-11);
+    tu_assert_array(attend(inputs(AG_F32), bool_of(AG_SHAPE(L_, S_), B2_MASK), false), B2, 2e-6);
 }
 
 static void test_attention_float_mask_is_added_to_the_scores(void **s) {
     ag_tensor *fm = tensor_of(AG_F64, (L_, S_), 0, -1, NINF, 0.5, NINF, 0.25, 0, 0, 0, 0, 0, -2);
-    CHECK(attend(inputs(AG_F64), fm, false), B3, 1e-11);
-    CHECK(attend(inputs(AG_F32), ag_to(fm, AG_F32), false), B3, 2e-6);
+    tu_assert_array(attend(inputs(AG_F64), fm, false), B3, 1e-11);
+    tu_assert_array(attend(inputs(AG_F32), ag_to(fm, AG_F32), false), B3, 2e-6);
 }
 
 static void test_attention_key_padding_mask_broadcasts_from_b_1_1_s(void **s) {
-    CHECK(attend(inputs(AG_F64), bool_of(AG_SHAPE(B_, 1, 1, S_), B4_MASK), false), B4, 1e-11);
+    tu_assert_array(attend(inputs(AG_F64), bool_of(AG_SHAPE(B_, 1, 1, S_), B4_MASK), false), B4, 1e-11);
 }
 
 static void test_attention_causal_flag_masks_keys_after_the_query_top_left_aligned(void **s) {
-    CHECK(attend(inputs(AG_F64), NULL, true), B6, 1e-11);
+    tu_assert_array(attend(inputs(AG_F64), NULL, true), B6, 1e-11);
     /* with L == S the flag equals generate_square_subsequent_mask */
     qkv x = inputs(AG_F64);
     x.k = ag_narrow(x.k, 2, 0, 3);
@@ -240,13 +230,13 @@ static void test_square_subsequent_mask_and_causal_bool_mask_match_torch(void **
 /* torch: F.multi_head_attention_forward(xq.T(0,1), xk.T(0,1), xv.T(0,1), 4, 2, cat([eye(4)]*3),
  * zeros(12), None, None, False, 0.0, eye(4), zeros(4), training=False, key_padding_mask=kpm,
  * need_weights=True, attn_mask=am, average_attn_weights=False), output transposed to (B,L,E);
- * xq = seq((2,3,4), 0.41, 0.2), xk = seq((2,4,4), 0.23, 0.9), xv = seq((2,4,4), 0.61, 0.5),
+ * xq = tu_seq((2,3,4), 0.41, 0.2), xk = tu_seq((2,4,4), 0.23, 0.9), xv = tu_seq((2,4,4), 0.61, 0.5),
  * kpm = [[0,0,0,1],[1,0,0,0]] bool. */
 static const int KPM[] = {0, 0, 0, 1, 1, 0, 0, 0};
 static ag_tensor *mha_like(ag_tensor *am, ag_tensor *kpm, ag_tensor **w) {
-    ag_tensor *q = split_heads(seq(AG_F64, AG_SHAPE(2, 3, 4), 0.41, 0.2), 2);
-    ag_tensor *k = split_heads(seq(AG_F64, AG_SHAPE(2, 4, 4), 0.23, 0.9), 2);
-    ag_tensor *v = split_heads(seq(AG_F64, AG_SHAPE(2, 4, 4), 0.61, 0.5), 2);
+    ag_tensor *q = split_heads(tu_seq(AG_F64, AG_SHAPE(2, 3, 4), 0.41, 0.2), 2);
+    ag_tensor *k = split_heads(tu_seq(AG_F64, AG_SHAPE(2, 4, 4), 0.23, 0.9), 2);
+    ag_tensor *v = split_heads(tu_seq(AG_F64, AG_SHAPE(2, 4, 4), 0.61, 0.5), 2);
     ag_tensor *o = ag_attention(q, k, v, ag_attention_mask(am, kpm, 2, 2), false, 0, NULL, false, w);
     return ag_reshape(ag_transpose(o, 1, 2), AG_SHAPE(2, 3, 4));
 }
@@ -270,9 +260,9 @@ static void test_float_attn_mask_and_bool_key_padding_mask_combine_as_in_torch_m
     ag_tensor *m = ag_attention_mask(am, kpm, 2, 2);
     assert_int_equal(m->dtype, AG_F64);
     tu_assert_shape(m, 2, 1, 3, 4);
-    CHECK(mha_like(am, kpm, &w), want, 1e-11);
+    tu_assert_array(mha_like(am, kpm, &w), want, 1e-11);
     tu_assert_shape(w, 2, 2, 3, 4);
-    CHECK(w, want_w, 1e-11);
+    tu_assert_array(w, want_w, 1e-11);
 }
 
 static void test_bool_masks_and_3d_attn_mask_combine_as_in_torch_mha(void **s) {
@@ -286,7 +276,7 @@ static void test_bool_masks_and_3d_attn_mask_combine_as_in_torch_mha(void **s) {
     ag_tensor *kpm = bool_of(AG_SHAPE(2, 4), KPM);
     ag_tensor *m = ag_attention_mask(bool_of(AG_SHAPE(3, 4), am_bits), kpm, 2, 2);
     assert_int_equal(m->dtype, AG_BOOL);
-    CHECK(mha_like(bool_of(AG_SHAPE(3, 4), am_bits), kpm, NULL), want_b, 1e-11);
+    tu_assert_array(mha_like(bool_of(AG_SHAPE(3, 4), am_bits), kpm, NULL), want_b, 1e-11);
     /* am3 = zeros(4,3,4) bool; am3[1,0,1] = am3[2,2,0] = am3[3,1,3] = True */
     static const double want_3[] = {
         0.0482746605465, 0.105666441927, 0.867678121542, 0.738685257037, 0.115036179202, 0.114370652802,
@@ -295,14 +285,14 @@ static void test_bool_masks_and_3d_attn_mask_combine_as_in_torch_mha(void **s) {
         -0.234481516499, -0.511433808435, -0.383557940598, -0.286927814239, 0.103289565022, 0.169090507405};
     int bits3[48] = {0};
     bits3[1 * 12 + 0 * 4 + 1] = bits3[2 * 12 + 2 * 4 + 0] = bits3[3 * 12 + 1 * 4 + 3] = 1;
-    CHECK(mha_like(bool_of(AG_SHAPE(4, 3, 4), bits3), kpm, NULL), want_3, 1e-11);
+    tu_assert_array(mha_like(bool_of(AG_SHAPE(4, 3, 4), bits3), kpm, NULL), want_3, 1e-11);
     /* key padding alone */
     static const double want_k[] = {
         0.0482746605465, 0.105666441927, 0.264750490463, 0.129417875781, 0.115036179202, 0.114370652802,
         0.163116726504, 0.135285699295, -0.156820859787, 0.0173906444233, 0.161014435616, 0.415193471804,
         0.108823028248, 0.356609751567, 0.163249504326, 0.202506435881, -0.335482600284, -0.249269825625,
         -0.132638069972, 0.0629089690978, -0.383557940598, -0.286927814239, 0.103289565022, 0.169090507405};
-    CHECK(mha_like(NULL, kpm, NULL), want_k, 1e-11);
+    tu_assert_array(mha_like(NULL, kpm, NULL), want_k, 1e-11);
     assert_null(ag_attention_mask(NULL, NULL, 2, 2));
 }
 
@@ -316,7 +306,7 @@ static void test_attention_fully_masked_row_gives_zero_output_and_zero_grad(void
     tu_leaf(x.v);
     ag_tensor *mask = bool_of(AG_SHAPE(L_, S_), bits);
     ag_tensor *o = attend(x, mask, false);
-    ag_backward(o, seq(AG_F64, AG_SHAPE(B_, H_, L_, DV), 1.7, 0.3));
+    ag_backward(o, tu_seq(AG_F64, AG_SHAPE(B_, H_, L_, DV), 1.7, 0.3));
     double *ov = values(o), *dq = values(x.q->grad);
     for (int bh = 0; bh < B_ * H_; bh++) {
         for (int j = 0; j < DV; j++) assert_true(ov[(bh * L_ + 2) * DV + j] == 0);
@@ -332,7 +322,7 @@ static void test_attention_fully_masked_row_gives_zero_output_and_zero_grad(void
     tu_leaf(y.k);
     tu_leaf(y.v);
     ag_tensor *o2 = ag_attention(q2, y.k, y.v, ag_narrow(mask, 0, 0, 2), false, 0, NULL, false, NULL);
-    ag_backward(o2, ag_narrow(seq(AG_F64, AG_SHAPE(B_, H_, L_, DV), 1.7, 0.3), 2, 0, 2));
+    ag_backward(o2, ag_narrow(tu_seq(AG_F64, AG_SHAPE(B_, H_, L_, DV), 1.7, 0.3), 2, 0, 2));
     int64_t nk = B_ * H_ * S_ * DH, nv = B_ * H_ * S_ * DV;
     tu_assert_values_(__FILE__, __LINE__, x.k->grad, values(y.k->grad), nk, 1e-12);
     tu_assert_values_(__FILE__, __LINE__, x.v->grad, values(y.v->grad), nv, 1e-12);
@@ -361,12 +351,12 @@ static void test_attention_accepts_heads_split_by_view_transpose_and_other_strid
     ag_tensor *vs = split_heads(ag_contiguous(ag_reshape(ag_transpose(x.v, 1, 2), AG_SHAPE(B_, S_, H_ * DV))), H_);
     assert_false(ag_is_contiguous(qs));
     ag_tensor *mask = bool_of(AG_SHAPE(L_, S_), B2_MASK);
-    CHECK(ag_attention(qs, ks, vs, mask, false, 0, NULL, false, NULL), B2, 1e-11);
+    tu_assert_array(ag_attention(qs, ks, vs, mask, false, 0, NULL, false, NULL), B2, 1e-11);
     ag_tensor *kt = ag_transpose(ag_contiguous(ag_transpose(x.k, 2, 3)), 2, 3);
     ag_tensor *big = ag_zeros(AG_F64, AG_SHAPE(B_, H_, S_, 2 * DV));
     ag_tensor *vstep = ag_slice(big, 3, 0, 2 * DV, 2);
     ag_copy_(vstep, x.v);
-    CHECK(ag_attention(x.q, kt, vstep, mask, false, 0, NULL, false, NULL), B2, 1e-11);
+    tu_assert_array(ag_attention(x.q, kt, vstep, mask, false, 0, NULL, false, NULL), B2, 1e-11);
 }
 
 /* ---- dropout ---- */
@@ -383,7 +373,7 @@ static void test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_e
     assert_memory_equal(values(w1), values(w2), sizeof(double) * (size_t)nw);
     assert_int_equal(r1.counter, nw);
     assert_int_equal(r3.counter, 0); /* eval draws nothing */
-    CHECK(oe, B1, 1e-11);
+    tu_assert_array(oe, B1, 1e-11);
     /* torch returns the weights after dropout: each is 0 or p/(1-p) = 2p, and out = w @ v */
     double *pw = values(w1), *pe = values(we), *pv = values(x.v), *po = values(o1);
     int dropped = 0, kept = 0;
@@ -404,7 +394,7 @@ static void test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_e
                 assert_true(fabs(po[(bh * L_ + i) * DV + j] - acc) < 1e-14);
             }
     /* the drop rate is p */
-    ag_tensor *q = seq(AG_F32, AG_SHAPE(1, 1, 64, 8), 0.1, 0), *k = seq(AG_F32, AG_SHAPE(1, 1, 64, 8), 0.2, 0);
+    ag_tensor *q = tu_seq(AG_F32, AG_SHAPE(1, 1, 64, 8), 0.1, 0), *k = tu_seq(AG_F32, AG_SHAPE(1, 1, 64, 8), 0.2, 0);
     ag_tensor *wb;
     ag_attention(q, k, k, NULL, false, 0.25, &r1, true, &wb);
     double *vb = values(wb);
@@ -417,12 +407,12 @@ static void test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_e
 
 static void run_big(int threads, double **out, double **grads) {
     omp_set_num_threads(threads);
-    ag_tensor *q = tu_leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.37, 0.1));
-    ag_tensor *k = tu_leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.53, 0.7));
-    ag_tensor *v = tu_leaf(seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.29, 1.1));
+    ag_tensor *q = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.37, 0.1));
+    ag_tensor *k = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.53, 0.7));
+    ag_tensor *v = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.29, 1.1));
     ag_rng r = ag_rng_new(3);
     ag_tensor *o = ag_attention(q, k, v, ag_causal_bool_mask(32), false, 0.1, &r, true, NULL);
-    ag_backward(o, seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.71, 0.2));
+    ag_backward(o, tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.71, 0.2));
     *out = values(o);
     grads[0] = values(q->grad), grads[1] = values(k->grad), grads[2] = values(v->grad);
 }

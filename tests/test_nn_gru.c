@@ -1,15 +1,15 @@
 /* GRUCell, GRU and additive / dot-product attention (nn/gru.h).
  *
  * Expected values were computed with PyTorch 1.13 (/usr/bin/python3) in float64 and pasted as
- * literals. Inputs are seq(shape, a, c)[i] = sin(a*i + c) in row-major order; parameter k (in
- * the module's order) is seq(shape, 0.3 + 0.1k, 0.1k) * 0.5. In torch:
+ * literals. Inputs are tu_seq(shape, a, c)[i] = sin(a*i + c) in row-major order; parameter k (in
+ * the module's order) is tu_seq(shape, 0.3 + 0.1k, 0.1k) * 0.5. In torch:
  *
- *     def seq(shape, a, c):
+ *     def tu_seq(shape, a, c):
  *         return torch.sin(torch.arange(math.prod(shape), dtype=torch.float64) * a + c).reshape(shape)
  *     def fill(m):
  *         with torch.no_grad():
  *             for k, (name, p) in enumerate(m.named_parameters()):
- *                 p.copy_(seq(p.shape, 0.3 + 0.1 * k, 0.1 * k) * 0.5)
+ *                 p.copy_(tu_seq(p.shape, 0.3 + 0.1 * k, 0.1 * k) * 0.5)
  *
  * AdditiveAttention and DotAttention are the torch modules in tests/parity/gen_gru.py. */
 #include <math.h>
@@ -19,22 +19,12 @@
 
 #include "test_util.h"
 
-#define CHECK(t, arr, tol)                                                                         \
-    tu_assert_values_(__FILE__, __LINE__, (t), (arr), (int64_t)(sizeof(arr) / sizeof(*(arr))), (tol))
 
-static ag_tensor *seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double c) {
-    ag_tensor *t = ag_empty(dt, ndim, shape);
-    int64_t n = ag_numel(t);
-    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(n + 1));
-    for (int64_t i = 0; i < n; i++) v[i] = sin(a * (double)i + c);
-    ag_copy_(t, ag_wrap(AG_F64, ndim, shape, v));
-    return t;
-}
 
 static void fill_params(ag_params *p) {
     for (int k = 0; k < p->count; k++) {
         ag_tensor *t = p->list[k];
-        ag_copy_(t, ag_mul_scalar(seq(t->dtype, t->ndim, t->shape, 0.3 + 0.1 * k, 0.1 * k), 0.5));
+        ag_copy_(t, ag_mul_scalar(tu_seq(t->dtype, t->ndim, t->shape, 0.3 + 0.1 * k, 0.1 * k), 0.5));
     }
 }
 
@@ -137,19 +127,19 @@ static void test_gru_parameters_match_torch_state_dict_order_and_shapes(void **s
 /* ---- values ---- */
 
 static void test_gru_cell_matches_torch_on_transposed_input(void **s) {
-    /* m = nn.GRUCell(3, 2); fill(m); m(seq((3,2), 0.5, 0).t(), seq((2,2), 0.8, 0.5)) */
+    /* m = nn.GRUCell(3, 2); fill(m); m(tu_seq((3,2), 0.5, 0).t(), tu_seq((2,2), 0.8, 0.5)) */
     static const double want[] = {0.405337491657, 0.532570318533, 0.767680447504, 0.011620124184};
     for (int k = 0; k < 2; k++) {
         ag_dtype dt = k ? AG_F32 : AG_F64;
         ag_params *p = ag_params_new(dt);
         ag_gru_cell_t m = ag_gru_cell_new(p, "", 3, 2, true, NULL);
         fill_params(p);
-        ag_tensor *x = ag_transpose(seq(dt, AG_SHAPE(3, 2), 0.5, 0), 0, 1);
-        ag_tensor *y = ag_gru_cell_forward(&m, x, seq(dt, AG_SHAPE(2, 2), 0.8, 0.5));
+        ag_tensor *x = ag_transpose(tu_seq(dt, AG_SHAPE(3, 2), 0.5, 0), 0, 1);
+        ag_tensor *y = ag_gru_cell_forward(&m, x, tu_seq(dt, AG_SHAPE(2, 2), 0.8, 0.5));
         tu_assert_shape(y, 2, 2);
-        CHECK(y, want, dt == AG_F32 ? 1e-6 : 1e-11);
+        tu_assert_array(y, want, dt == AG_F32 ? 1e-6 : 1e-11);
         /* unbatched: row 1 alone */
-        ag_tensor *y1 = ag_gru_cell_forward(&m, ag_select(x, 0, 1), ag_select(seq(dt, AG_SHAPE(2, 2), 0.8, 0.5), 0, 1));
+        ag_tensor *y1 = ag_gru_cell_forward(&m, ag_select(x, 0, 1), ag_select(tu_seq(dt, AG_SHAPE(2, 2), 0.8, 0.5), 0, 1));
         tu_assert_shape(y1, 2);
         tu_assert_values(y1, dt == AG_F32 ? 1e-6 : 1e-11, want[2], want[3]);
         ag_params_free(p);
@@ -158,8 +148,8 @@ static void test_gru_cell_matches_torch_on_transposed_input(void **s) {
 
 static void test_gru_bidirectional_with_lengths_matches_pack_padded_sequence(void **s) {
     /* g = nn.GRU(2, 3, bidirectional=True); fill(g)
-     * o, hn = g(pack_padded_sequence(seq((3,2,2), 0.6, 0.2), tensor([3,1]), enforce_sorted=False),
-     *           seq((2,2,3), 0.45, 0.7)); o = pad_packed_sequence(o, total_length=3)[0] */
+     * o, hn = g(pack_padded_sequence(tu_seq((3,2,2), 0.6, 0.2), tensor([3,1]), enforce_sorted=False),
+     *           tu_seq((2,2,3), 0.45, 0.7)); o = pad_packed_sequence(o, total_length=3)[0] */
     static const double want_out[] = {
         0.498917549224,  0.121731928809,   0.223322343701,   -0.113782544429, 0.220090047078, 0.564957273225,
         0.623512250672,  0.0375954086636,  -0.340868788277,  0.0159694517179, -0.191818590059, -0.489652569467,
@@ -178,19 +168,19 @@ static void test_gru_bidirectional_with_lengths_matches_pack_padded_sequence(voi
         cfg.bidirectional = true;
         ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
         fill_params(p);
-        ag_tensor *x = seq(dt, AG_SHAPE(3, 2, 2), 0.6, 0.2), *hn = NULL;
-        ag_gru_args a = {.h0 = seq(dt, AG_SHAPE(2, 2, 3), 0.45, 0.7), .lengths = ids_of(AG_SHAPE(2), (int64_t[]){3, 1})};
+        ag_tensor *x = tu_seq(dt, AG_SHAPE(3, 2, 2), 0.6, 0.2), *hn = NULL;
+        ag_gru_args a = {.h0 = tu_seq(dt, AG_SHAPE(2, 2, 3), 0.45, 0.7), .lengths = ids_of(AG_SHAPE(2), (int64_t[]){3, 1})};
         ag_tensor *y = ag_gru_forward(&m, x, &a, &hn);
         tu_assert_shape(y, 3, 2, 6);
         tu_assert_shape(hn, 2, 2, 3);
-        CHECK(y, want_out, tol);
-        CHECK(hn, want_hn, tol);
+        tu_assert_array(y, want_out, tol);
+        tu_assert_array(hn, want_hn, tol);
         /* batch_first on a transposed (non-contiguous) input gives the transposed output */
         m.cfg.batch_first = true;
         ag_tensor *yb = ag_gru_forward(&m, ag_transpose(x, 0, 1), &a, &hn);
         tu_assert_shape(yb, 2, 3, 6);
         assert_same(ag_transpose(yb, 0, 1), y, 0);
-        CHECK(hn, want_hn, tol);
+        tu_assert_array(hn, want_hn, tol);
         ag_params_free(p);
     }
 }
@@ -203,7 +193,7 @@ static void test_gru_padded_sequence_equals_the_sequence_run_alone(void **s) {
     cfg.num_layers = 2;
     cfg.bidirectional = true;
     ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
-    ag_tensor *x = seq(AG_F64, AG_SHAPE(5, 3, 3), 0.37, 0.1), *h0 = seq(AG_F64, AG_SHAPE(4, 3, 4), 0.71, 0.3);
+    ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(5, 3, 3), 0.37, 0.1), *h0 = tu_seq(AG_F64, AG_SHAPE(4, 3, 4), 0.71, 0.3);
     int64_t len[3] = {2, 5, 0};
     ag_tensor *hn, *y = ag_gru_forward(&m, x, &(ag_gru_args){.h0 = h0, .lengths = ids_of(AG_SHAPE(3), len)}, &hn);
     for (int b = 0; b < 3; b++) {
@@ -234,7 +224,7 @@ static void test_gru_unbatched_input_equals_a_batch_of_one(void **s) {
     ag_gru_config cfg = ag_gru_defaults(3, 2);
     cfg.bidirectional = true;
     ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
-    ag_tensor *x = seq(AG_F64, AG_SHAPE(4, 3), 0.5, 0.2), *h0 = seq(AG_F64, AG_SHAPE(2, 2), 0.9, 0.1), *hn, *hb;
+    ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(4, 3), 0.5, 0.2), *h0 = tu_seq(AG_F64, AG_SHAPE(2, 2), 0.9, 0.1), *hn, *hb;
     ag_tensor *y = ag_gru_forward(&m, x, &(ag_gru_args){.h0 = h0}, &hn);
     ag_tensor *yb = ag_gru_forward(&m, ag_unsqueeze(x, 1), &(ag_gru_args){.h0 = ag_unsqueeze(h0, 1)}, &hb);
     tu_assert_shape(y, 4, 4);
@@ -250,7 +240,7 @@ static void test_gru_dropout_applies_between_layers_only_in_training(void **s) {
     cfg.num_layers = 2;
     cfg.dropout = 1.0; /* every first-layer output dropped: layer 2 reads zeros */
     ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
-    ag_tensor *x = seq(AG_F64, AG_SHAPE(3, 2, 3), 0.5, 0.2), *hn;
+    ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(3, 2, 3), 0.5, 0.2), *hn;
     ag_tensor *eval = ag_gru_forward(&m, x, NULL, NULL);
     ag_gru_t m0 = m;
     m0.cfg.dropout = 0;
@@ -270,7 +260,7 @@ static void test_gru_results_do_not_depend_on_thread_count(void **s) {
     ag_gru_config cfg = ag_gru_defaults(8, 96);
     cfg.bidirectional = true;
     ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
-    ag_tensor *x = leaf(seq(AG_F32, AG_SHAPE(3, 64, 8), 0.37, 0.1));
+    ag_tensor *x = leaf(tu_seq(AG_F32, AG_SHAPE(3, 64, 8), 0.37, 0.1));
     ag_tensor *out[2];
     double *g[2];
     int threads = omp_get_max_threads();
@@ -293,13 +283,13 @@ static void test_gru_results_do_not_depend_on_thread_count(void **s) {
 /* ---- attention values ---- */
 
 static ag_tensor *att_keys(ag_dtype dt) { /* (N,S,Hk) = (2,3,3), a transposed view */
-    return ag_transpose(seq(dt, AG_SHAPE(3, 2, 3), 0.7, 0.3), 0, 1);
+    return ag_transpose(tu_seq(dt, AG_SHAPE(3, 2, 3), 0.7, 0.3), 0, 1);
 }
 static ag_tensor *att_mask(void) { return bool_of(AG_SHAPE(2, 3), (int[]){0, 0, 1, 0, 0, 0}); }
 
 static void test_additive_attention_matches_torch_with_padding_mask(void **s) {
-    /* a = AdditiveAttention(2, 3, 2); fill(a); keys = seq((3,2,3), 0.7, 0.3).transpose(0, 1)
-     * a(seq((2,2), 1.1, 0.2), keys, tensor([[F,F,T],[F,F,F]])) */
+    /* a = AdditiveAttention(2, 3, 2); fill(a); keys = tu_seq((3,2,3), 0.7, 0.3).transpose(0, 1)
+     * a(tu_seq((2,2), 1.1, 0.2), keys, tensor([[F,F,T],[F,F,F]])) */
     static const double ctx[] = {-0.190202671687, 0.183338442014, 0.470652621693,
                                  0.107031662617,  0.160989182051, 0.139230973641};
     static const double w[] = {0.618457441103, 0.381542558897, 0, 0.321558987997, 0.429669169698, 0.248771842305};
@@ -312,12 +302,12 @@ static void test_additive_attention_matches_torch_with_padding_mask(void **s) {
         tu_assert_shape(m.v.weight, 1, 2);
         fill_params(p);
         ag_tensor *keys = att_keys(dt), *wt;
-        ag_tensor *c = ag_additive_attention_forward(&m, seq(dt, AG_SHAPE(2, 2), 1.1, 0.2), keys, NULL, att_mask(), &wt);
+        ag_tensor *c = ag_additive_attention_forward(&m, tu_seq(dt, AG_SHAPE(2, 2), 1.1, 0.2), keys, NULL, att_mask(), &wt);
         tu_assert_shape(c, 2, 3);
-        CHECK(c, ctx, dt == AG_F32 ? 1e-6 : 1e-11);
-        CHECK(wt, w, dt == AG_F32 ? 1e-6 : 1e-11);
+        tu_assert_array(c, ctx, dt == AG_F32 ? 1e-6 : 1e-11);
+        tu_assert_array(wt, w, dt == AG_F32 ? 1e-6 : 1e-11);
         /* precomputed key projection gives the same */
-        ag_tensor *c2 = ag_additive_attention_forward(&m, seq(dt, AG_SHAPE(2, 2), 1.1, 0.2), keys,
+        ag_tensor *c2 = ag_additive_attention_forward(&m, tu_seq(dt, AG_SHAPE(2, 2), 1.1, 0.2), keys,
                                                       ag_additive_attention_keys(&m, keys), att_mask(), NULL);
         assert_same(c2, c, 0);
         ag_params_free(p);
@@ -325,8 +315,8 @@ static void test_additive_attention_matches_torch_with_padding_mask(void **s) {
 }
 
 static void test_dot_attention_matches_torch_plain_and_general(void **s) {
-    /* DotAttention(3, 3, False)(seq((2,3), 1.1, 0.2), keys, mask) and
-     * d = DotAttention(2, 3, True); fill(d); d(seq((2,2), 1.1, 0.2), keys, mask) */
+    /* DotAttention(3, 3, False)(tu_seq((2,3), 1.1, 0.2), keys, mask) and
+     * d = DotAttention(2, 3, True); fill(d); d(tu_seq((2,2), 1.1, 0.2), keys, mask) */
     static const double ctx[] = {0.225071342969, 0.746015959185, 0.916097612974,
                                  -0.601153881657, -0.62329529561, -0.35229119278};
     static const double w[] = {0.944661367783, 0.0553386322172, 0, 0.196923619595, 0.041469330874, 0.761607049531};
@@ -340,19 +330,19 @@ static void test_dot_attention_matches_torch_plain_and_general(void **s) {
     tu_assert_shape(gen.weight, 2, 3);
     fill_params(p);
     ag_tensor *wt;
-    ag_tensor *c = ag_dot_attention_forward(&dot, seq(AG_F64, AG_SHAPE(2, 3), 1.1, 0.2), att_keys(AG_F64), att_mask(), &wt);
-    CHECK(c, ctx, 1e-11);
-    CHECK(wt, w, 1e-11);
-    c = ag_dot_attention_forward(&gen, seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2), att_keys(AG_F64), att_mask(), &wt);
-    CHECK(c, gctx, 1e-11);
-    CHECK(wt, gw, 1e-11);
+    ag_tensor *c = ag_dot_attention_forward(&dot, tu_seq(AG_F64, AG_SHAPE(2, 3), 1.1, 0.2), att_keys(AG_F64), att_mask(), &wt);
+    tu_assert_array(c, ctx, 1e-11);
+    tu_assert_array(wt, w, 1e-11);
+    c = ag_dot_attention_forward(&gen, tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2), att_keys(AG_F64), att_mask(), &wt);
+    tu_assert_array(c, gctx, 1e-11);
+    tu_assert_array(wt, gw, 1e-11);
     ag_params_free(p);
 }
 
 static void test_attention_fully_padded_row_gives_zero_context_and_grad(void **s) {
     ag_params *p = ag_params_new(AG_F64);
     ag_additive_attention_t m = ag_additive_attention_new(p, "", 2, 3, 2, NULL);
-    ag_tensor *q = leaf(seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), *keys = leaf(seq(AG_F64, AG_SHAPE(2, 3, 3), 0.7, 0.3));
+    ag_tensor *q = leaf(tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), *keys = leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 3), 0.7, 0.3));
     ag_tensor *mask = bool_of(AG_SHAPE(2, 3), (int[]){1, 1, 1, 0, 1, 0}), *w;
     ag_tensor *c = ag_additive_attention_forward(&m, q, keys, NULL, mask, &w);
     ag_backward(ag_sum(c, 0, NULL, false), NULL);
@@ -373,10 +363,10 @@ static ag_tensor *f_cell(int n, ag_tensor **in, void *ctx) {
 }
 
 static void test_gru_cell_passes_gradcheck(void **s) {
-    ag_tensor *in[6] = {leaf(seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0)), leaf(seq(AG_F64, AG_SHAPE(2, 4), 0.8, 0.5)),
-                        leaf(ag_mul_scalar(seq(AG_F64, AG_SHAPE(12, 3), 0.7, 0.1), 0.6)),
-                        leaf(ag_mul_scalar(seq(AG_F64, AG_SHAPE(12, 4), 1.3, 0.2), 0.6)),
-                        leaf(seq(AG_F64, AG_SHAPE(12), 0.9, 0.3)), leaf(seq(AG_F64, AG_SHAPE(12), 1.1, 0.4))};
+    ag_tensor *in[6] = {leaf(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0)), leaf(tu_seq(AG_F64, AG_SHAPE(2, 4), 0.8, 0.5)),
+                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 3), 0.7, 0.1), 0.6)),
+                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 4), 1.3, 0.2), 0.6)),
+                        leaf(tu_seq(AG_F64, AG_SHAPE(12), 0.9, 0.3)), leaf(tu_seq(AG_F64, AG_SHAPE(12), 1.1, 0.4))};
     assert_gradcheck(f_cell, NULL, 6, in);
     in[1] = NULL; /* zero hx, no biases */
     in[4] = in[5] = NULL;
@@ -402,7 +392,7 @@ static void test_gru_two_layers_bidirectional_with_lengths_passes_gradcheck(void
     cfg.bidirectional = true;
     cfg.batch_first = true;
     gru_ctx c = {ag_gru_new(p, "", &cfg, NULL), ids_of(AG_SHAPE(2), (int64_t[]){1, 3})};
-    ag_tensor *in[64] = {leaf(seq(AG_F64, AG_SHAPE(2, 3, 2), 0.6, 0.2)), leaf(seq(AG_F64, AG_SHAPE(4, 2, 3), 0.45, 0.7))};
+    ag_tensor *in[64] = {leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 2), 0.6, 0.2)), leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.45, 0.7))};
     int n = with_params(in, 2, p);
     assert_gradcheck(f_gru, &c, n, in);
     ag_params_free(p);
@@ -432,13 +422,13 @@ static void test_additive_and_dot_attention_pass_gradcheck_with_padding_mask(voi
     ag_params *p = ag_params_new(AG_F64);
     att_ctx c = {ag_additive_attention_new(p, "add", 2, 3, 4, NULL), ag_dot_attention_new(p, "dot", 2, 3, true, NULL),
                  bool_of(AG_SHAPE(2, 4), (int[]){0, 0, 1, 0, 1, 1, 1, 1})}; /* row 1 fully padded */
-    ag_tensor *in[8] = {leaf(seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), leaf(seq(AG_F64, AG_SHAPE(4, 2, 3), 0.7, 0.3))};
+    ag_tensor *in[8] = {leaf(tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.7, 0.3))};
     in[2] = c.add.W1.weight, in[3] = c.add.W2.weight, in[4] = c.add.v.weight;
     assert_gradcheck(f_additive, &c, 5, in);
     in[2] = c.dot.weight;
     assert_gradcheck(f_dot, &c, 3, in);
     c.dot = ag_dot_attention_new(NULL, "", 3, 3, false, NULL);
-    in[0] = leaf(seq(AG_F64, AG_SHAPE(2, 3), 0.4, 0.9));
+    in[0] = leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.4, 0.9));
     assert_gradcheck(f_dot, &c, 2, in);
     ag_params_free(p);
 }

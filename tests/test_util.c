@@ -127,3 +127,12 @@ void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n,
         fail();
     }
 }
+
+ag_tensor *tu_seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double c) {
+    ag_tensor *t = ag_empty(dt, ndim, shape);
+    int64_t n = ag_numel(t);
+    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++) v[i] = sin(a * (double)i + c);
+    ag_copy_(t, ag_wrap(AG_F64, ndim, shape, v));
+    return t;
+}

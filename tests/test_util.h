@@ -41,6 +41,12 @@ void tu_assert_values_(const char *file, int line, const ag_tensor *t, const dou
                (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)))
 ag_tensor *tu_tensor_(ag_dtype dt, int ndim, const int64_t *shape, const double *v, int64_t n);
 
+/* Fails unless t's elements are within tol of the array arr (its length from sizeof). */
+#define tu_assert_array(t, arr, tol)                                                               \
+    tu_assert_values_(__FILE__, __LINE__, (t), (arr), (int64_t)(sizeof(arr) / sizeof(*(arr))), (tol))
+/* A tensor of the given shape whose element i is sin(a*i + c): deterministic, non-trivial. */
+ag_tensor *tu_seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double c);
+
 /* t, marked as requiring grad */
 ag_tensor *tu_leaf(ag_tensor *t);
 /* Fails with gradcheck's message unless ag_gradcheck (PyTorch's defaults) passes. */

@@ -66,6 +66,14 @@ model *model_new(const model_config *cfg, ag_dtype dt, uint64_t seed) {
     int64_t E = cfg->d_model, H = cfg->hidden;
     m->src_embed = ag_embedding_new(m->params, "src_embed", cfg->src_vocab, E, PAD_ID, r);
     m->tgt_embed = ag_embedding_new(m->params, "tgt_embed", cfg->tgt_vocab, E, PAD_ID, r);
+    if (cfg->kind == MODEL_TRANSFORMER) { /* N(0, 1/d) as fairseq: scaled by √d they have unit variance,
+                                             the size of the positional encodings */
+        ag_embedding_t *es[2] = {&m->src_embed, &m->tgt_embed};
+        for (int i = 0; i < 2; i++) {
+            ag_normal_(r, es[i]->weight, 0.0, 1.0 / sqrt((double)E));
+            ag_fill_(ag_select(es[i]->weight, 0, PAD_ID), 0.0);
+        }
+    }
     if (cfg->kind == MODEL_TRANSFORMER) {
         ag_transformer_config tc = tf_config(cfg);
         m->tf = ag_transformer_new(m->params, "transformer", &tc, (int)cfg->enc_layers, (int)cfg->dec_layers, r);

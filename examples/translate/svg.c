@@ -1,5 +1,6 @@
 /* SVG attention heatmaps and training curves, built in memory and written atomically. */
 #include "svg.h"
+#include "data_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -12,16 +13,6 @@
 #include "data.h"
 
 #define FONT "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\""
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errsz, const char *fmt, ...) {
-    if (err && errsz) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errsz, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* Write s as XML character data: escape the five specials, and replace what XML 1.0 forbids
  * (control characters, malformed UTF-8) with '?' so a stray byte cannot break the file. */
@@ -60,14 +51,14 @@ static double text_width(const char *s, double px) {
 
 static FILE *begin(char **buf, size_t *len, const char *path, char *err, size_t errsz) {
     FILE *f = open_memstream(buf, len);
-    if (!f) fail(err, errsz, "%s: out of memory", path);
+    if (!f) tr__fail(err, errsz, "%s: out of memory", path);
     return f;
 }
 
 /* the memstream's buffer and length are only final after fclose, hence the pointers */
 static int end(FILE *f, char **buf, size_t *len, const char *path, char *err, size_t errsz) {
     int rc;
-    if (fclose(f) != 0 || !*buf) rc = fail(err, errsz, "%s: out of memory", path);
+    if (fclose(f) != 0 || !*buf) rc = tr__fail(err, errsz, "%s: out of memory", path);
     else rc = tr_write_atomic(path, *buf, *len, err, errsz);
     free(*buf);
     return rc;
@@ -91,10 +82,10 @@ int tr_svg_attention(const char *path, const char *title, int layers, int heads,
                      const double *w, const char *const *src_tokens, const char *const *tgt_tokens, char *err,
                      size_t errsz) {
     if (layers < 1 || heads < 1 || tgt_len < 1 || src_len < 1)
-        return fail(err, errsz,
+        return tr__fail(err, errsz,
                     "%s: attention of %d layers, %d heads, %d target and %d source tokens: all must be at least 1",
                     path, layers, heads, tgt_len, src_len);
-    if (!w || !src_tokens || !tgt_tokens) return fail(err, errsz, "%s: no weights or no tokens given", path);
+    if (!w || !src_tokens || !tgt_tokens) return tr__fail(err, errsz, "%s: no weights or no tokens given", path);
     const double fs = 12;
     int big = tgt_len > src_len ? tgt_len : src_len;
     double cell = big <= 16 ? 22 : big >= 40 ? 11 : 352.0 / big;
@@ -197,12 +188,12 @@ static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"
 
 int tr_svg_curves(const char *path, const char *title, const char *xlabel, const char *ylabel_upper,
                   const char *ylabel_lower, int nseries, const tr_svg_series *s, char *err, size_t errsz) {
-    if (nseries < 1 || !s) return fail(err, errsz, "%s: no series to plot", path);
+    if (nseries < 1 || !s) return tr__fail(err, errsz, "%s: no series to plot", path);
     double xlo = INFINITY, xhi = -INFINITY, ylo[2] = {INFINITY, INFINITY}, yhi[2] = {-INFINITY, -INFINITY};
     bool lower = false;
     for (int k = 0; k < nseries; k++) {
         if (s[k].n < 0 || (s[k].n > 0 && (!s[k].x || !s[k].y)) || s[k].panel < 0 || s[k].panel > 1)
-            return fail(err, errsz, "%s: series %d ('%s'): bad point count, arrays or panel %d", path, k,
+            return tr__fail(err, errsz, "%s: series %d ('%s'): bad point count, arrays or panel %d", path, k,
                         s[k].label ? s[k].label : "", s[k].panel);
         lower |= s[k].panel == 1;
         for (int i = 0; i < s[k].n; i++) {
@@ -213,7 +204,7 @@ int tr_svg_curves(const char *path, const char *title, const char *xlabel, const
             yhi[s[k].panel] = fmax(yhi[s[k].panel], s[k].y[i]);
         }
     }
-    if (!isfinite(xlo)) return fail(err, errsz, "%s: no finite points to plot", path);
+    if (!isfinite(xlo)) return tr__fail(err, errsz, "%s: no finite points to plot", path);
     int npanels = lower ? 2 : 1;
     const double W = 760, left = 78, right = 24, ph = 250, gap = 56, top = title ? 44 : 18, bottom = 58;
     const double pw = W - left - right, H = top + npanels * ph + (npanels - 1) * gap + bottom;

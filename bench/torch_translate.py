@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""The PyTorch side of the toy-translation comparison: the same Transformer, data and
+hyperparameters as `attograd-translate train` (defaults), trained with torch 1.13 on CPU.
+
+    /usr/bin/python3 bench/torch_translate.py [--steps N] [--threads T] [--eval-every N]
+                                              [--lr X] [--warmup N] [--stop-at A]
+
+Prints dev exact match every --eval-every steps and, at the end, the test exact match, the
+steps and the wall time to the first evaluation at or above --stop-at (0.99). Mirrors
+examples/translate: word tokens (punctuation and hyphens split off), vocabularies from the
+training file with <pad> <bos> <eos> <unk> first, 5% of the training file held out (not the same
+pairs as attograd's draw), batches of 64 pairs of similar length in a shuffled order each
+epoch, embeddings initialised N(0, 1/d) then * sqrt(d) + sinusoidal positions, nn.Transformer (d 128, 4 heads, 2+2 layers,
+ff 512, dropout 0.1, post-norm, batch-first), Linear generator, cross entropy with label
+smoothing 0.1 ignoring <pad>, Adam(0.9, 0.98, 1e-9), linear warmup then inverse square root,
+gradient clipping 1.0, greedy decoding."""
+import argparse
+import math
+import os
+import random
+import time
+import unicodedata
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "examples", "translate", "data", "num-en-fr")
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+
+
+def tokenize(s):
+    out, word = [], []
+    for ch in s:
+        if ch.isspace():
+            if word:
+                out.append("".join(word))
+                word = []
+        elif unicodedata.category(ch).startswith("P") or ch in "$+<=>^`|~":
+            if word:
+                out.append("".join(word))
+                word = []
+            out.append(ch)
+        else:
+            word.append(ch)
+    if word:
+        out.append("".join(word))
+    return out
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return [tuple(line.rstrip("\n").split("\t")) for line in f if "\t" in line]
+
+
+def vocab(sentences):
+    counts = {}
+    for s in sentences:
+        for t in tokenize(s):
+            counts[t] = counts.get(t, 0) + 1
+    words = sorted(counts, key=lambda w: (-counts[w], w.encode()))
+    itos = ["<pad>", "<bos>", "<eos>", "<unk>"] + words
+    return {w: i for i, w in enumerate(itos)}, itos
+
+
+def encode(s, stoi):
+    return [stoi.get(t, UNK) for t in tokenize(s)] + [EOS]
+
+
+def batches(pairs, size, rng):
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), len(pairs[i][1]), rng.random()))
+    return [order[k:k + size] for k in range(0, len(order), size)]
+
+
+def pad(seqs, prefix=None):
+    L = max(len(s) for s in seqs) + (1 if prefix is not None else 0)
+    out = torch.full((len(seqs), L), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        s = ([prefix] if prefix is not None else []) + s
+        out[i, :len(s)] = torch.tensor(s)
+    return out
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, vs, vt, d=128, heads=4, layers=2, ff=512, dropout=0.1, max_len=136):
+        super().__init__()
+        self.d = d
+        self.src_embed = nn.Embedding(vs, d, padding_idx=PAD)
+        self.tgt_embed = nn.Embedding(vt, d, padding_idx=PAD)
+        self.transformer = nn.Transformer(d, heads, layers, layers, ff, dropout, batch_first=True)
+        self.generator = nn.Linear(d, vt)
+        self.drop = nn.Dropout(dropout)
+        for e in (self.src_embed, self.tgt_embed):  # N(0, 1/d) as fairseq, the pad row zero
+            nn.init.normal_(e.weight, 0.0, d ** -0.5)
+            with torch.no_grad():
+                e.weight[PAD].zero_()
+        pos = torch.arange(max_len).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+        pe = torch.zeros(max_len, d)
+        pe[:, 0::2] = torch.sin(pos * div)
+        pe[:, 1::2] = torch.cos(pos * div)
+        self.register_buffer("pe", pe)
+
+    def embed(self, e, ids):
+        return self.drop(e(ids) * math.sqrt(self.d) + self.pe[:ids.shape[1]])
+
+    def encode(self, src):
+        return self.transformer.encoder(self.embed(self.src_embed, src), src_key_padding_mask=src == PAD)
+
+    def decode(self, tgt, memory, src):
+        T = tgt.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+        h = self.transformer.decoder(self.embed(self.tgt_embed, tgt), memory, tgt_mask=causal,
+                                     tgt_key_padding_mask=tgt == PAD, memory_key_padding_mask=src == PAD)
+        return self.generator(h)
+
+    def forward(self, src, tgt):
+        return self.decode(tgt, self.encode(src), src)
+
+
+@torch.no_grad()
+def exact_match(model, pairs, src_stoi, tgt_stoi):
+    model.eval()
+    hits = 0
+    for k in range(0, len(pairs), 128):
+        chunk = pairs[k:k + 128]
+        src = pad([encode(s, src_stoi) for s, _ in chunk])
+        memory = model.encode(src)
+        ys = torch.full((len(chunk), 1), BOS, dtype=torch.long)
+        done = torch.zeros(len(chunk), dtype=torch.bool)
+        for _ in range(2 * src.shape[1] + 8):
+            nxt = model.decode(ys, memory, src)[:, -1].argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+            ys = torch.cat([ys, nxt.unsqueeze(1)], 1)
+            done |= nxt == EOS
+            if done.all():
+                break
+        for i, (_, t) in enumerate(chunk):
+            want = encode(t, tgt_stoi)
+            got = ys[i, 1:].tolist()
+            got = got[:got.index(EOS) + 1] if EOS in got else got
+            hits += got == want
+    model.train()
+    return hits / len(pairs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=400)
+    ap.add_argument("--stop-at", type=float, default=0.99)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    train = read(os.path.join(DATA, "train.tsv"))
+    test = read(os.path.join(DATA, "test.tsv"))
+    src_stoi, _ = vocab(s for s, _ in train)
+    tgt_stoi, _ = vocab(t for _, t in train)
+    idx = list(range(len(train)))
+    rng.shuffle(idx)
+    n_dev = round(0.05 * len(train))
+    dev = [train[i] for i in sorted(idx[:n_dev])]
+    train = [train[i] for i in sorted(idx[n_dev:])]
+    enc = [(encode(s, src_stoi), encode(t, tgt_stoi)) for s, t in train]
+    model = Seq2Seq(len(src_stoi), len(tgt_stoi))
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-9)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
+    bs = batches(enc, 64, rng)
+    print(f"torch {torch.__version__}, {a.threads} thread(s), {sum(p.numel() for p in model.parameters())} "
+          f"parameters, {len(train)} training pairs", flush=True)
+    step, t0, reached = 0, time.time(), None
+    while step < a.steps and reached is None:
+        rng.shuffle(bs)
+        for b in bs:
+            src = pad([enc[i][0] for i in b])
+            tgt_in = pad([enc[i][1][:-1] for i in b], prefix=BOS)
+            tgt_out = pad([enc[i][1] for i in b])
+            logits = model(src, tgt_in)
+            loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            step += 1
+            for g in opt.param_groups:
+                g["lr"] = a.lr * min(step / a.warmup, math.sqrt(a.warmup / step))
+            opt.step()
+            if step % a.eval_every == 0 or step == a.steps:
+                acc = exact_match(model, dev, src_stoi, tgt_stoi)
+                el = time.time() - t0
+                print(f"step {step}: loss {loss.item():.4f}, dev exact match {100 * acc:.2f}%, {el:.1f} s", flush=True)
+                if acc >= a.stop_at:
+                    reached = (step, el)
+                    break
+            if step >= a.steps:
+                break
+    acc = exact_match(model, test, src_stoi, tgt_stoi)
+    print(f"test exact match {100 * acc:.2f}% after {step} steps, {time.time() - t0:.1f} s")
+    if reached:
+        print(f"reached {100 * a.stop_at:.0f}% dev exact match at step {reached[0]}, {reached[1]:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
