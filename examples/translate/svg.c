@@ -98,7 +98,9 @@ int tr_svg_attention(const char *path, const char *title, int layers, int heads,
     double pw = row_label + gw + col_label * 0.6 + 24; /* the turned labels lean right */
     double ph = 24 + col_label + gh + 20;
     double top = title ? 40 : 10, legend = 46;
-    double W = fmax(pw * heads + 20, 500), H = top + ph * layers + legend; /* 500: room for the scale's caption */
+    /* 500: room for the scale's caption; and the title (bold 16 px) must fit */
+    double W = fmax(fmax(pw * heads + 20, 500), title ? 20 + text_width(title, 16) * 1.1 : 0);
+    double H = top + ph * layers + legend;
 
     char *buf = NULL;
     size_t len = 0;
