@@ -8,17 +8,27 @@
 #include "translate.h"
 
 bool attention_svg(trained *t, const char *sentence, const char *path, char *msg, size_t msgsize) {
-    char *out = NULL;
-    translate_sentences(t, &sentence, 1, 1, 0.0, &out);
     enum { MAXT = 256 };
     int64_t src[MAXT], tgt[MAXT];
-    int S = tr_vocab_encode(&t->src, sentence, t->mode, src, MAXT - 1);
-    if (S > MAXT - 1) S = MAXT - 1;
+    /* read as translate_ids reads it: the model's positions cover max_len source ids */
+    int maxs = t->max_len - 1 < MAXT - 1 ? (int)t->max_len - 1 : MAXT - 1;
+    int S = tr_vocab_encode(&t->src, sentence, t->mode, src, maxs);
+    if (S > maxs) S = maxs;
     src[S++] = TR_EOS;
-    int T = tr_vocab_encode(&t->tgt, out, t->mode, tgt + 1, MAXT - 2);
-    if (T > MAXT - 2) T = MAXT - 2;
+    /* the rows are the ids the model produced, not its text encoded again: an <unk> it
+     * produced would come back as the three tokens < unk > */
+    int64_t W = translate_width(t);
+    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)W);
+    translate_ids(t, &sentence, 1, 1, 0.0, hyp);
+    size_t need = tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, NULL, 0) + 1;
+    char *out = malloc(need);
+    tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, out, need);
+    int T = tr_ids_len(hyp, (int)W);
+    if (T > MAXT - 1) T = MAXT - 1;
     tgt[0] = TR_BOS;
+    memcpy(tgt + 1, hyp, sizeof(int64_t) * (size_t)T);
     T += 1; /* rows: the decoder reads <bos> w1 … wn and predicts w1 … wn <eos> */
+    free(hyp);
     ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
     int maps = 0;
     const double *w = model_attention(t->m, ag_wrap(AG_I64, AG_SHAPE(1, S), src), ag_wrap(AG_I64, AG_SHAPE(1, T), tgt),
@@ -82,17 +92,20 @@ int cmd_eval(int argc, char **argv) {
     }
     char note[1024];
     if (tr_corpus_skip_summary(&c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: %s: %s\n", data, note);
-    /* decode every source sentence and compare with the reference text's ids */
-    char **hyp = calloc((size_t)c.n, sizeof *hyp);
-    translate_sentences(&t, (const char *const *)c.src, (int)c.n, (int)beam, 0.6, hyp);
+    /* decode every source sentence and compare its ids with the reference text's, as train does
+     * (the text would not do: "<unk>" reads back as three tokens) */
+    enum { PART = 64, MAXT = 512 };
+    int64_t W = translate_width(&t), r[MAXT];
+    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(PART * W));
     tr_bleu_stats s = {0};
-    enum { MAXT = 512 };
-    int64_t h[MAXT], r[MAXT];
-    for (int64_t i = 0; i < c.n; i++) {
-        /* encode returns the full count, which may exceed the buffer: clamp */
-        int hn = tr_vocab_encode(&t.tgt, hyp[i], t.mode, h, MAXT), rn = tr_vocab_encode(&t.tgt, c.tgt[i], t.mode, r, MAXT);
-        tr_bleu_add_ids(&s, h, hn < MAXT ? hn : MAXT, r, rn < MAXT ? rn : MAXT);
-        free(hyp[i]);
+    for (int64_t at = 0; at < c.n; at += PART) {
+        int k = c.n - at < PART ? (int)(c.n - at) : PART;
+        translate_ids(&t, (const char *const *)c.src + at, k, (int)beam, 0.6, hyp);
+        for (int i = 0; i < k; i++) {
+            /* encode returns the full count, which may exceed the buffer: clamp */
+            int rn = tr_vocab_encode(&t.tgt, c.tgt[at + i], t.mode, r, MAXT);
+            tr_bleu_add_ids(&s, hyp + i * W, tr_ids_len(hyp + i * W, (int)W), r, rn < MAXT ? rn : MAXT);
+        }
     }
     free(hyp);
     printf("%s: %lld pairs, %s exact match %.2f%%, BLEU %.2f\n", data, (long long)c.n, beam > 1 ? "beam" : "greedy",

@@ -369,7 +369,7 @@ static int32_t *vocab_slot(const tr_vocab *v, const char *s, int len) {
         int32_t *slot = &v->slot[i & (uint64_t)(v->nslot - 1)];
         if (*slot < 0) return slot;
         const char *t = v->token[*slot];
-        if (memcmp(t, s, (size_t)len) == 0 && t[len] == 0) return slot;
+        if (strncmp(t, s, (size_t)len) == 0 && t[len] == 0) return slot; /* memcmp would read past a shorter t */
     }
 }
 

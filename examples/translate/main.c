@@ -189,6 +189,31 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
         snprintf(msg, msgsize, "%s: not a checkpoint of attograd-translate (model configuration missing)", path);
         return false;
     }
+    /* a damaged file must not reach model_new (whose layers abort on impossible sizes) nor the
+     * decoding buffers sized by max_len */
+    const struct {
+        const char *key;
+        int64_t v, lo, hi;
+    } range[] = {{"d_model", c.d_model, 1, 1 << 20},     {"nhead", c.nhead, 1, c.d_model},
+                 {"dim_feedforward", c.ff, 1, 1 << 20},  {"encoder_layers", c.enc_layers, 1, 1 << 10},
+                 {"decoder_layers", c.dec_layers, 1, 1 << 10}, {"hidden", c.hidden, 1, 1 << 20},
+                 {"max_len", t->max_len, 2, 1 << 20},    {"positions", c.max_len, t->max_len, 1 << 21}};
+    for (size_t i = 0; i < sizeof range / sizeof *range; i++)
+        if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
+            snprintf(msg, msgsize, "%s: damaged model configuration: %s = %lld, expected %lld to %lld", path,
+                     range[i].key, (long long)range[i].v, (long long)range[i].lo, (long long)range[i].hi);
+            return false;
+        }
+    if (c.d_model % c.nhead != 0) {
+        snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld is not a multiple of nhead %lld", path,
+                 (long long)c.d_model, (long long)c.nhead);
+        return false;
+    }
+    if (!(c.dropout >= 0 && c.dropout < 1)) {
+        snprintf(msg, msgsize, "%s: damaged model configuration: dropout = %g, expected 0 to 1 (excluded)", path,
+                 c.dropout);
+        return false;
+    }
     t->mode = strcmp(tokens, "chars") == 0 ? TR_CHARS : TR_WORDS;
     char *sv = load_text(&t->state, "src_vocab"), *tv = load_text(&t->state, "tgt_vocab");
     char err[TR_ERR_SIZE];
@@ -220,10 +245,12 @@ void trained_free(trained *t) {
 
 /* ---- translating ---- */
 
-void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out) {
+int64_t translate_width(const trained *t) { return 2 * t->max_len + 8; }
+
+void translate_ids(trained *t, const char *const *in, int n, int beam, double length_penalty, int64_t *hyp) {
     enum { CHUNK = 64 };
-    int64_t L = t->max_len, W = 2 * L + 8;
-    int64_t *src = calloc((size_t)(CHUNK * L), sizeof *src), *hyp = malloc(sizeof(int64_t) * (size_t)(CHUNK * W));
+    int64_t L = t->max_len, W = translate_width(t);
+    int64_t *src = calloc((size_t)(CHUNK * L), sizeof *src);
     ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
     for (int at = 0; at < n; at += CHUNK) {
         int B = n - at < CHUNK ? n - at : CHUNK;
@@ -237,17 +264,27 @@ void translate_sentences(trained *t, const char *const *in, int n, int beam, dou
         }
         ag_tensor *s = ag_empty(AG_I64, AG_SHAPE(B, S));
         for (int b = 0; b < B; b++) memcpy((int64_t *)s->data + b * S, src + b * L, sizeof(int64_t) * (size_t)S);
-        model_translate(t->m, s, W, beam, length_penalty, hyp);
-        for (int b = 0; b < B; b++) {
-            size_t need = tr_vocab_decode(&t->tgt, hyp + b * W, (int)W, t->mode, NULL, 0) + 1;
-            out[at + b] = malloc(need);
-            tr_vocab_decode(&t->tgt, hyp + b * W, (int)W, t->mode, out[at + b], need);
-        }
+        model_translate(t->m, s, W, beam, length_penalty, hyp + (int64_t)at * W);
         ag_arena_reset(arena);
     }
     ag_arena_use(prev);
     ag_arena_free(arena);
     free(src);
+}
+
+void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out) {
+    enum { PART = 64 }; /* ids of a part at a time: a long input stays small */
+    int64_t W = translate_width(t);
+    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(PART * W));
+    for (int at = 0; at < n; at += PART) {
+        int k = n - at < PART ? n - at : PART;
+        translate_ids(t, in + at, k, beam, length_penalty, hyp);
+        for (int i = 0; i < k; i++) {
+            size_t need = tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, NULL, 0) + 1;
+            out[at + i] = malloc(need);
+            tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, out[at + i], need);
+        }
+    }
     free(hyp);
 }
 

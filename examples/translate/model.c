@@ -233,6 +233,16 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
         tok[r * W] = BOS_ID;
         h[r].score = r % K == 0 ? 0.0 : -INFINITY; /* identical beams at the start: keep one */
     }
+    /* each sentence's own limit, so that its translation does not depend on the sentences
+     * padded into the same batch */
+    int64_t S = src->shape[1], *ids = malloc(sizeof(int64_t) * (size_t)(B * S));
+    int64_t *limit = malloc(sizeof(int64_t) * (size_t)B);
+    ag_to_buffer(src, AG_I64, ids);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = 0;
+        for (int64_t i = 0; i < S; i++) len += ids[b * S + i] != PAD_ID;
+        limit[b] = 2 * len + 8 < max_len ? 2 * len + 8 : max_len;
+    }
     for (int64_t t = 1; t <= max_len; t++) {
         bool live = false;
         for (int64_t r = 0; r < R; r++) live |= !h[r].done && h[r].score > -INFINITY;
@@ -243,11 +253,13 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
         ag_arena_rewind(arena, mark);
         for (int64_t b = 0; b < B; b++) {
             int64_t n = 0;
+            bool over = t > limit[b]; /* its beams end here, as finished ones do */
             for (int64_t r = b * K; r < b * K + K; r++) {
                 if (h[r].score == -INFINITY) continue;
-                if (h[r].done) c[n++] = (cand){h[r].score, r, PAD_ID};
-                else
-                    for (int64_t v = 0; v < V; v++) c[n++] = (cand){h[r].score + lp[r * V + v], r, v};
+                if (h[r].done || over) c[n++] = (cand){h[r].score, r, PAD_ID};
+                else /* <pad> and <bos> are never words of a translation */
+                    for (int64_t v = 0; v < V; v++)
+                        if (v != PAD_ID && v != BOS_ID) c[n++] = (cand){h[r].score + lp[r * V + v], r, v};
             }
             for (int64_t k = 0; k < K; k++) { /* k-th best candidate (K is small) */
                 int64_t best = -1;
@@ -261,8 +273,8 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
                 const hyp *from = &h[c[best].row];
                 memcpy(ntok + j * W, tok + c[best].row * W, sizeof(int64_t) * (size_t)W);
                 ntok[j * W + t] = c[best].token;
-                nh[j] = from->done ? *from
-                                   : (hyp){c[best].score, from->len + 1, c[best].token == EOS_ID};
+                nh[j] = from->done || over ? (hyp){from->score, from->len, true}
+                                           : (hyp){c[best].score, from->len + 1, c[best].token == EOS_ID};
                 c[best].score = -INFINITY;
             }
         }
@@ -296,6 +308,8 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
     free(nh);
     free(lp);
     free(c);
+    free(ids);
+    free(limit);
     ag_set_grad_enabled(grad);
 }
 

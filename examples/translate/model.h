@@ -41,7 +41,7 @@ ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smooth
 
 /* Greedy or beam decoding (eval mode). src (B,S). Writes up to max_len ids per sentence (without
  * <bos>, ending at and including <eos> when produced) into out (B*max_len, rest 0 = pad); no
- * sentence runs longer than 2·S + 8.
+ * sentence runs longer than 2·n + 8 for its n source ids (<eos> included, pads not).
  * beam <= 1: greedy; length_penalty alpha as in GNMT ((5+len)/6)^alpha. */
 void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double length_penalty, int64_t *out);
 

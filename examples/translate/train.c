@@ -226,6 +226,11 @@ static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed
             goto fail;
     } else if (tr_dataset_split(&c->all, o->heldout, (uint64_t)o->seed, &c->train, &c->dev, err, sizeof err)) {
         goto fail;
+    } else if (c->dev.n == 0) { /* best.h5 is chosen on the dev pairs: there must be some */
+        snprintf(err, sizeof err,
+                 "%s: --heldout %g of %lld pairs holds out none for development: raise it or give --dev FILE", o->train,
+                 o->heldout, (long long)c->all.n);
+        goto fail;
     }
     if (c->train.n == 0) {
         snprintf(err, sizeof err, "%s: no training pairs left", o->train);
@@ -245,7 +250,8 @@ fail:
     return false;
 }
 
-static int train_run(const train_opts *o) {
+static int train_run(const train_opts *given) {
+    train_opts opts = *given, *o = &opts;
     char msg[2048];
     int status = 1;
     if (!make_dir(o->out)) {
@@ -262,6 +268,18 @@ static int train_run(const train_opts *o) {
             goto out_paths;
         }
         resuming = true;
+        /* the data order must be the one the checkpoint was trained with */
+        int64_t v;
+        double d;
+        if (ag_config_get_int(&resumed.state, "batch", &v)) o->batch = v;
+        if (ag_config_get_int(&resumed.state, "seed", &v)) o->seed = v;
+        if (ag_config_get_double(&resumed.state, "heldout", &d)) o->heldout = d;
+        o->max_len = resumed.max_len;
+        if (o->batch != given->batch || o->seed != given->seed || o->heldout != given->heldout ||
+            o->max_len != given->max_len)
+            fprintf(stderr, "attograd-translate: resuming with the checkpoint's batch %lld, seed %lld, heldout %g, "
+                            "max-len %lld\n",
+                    (long long)o->batch, (long long)o->seed, o->heldout, (long long)o->max_len);
     }
     corpora c = {0};
     if (!load_corpora(&c, o, resuming ? &resumed : NULL)) goto out_corpora;
@@ -289,13 +307,16 @@ static int train_run(const train_opts *o) {
         ag_state_get_rng(&st, "train", &train_rng);
         fprintf(stderr, "attograd-translate: resuming %s at step %lld (epoch %lld)\n", last_path,
                 (long long)st.global_step, (long long)st.epoch);
-    } else if (!config_store(&st, &cfg, &c.src, &c.tgt, c.mode, o->max_len, msg, sizeof msg)) {
+    } else if (!config_store(&st, &cfg, &c.src, &c.tgt, c.mode, o->max_len, msg, sizeof msg) ||
+               !ag_config_set_int(&st, "batch", o->batch) || !ag_config_set_int(&st, "seed", o->seed) ||
+               !ag_config_set_double(&st, "heldout", o->heldout)) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         goto out_model;
     }
     fprintf(stderr, "attograd-translate: %s model, %lld parameters; %lld training pairs, %lld dev pairs; vocabularies "
                     "%d and %d tokens\n",
-            o->model, (long long)model_params(m)->numel, (long long)c.train.n, (long long)c.dev.n, c.src.size, c.tgt.size);
+            cfg.kind == MODEL_GRU ? "gru" : "transformer", /* when resuming, what the checkpoint holds */
+            (long long)model_params(m)->numel, (long long)c.train.n, (long long)c.dev.n, c.src.size, c.tgt.size);
 
     char err[TR_ERR_SIZE];
     tr_batcher b;
@@ -349,9 +370,10 @@ static int train_run(const train_opts *o) {
             tr_progress_message(&prog, "step %lld: evaluating on %lld dev pairs", (long long)st.global_step,
                                 (long long)c.dev_eval.n);
             eval_result r = evaluate(m, &c.dev_eval, &c.src, &c.tgt, c.mode, 1, 0, (int)o->samples, stderr);
-            tr_progress_message(&prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f",
+            tr_progress_message(&prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f, "
+                                "%.0f s",
                                 (long long)st.global_step, window_loss / (double)window_n, r.loss, 100 * r.exact,
-                                100 * r.bleu);
+                                100 * r.bleu, now() - t0);
             curves_add(&cv, (double)st.global_step, window_loss / (double)window_n, r.loss, r.exact);
             curves_write(&cv, curves_path);
             window_loss = 0;
@@ -440,9 +462,9 @@ static const char *TRAIN_USAGE =
     "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/curves.svg and OUT/attention.svg.";
 
 int cmd_train(int argc, char **argv) {
-    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 3000, .batch = 64, .d_model = 128,
+    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 2000, .batch = 64, .d_model = 128,
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
-                    .eval_every = 500, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
+                    .eval_every = 250, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
                     .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
                     .heldout = 0.05, .teacher_forcing = 1.0};
     const opt_def defs[] = {
@@ -452,7 +474,7 @@ int cmd_train(int argc, char **argv) {
         {"--test", OPT_STRING, &o.test, "FILE  corpus evaluated with the best checkpoint at the end"},
         {"--out", OPT_STRING, &o.out, "DIR   where checkpoints and pictures go (runs/translate)"},
         {"--model", OPT_STRING, &o.model, "NAME  transformer or gru (transformer)"},
-        {"--steps", OPT_INT, &o.steps, "N     optimizer steps (3000)"},
+        {"--steps", OPT_INT, &o.steps, "N     optimizer steps (2000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
         {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
         {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (400)"},
@@ -469,7 +491,7 @@ int cmd_train(int argc, char **argv) {
         {"--min-count", OPT_INT, &o.min_count, "N     vocabulary: tokens seen at least N times (1)"},
         {"--chars", OPT_FLAG, &o.chars, "      character-level tokens instead of words"},
         {"--strict", OPT_FLAG, &o.strict, "      stop at the first bad corpus line instead of skipping it"},
-        {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (500)"},
+        {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (250)"},
         {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs (a fixed random subset) decoded per evaluation (1000; 0 = all)"},
         {"--save-every", OPT_INT, &o.save_every, "N     write OUT/last.h5 every N steps (500)"},
         {"--samples", OPT_INT, &o.samples, "N     sample translations shown per evaluation (3)"},

@@ -40,6 +40,10 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
 
 /* Translate n sentences (beam <= 1: greedy) into out[i] (malloc'd strings). */
 void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out);
+/* The same as ids: hyp (n, translate_width(t)), each row as model_translate writes it. Metrics
+ * compare these, not the text: "<unk>" as text would read back as three tokens. */
+void translate_ids(trained *t, const char *const *in, int n, int beam, double length_penalty, int64_t *hyp);
+int64_t translate_width(const trained *t);
 
 /* Draw the cross-attention of translating sentence as an SVG heatmap at path; false with msg. */
 bool attention_svg(trained *t, const char *sentence, const char *path, char *msg, size_t msgsize);

@@ -1,0 +1,1227 @@
+/* attograd-translate end to end: the program is run as a user runs it (a child process with its
+ * stdout and stderr in files), on a tiny corpus in a temporary directory with tiny models, and
+ * judged by its exit status, its messages and the files it writes. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "test_util.h"
+
+extern char **environ;
+
+static const char *bin;     /* AG_TRANSLATE_BIN */
+static char dir[256];       /* this run's temporary directory */
+static char *out_text, *err_text; /* stdout and stderr of the last finished run */
+static char *unk_run_stdout;      /* what the run of unk_run() printed */
+static char *trained_log[2][2];   /* stdout and stderr of trained_run("transformer"), ("gru") */
+
+/* a model small enough that a run takes a fraction of a second, and the data options the
+ * assertions count on (not the defaults, which may change) */
+#define TINY "--d-model", "16", "--heads", "2", "--layers", "1", "--ff", "32", "--hidden", "16", "--batch", "8", \
+             "--max-eval", "8", "--threads", "1", "--heldout", "0.05", "--max-len", "64", "--min-count", "1", \
+             "--seed", "1"
+
+/* ---- files ---- */
+
+/* dir/name; the strings live until the end of the program */
+static char **paths;
+static int npaths;
+static const char *in_dir(const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    paths = realloc(paths, sizeof *paths * (size_t)(npaths + 1));
+    return paths[npaths++] = p;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) fail_msg("cannot create %s: %s", path, strerror(errno));
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
+
+/* whole file as a malloc'd string (NULL if it cannot be read) */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t len = 0, cap = 4096;
+    char *s = malloc(cap);
+    size_t n;
+    while ((n = fread(s + len, 1, cap - len - 1, f)) > 0)
+        if ((len += n) + 1 == cap) s = realloc(s, cap *= 2);
+    s[len] = 0;
+    fclose(f);
+    return s;
+}
+
+static bool exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void copy_file(const char *from, const char *to) {
+    FILE *f = fopen(from, "rb");
+    if (!f) fail_msg("cannot open %s", from);
+    size_t len = 0, cap = 1 << 16;
+    char *s = malloc(cap);
+    size_t n;
+    while ((n = fread(s + len, 1, cap - len, f)) > 0)
+        if ((len += n) == cap) s = realloc(s, cap *= 2);
+    fclose(f);
+    write_file(to, s, len);
+    free(s);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* The toy task: lowercase letters to the same letters in capitals, reversed ("a b c" -> "C B A"),
+ * so every word of a translation must come from the target vocabulary. */
+static void write_toy_corpus(const char *path, int lines, uint32_t seed) {
+    char *text = malloc((size_t)lines * 32), *p = text;
+    uint32_t x = seed;
+    for (int i = 0; i < lines; i++) {
+        char w[4];
+        x = x * 1664525u + 1013904223u;
+        int n = 2 + (int)(x >> 30) % 3;
+        for (int k = 0; k < n; k++) x = x * 1664525u + 1013904223u, w[k] = (char)('a' + (x >> 24) % 6);
+        for (int k = 0; k < n; k++) p += sprintf(p, k ? " %c" : "%c", w[k]);
+        *p++ = '\t';
+        for (int k = n - 1; k >= 0; k--) p += sprintf(p, k < n - 1 ? " %c" : "%c", w[k] - 'a' + 'A');
+        *p++ = '\n';
+    }
+    *p = 0;
+    write_text(path, text);
+    free(text);
+}
+
+/* ---- running the program ---- */
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void sleep_ms(int ms) { nanosleep(&(struct timespec){0, ms * 1000000L}, NULL); }
+
+/* Start bin with args (NULL-terminated), stdin from stdin_text (NULL: /dev/null), stdout and
+ * stderr into dir/stdout.txt and dir/stderr.txt. */
+static pid_t start_v(const char *stdin_text, const char *const *args) {
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    for (; *args; args++) {
+        assert_true(n < 63);
+        argv[n++] = *args;
+    }
+    argv[n] = NULL;
+    static char in_path[300], out_path[300], err_path[300];
+    snprintf(in_path, sizeof in_path, "%s/stdin.txt", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    const char *in = "/dev/null";
+    if (stdin_text) write_text(in = in_path, stdin_text);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) fail_msg("cannot start %s: %s", bin, strerror(rc));
+    return pid;
+}
+
+/* Wait for pid (killing it after timeout seconds); its exit status, or 128 + the signal that
+ * ended it (as a shell reports it). Its output is then in out_text and err_text. */
+static int finish(pid_t pid, double timeout) {
+    int ws, got;
+    double t0 = now();
+    while ((got = waitpid(pid, &ws, WNOHANG)) == 0 && now() - t0 < timeout) sleep_ms(5);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &ws, 0);
+        fail_msg("%s did not finish within %.0f s", bin, timeout);
+    }
+    free(out_text);
+    free(err_text);
+    char path[300];
+    snprintf(path, sizeof path, "%s/stdout.txt", dir);
+    out_text = read_text(path);
+    snprintf(path, sizeof path, "%s/stderr.txt", dir);
+    err_text = read_text(path);
+    assert_non_null(out_text);
+    assert_non_null(err_text);
+    /* undefined behaviour in a sanitized build is reported without changing the exit status */
+    if (strstr(err_text, "runtime error: ") || strstr(err_text, "Sanitizer"))
+        fail_msg("%s reported a sanitizer error:\n%s", bin, err_text);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+static int run_v(const char *stdin_text, const char *const *args) { return finish(start_v(stdin_text, args), 120); }
+#define RUN(...) run_v(NULL, (const char *[]){__VA_ARGS__, NULL})
+#define RUN_STDIN(text, ...) run_v((text), (const char *[]){__VA_ARGS__, NULL})
+
+/* fails showing the run's output unless status is expected */
+#define assert_status(status, expected) assert_status_(__FILE__, __LINE__, (status), (expected))
+static void assert_status_(const char *file, int line, int status, int expected) {
+    if (status == expected) return;
+    print_error("%s:%d: exit status %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s\n", file, line, status,
+                expected, out_text ? out_text : "", err_text ? err_text : "");
+    fail();
+}
+
+#define assert_contains(hay, needle) assert_contains_(__FILE__, __LINE__, (hay), (needle), #hay)
+static void assert_contains_(const char *file, int line, const char *hay, const char *needle, const char *what) {
+    if (hay && strstr(hay, needle)) return;
+    print_error("%s:%d: %s does not contain '%s'; it is:\n%s\n", file, line, what, needle, hay ? hay : "(null)");
+    fail();
+}
+
+#define assert_not_contains(hay, needle) assert_not_contains_(__FILE__, __LINE__, (hay), (needle), #hay)
+static void assert_not_contains_(const char *file, int line, const char *hay, const char *needle, const char *what) {
+    if (!strstr(hay, needle)) return;
+    print_error("%s:%d: %s contains '%s'; it is:\n%s\n", file, line, what, needle, hay);
+    fail();
+}
+
+/* The text of stderr (usage errors): the problem and the usage text. */
+static void assert_usage_error(int status, const char *problem, const char *usage_start) {
+    assert_status(status, 2);
+    assert_contains(err_text, problem);
+    assert_contains(err_text, usage_start);
+    assert_contains(err_text, "options:");
+    assert_string_equal(out_text, "");
+}
+
+/* ---- fixtures: a corpus and two trained runs, made on first use ---- */
+
+static const char *toy(void) {
+    static const char *p;
+    if (!p) write_toy_corpus(p = in_dir("toy.tsv"), 40, 12345);
+    return p;
+}
+
+/* out dir of a finished 6-step run of kind ("transformer" or "gru") */
+static const char *trained_run(const char *kind) {
+    static char paths[2][512];
+    char *p = paths[strcmp(kind, "gru") == 0];
+    if (p[0]) return p;
+    snprintf(p, sizeof paths[0], "%s/run-%s", dir, kind);
+    int st = RUN("train", "--train", toy(), "--out", p, "--model", kind, TINY, "--steps", "6", "--eval-every", "3",
+                 "--save-every", "3");
+    assert_status(st, 0);
+    trained_log[strcmp(kind, "gru") == 0][0] = strdup(out_text);
+    trained_log[strcmp(kind, "gru") == 0][1] = strdup(err_text);
+    return p;
+}
+
+static const char *ckpt_of(const char *kind, const char *which) {
+    char name[64];
+    snprintf(name, sizeof name, "run-%s/%s.h5", kind, which);
+    return in_dir(name);
+}
+
+static int group_setup(void **state) {
+    bin = getenv("AG_TRANSLATE_BIN");
+    if (!bin || !*bin) {
+        print_error("AG_TRANSLATE_BIN is not set (meson test sets it)\n");
+        return -1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ag-translate-cli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        print_error("mkdtemp %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* a missing dataset is a test failure, not a stack dump */
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    free(out_text);
+    free(err_text);
+    out_text = err_text = NULL;
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    for (int i = 0; i < npaths; i++) free(paths[i]);
+    free(unk_run_stdout);
+    for (int i = 0; i < 4; i++) free(trained_log[i / 2][i % 2]);
+    free(paths);
+    H5close();
+    return 0;
+}
+
+/* ---- checking what the program wrote ---- */
+
+/* Well-formed XML in the small form the SVG writer uses: one root element, tags that nest and
+ * close in order, quoted attributes, and no raw '<' or stray '&' in text. NULL if well-formed,
+ * else what is wrong. */
+static const char *xml_problem(const char *s) {
+    static char why[160];
+    const char *stack[64];
+    size_t stack_len[64];
+    int depth = 0, roots = 0;
+    if (strncmp(s, "<?xml", 5) == 0) {
+        s = strstr(s, "?>");
+        if (!s) return "unterminated XML declaration";
+        s += 2;
+    }
+    while (*s) {
+        if (*s == '&') {
+            const char *e = strchr(s, ';');
+            if (!e || e - s > 8 || e == s + 1) return "'&' that does not start an entity";
+            s = e + 1;
+        } else if (*s != '<') {
+            if (depth == 0 && !strchr(" \t\r\n", *s)) return "text outside the root element";
+            s++;
+        } else if (s[1] == '/') {
+            const char *name = s + 2;
+            size_t len = strcspn(name, " \t\r\n>");
+            if (depth == 0 || len != stack_len[depth - 1] || strncmp(name, stack[depth - 1], len) != 0) {
+                snprintf(why, sizeof why, "closing tag '%.*s' does not match '%.*s'", (int)len, name,
+                         depth ? (int)stack_len[depth - 1] : 0, depth ? stack[depth - 1] : "");
+                return why;
+            }
+            depth--;
+            s = strchr(name, '>');
+            if (!s) return "unterminated closing tag";
+            s++;
+        } else if (strncmp(s, "<!--", 4) == 0) {
+            s = strstr(s, "-->");
+            if (!s) return "unterminated comment";
+            s += 3;
+        } else {
+            const char *name = s + 1;
+            size_t len = strcspn(name, " \t\r\n/>");
+            if (len == 0) return "'<' that does not start a tag";
+            const char *p = name + len;
+            for (;;) { /* attributes: name="value" */
+                while (*p == ' ' || *p == '\n' || *p == '\t') p++;
+                if (*p == '>' || (p[0] == '/' && p[1] == '>')) break;
+                size_t an = strcspn(p, "= \t\n>");
+                if (an == 0 || p[an] != '=' || (p[an + 1] != '"' && p[an + 1] != '\'')) return "malformed attribute";
+                const char *close = strchr(p + an + 2, p[an + 1]);
+                if (!close) return "unterminated attribute value";
+                for (const char *q = p + an + 2; q < close; q++)
+                    if (*q == '<') return "'<' inside an attribute value";
+                p = close + 1;
+            }
+            if (depth == 0) roots++;
+            if (*p == '/') {
+                s = p + 2;
+            } else {
+                if (depth == 64) return "nesting too deep";
+                stack[depth] = name;
+                stack_len[depth++] = len;
+                s = p + 1;
+            }
+        }
+    }
+    if (depth) return "unclosed element";
+    if (roots != 1) return "not exactly one root element";
+    return NULL;
+}
+
+static void assert_svg_file(const char *path) {
+    char *s = read_text(path);
+    if (!s) fail_msg("%s was not written", path);
+    const char *why = xml_problem(s);
+    if (why) fail_msg("%s is not well-formed XML: %s", path, why);
+    assert_contains(s, "<svg xmlns=\"http://www.w3.org/2000/svg\"");
+    free(s);
+}
+
+/* ---- HDF5: two checkpoints hold the same bits ---- */
+
+/* Compare every dataset below groups a and b (recursively, by name) bit for bit. Returns the
+ * number of datasets compared; *differ counts those that differ or exist on one side only, and
+ * the first is named in first. */
+static int compare_groups(hid_t a, hid_t b, const char *path, int *differ, char *first, size_t firstsz) {
+    H5G_info_t ia, ib;
+    assert_true(H5Gget_info(a, &ia) >= 0 && H5Gget_info(b, &ib) >= 0);
+    if (ia.nlinks != ib.nlinks && (*differ)++ == 0)
+        snprintf(first, firstsz, "%s: %llu and %llu entries", path, (unsigned long long)ia.nlinks,
+                 (unsigned long long)ib.nlinks);
+    int compared = 0;
+    for (hsize_t i = 0; i < ia.nlinks; i++) {
+        char name[256], sub[512];
+        assert_true(H5Lget_name_by_idx(a, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) > 0);
+        snprintf(sub, sizeof sub, "%s/%s", path, name);
+        hid_t oa = H5Oopen(a, name, H5P_DEFAULT), ob = H5Oopen(b, name, H5P_DEFAULT);
+        assert_true(oa >= 0);
+        if (ob < 0 || H5Iget_type(oa) != H5Iget_type(ob)) {
+            if ((*differ)++ == 0) snprintf(first, firstsz, "%s: only in one file or of another kind", sub);
+        } else if (H5Iget_type(oa) == H5I_GROUP) {
+            compared += compare_groups(oa, ob, sub, differ, first, firstsz);
+        } else if (H5Iget_type(oa) == H5I_DATASET) {
+            hid_t ta = H5Dget_type(oa), tb = H5Dget_type(ob), sa = H5Dget_space(oa), sb = H5Dget_space(ob);
+            hssize_t na = H5Sget_simple_extent_npoints(sa), nb = H5Sget_simple_extent_npoints(sb);
+            bool same = H5Tequal(ta, tb) > 0 && na == nb;
+            if (same && na > 0) {
+                hid_t mt = H5Tget_native_type(ta, H5T_DIR_ASCEND);
+                size_t bytes = (size_t)na * H5Tget_size(mt);
+                void *da = malloc(bytes), *db = malloc(bytes);
+                assert_true(H5Dread(oa, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, da) >= 0);
+                assert_true(H5Dread(ob, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, db) >= 0);
+                same = memcmp(da, db, bytes) == 0;
+                free(da);
+                free(db);
+                H5Tclose(mt);
+            }
+            if (!same && (*differ)++ == 0) snprintf(first, firstsz, "%s differs", sub);
+            compared++;
+            H5Tclose(ta);
+            H5Tclose(tb);
+            H5Sclose(sa);
+            H5Sclose(sb);
+        }
+        H5Oclose(oa);
+        if (ob >= 0) H5Oclose(ob);
+    }
+    return compared;
+}
+
+/* datasets of group in two files: how many were compared, and how many differ */
+static int compare_checkpoints(const char *pa, const char *pb, const char *group, int *differ) {
+    hid_t fa = H5Fopen(pa, H5F_ACC_RDONLY, H5P_DEFAULT), fb = H5Fopen(pb, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (fa < 0 || fb < 0) fail_msg("cannot open %s or %s", pa, pb);
+    hid_t ga = H5Gopen2(fa, group, H5P_DEFAULT), gb = H5Gopen2(fb, group, H5P_DEFAULT);
+    if (ga < 0 || gb < 0) fail_msg("%s or %s has no %s", pa, pb, group);
+    char first[600] = "";
+    *differ = 0;
+    int n = compare_groups(ga, gb, group, differ, first, sizeof first);
+    if (*differ) print_message("%s vs %s: %d of %d datasets differ, first: %s\n", pa, pb, *differ, n, first);
+    H5Gclose(ga);
+    H5Gclose(gb);
+    H5Fclose(fa);
+    H5Fclose(fb);
+    return n;
+}
+
+static ag_train_state load_state(const char *path) {
+    ag_train_state st = {0};
+    char msg[1024];
+    ag_ckpt_status s = ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg);
+    if (s != AG_CKPT_OK) fail_msg("%s does not load: %s", path, msg);
+    return st;
+}
+
+static void assert_same_state(const ag_train_state *a, const ag_train_state *b) {
+    assert_int_equal(a->global_step, b->global_step);
+    assert_int_equal(a->epoch, b->epoch);
+    assert_int_equal(a->data_position, b->data_position);
+    assert_int_equal(a->nrng, b->nrng);
+    for (int i = 0; i < a->nrng; i++) {
+        assert_string_equal(a->rng[i].name, b->rng[i].name);
+        assert_int_equal(a->rng[i].rng.seed, b->rng[i].rng.seed);
+        assert_int_equal(a->rng[i].rng.counter, b->rng[i].rng.counter);
+    }
+    assert_int_equal(a->nconfig, b->nconfig);
+    for (int i = 0; i < a->nconfig; i++) {
+        const ag_config_entry *x = &a->config[i], *y = &b->config[i];
+        assert_string_equal(x->key, y->key);
+        assert_int_equal(x->type, y->type);
+        if (x->type == AG_CONFIG_INT) assert_int_equal(x->i, y->i);
+        else if (x->type == AG_CONFIG_DOUBLE) assert_memory_equal(&x->d, &y->d, sizeof x->d);
+        else assert_string_equal(x->s, y->s);
+    }
+}
+
+/* the "step N: train loss ..., BLEU x" parts of a log's evaluation lines (not the time taken),
+ * one a line, in order */
+static char *eval_lines(const char *log) {
+    char *out = calloc(strlen(log) + 1, 1);
+    for (const char *p = log; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p + 1) : strlen(p);
+        const char *loss = strstr(p, ": train loss "), *bleu = strstr(p, ", BLEU ");
+        if (strncmp(p, "step ", 5) == 0 && loss && bleu && bleu < p + len) {
+            bleu += strlen(", BLEU ");
+            strncat(out, p, (size_t)(bleu - p) + strspn(bleu, "0123456789."));
+            strcat(out, "\n");
+        }
+        p += len;
+    }
+    return out;
+}
+
+/* ---- end to end ---- */
+
+static void check_training_run(const char *kind) {
+    const char *out = trained_run(kind);
+    const char *stdout_text = trained_log[strcmp(kind, "gru") == 0][0];
+    const char *stderr_text = trained_log[strcmp(kind, "gru") == 0][1];
+    char p[600];
+    const char *files[] = {"last.h5", "best.h5", "curves.svg", "attention.svg"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", out, files[i]);
+        if (!exists(p)) fail_msg("%s was not written", p);
+    }
+    snprintf(p, sizeof p, "%s/curves.svg", out);
+    assert_svg_file(p);
+    snprintf(p, sizeof p, "%s/attention.svg", out);
+    assert_svg_file(p);
+    char expect[700];
+    snprintf(expect, sizeof expect, "%s model, ", kind);
+    assert_contains(stderr_text, expect);
+    /* vocabularies: 6 letters and the 4 specials */
+    assert_contains(stderr_text, "38 training pairs, 2 dev pairs; vocabularies 10 and 10 tokens");
+    assert_contains(stderr_text, "step 3: train loss ");
+    assert_contains(stderr_text, "step 6: train loss ");
+    assert_contains(stderr_text, "6 steps in ");
+    snprintf(expect, sizeof expect, "checkpoints: %s/best.h5 (best dev exact match ", out);
+    assert_contains(stdout_text, expect);
+    snprintf(expect, sizeof expect, "curves: %s/curves.svg\n", out);
+    assert_contains(stdout_text, expect);
+    ag_train_state st = load_state(ckpt_of(kind, "last"));
+    assert_int_equal(st.global_step, 6);
+    assert_string_equal(ag_config_get_string(&st, "model"), kind);
+}
+
+static void test_train_transformer_writes_checkpoints_curves_and_attention(void **state) {
+    check_training_run("transformer");
+}
+
+static void test_train_gru_writes_checkpoints_curves_and_attention(void **state) { check_training_run("gru"); }
+
+static void test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_test(void **state) {
+    write_toy_corpus(in_dir("dev.tsv"), 6, 777);
+    write_toy_corpus(in_dir("test.tsv"), 5, 999);
+    const char *out = in_dir("run-dev-test");
+    int st = RUN("train", "--train", toy(), "--dev", in_dir("dev.tsv"), "--test", in_dir("test.tsv"), "--out", out,
+                 TINY, "--steps", "4", "--eval-every", "2", "--save-every", "2");
+    assert_status(st, 0);
+    assert_contains(err_text, "40 training pairs, 6 dev pairs");
+    assert_contains(err_text, "step 2: evaluating on 6 dev pairs");
+    char expect[600];
+    snprintf(expect, sizeof expect, "test (%s, 5 pairs), best checkpoint:\n", in_dir("test.tsv"));
+    assert_contains(out_text, expect);
+    double loss, exact, bleu;
+    const char *line = strstr(out_text, "test loss ");
+    assert_non_null(line);
+    assert_int_equal(sscanf(line, "test loss %lf, greedy exact match %lf%%, BLEU %lf", &loss, &exact, &bleu), 3);
+    assert_true(loss > 0 && exact >= 0 && exact <= 100 && bleu >= 0 && bleu <= 100);
+}
+
+/* the line eval prints: "<data>: N pairs, greedy|beam exact match X%, BLEU Y" */
+static void check_eval_output(const char *data, int pairs, const char *search) {
+    char head[600], mode[16];
+    snprintf(head, sizeof head, "%s: ", data);
+    if (strncmp(out_text, head, strlen(head)) != 0)
+        fail_msg("eval printed '%s', expected it to start with '%s'", out_text, head);
+    int n;
+    double exact, bleu;
+    char end;
+    int got = sscanf(out_text + strlen(head), "%d pairs, %15s exact match %lf%%, BLEU %lf%c", &n, mode, &exact, &bleu,
+                     &end);
+    if (got != 5 || end != '\n') fail_msg("eval printed '%s'", out_text);
+    assert_int_equal(n, pairs);
+    assert_string_equal(mode, search);
+    assert_true(exact >= 0 && exact <= 100);
+    assert_true(bleu >= 0 && bleu <= 100);
+    assert_int_equal(count(out_text, "\n"), 1);
+}
+
+static void test_eval_prints_exact_match_and_bleu_greedy_and_beam(void **state) {
+    const char *kinds[] = {"transformer", "gru"}, *few = in_dir("few.tsv");
+    write_toy_corpus(few, 8, 4242);
+    for (int k = 0; k < 2; k++) {
+        trained_run(kinds[k]);
+        assert_status(RUN("eval", "--checkpoint", ckpt_of(kinds[k], "best"), "--data", toy()), 0);
+        check_eval_output(toy(), 40, "greedy");
+        assert_status(RUN("eval", "--checkpoint", ckpt_of(kinds[k], "last"), "--data", few, "--beam", "3"), 0);
+        check_eval_output(few, 8, "beam");
+    }
+}
+
+static void test_eval_on_words_the_model_never_saw_still_reports(void **state) {
+    /* real sentences with punctuation, every word unknown to the toy model */
+    const char *root = getenv("AG_SOURCE_ROOT");
+    if (!root) skip();
+    char src[600];
+    snprintf(src, sizeof src, "%s/examples/translate/data/num-en-fr/train.tsv", root);
+    char *all = read_text(src);
+    if (!all) fail_msg("cannot read %s", src);
+    char *p = all;
+    for (int i = 0; i < 10 && p; i++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
+    assert_non_null(p);
+    *p = 0;
+    write_text(in_dir("numbers.tsv"), all);
+    free(all);
+    trained_run("transformer");
+    assert_status(RUN("eval", "--checkpoint", ckpt_of("transformer", "best"), "--data", in_dir("numbers.tsv")), 0);
+    check_eval_output(in_dir("numbers.tsv"), 10, "greedy");
+}
+
+/* every word of a translation is a target token (capital letter) or <unk> */
+static void assert_target_words(const char *line) {
+    char *copy = strdup(line);
+    for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+        if (!(strlen(w) == 1 && w[0] >= 'A' && w[0] <= 'F') && strcmp(w, "<unk>") != 0)
+            fail_msg("translation '%s' has the word '%s', not from the target vocabulary", line, w);
+    free(copy);
+}
+
+/* stdout split into lines (n of them, the last ended by a newline) */
+static int split_lines(char *text, char **lines, int max) {
+    int n = 0;
+    for (char *p = text; *p && n < max;) {
+        char *e = strchr(p, '\n');
+        if (!e) fail_msg("output does not end with a newline: '%s'", p);
+        *e = 0;
+        lines[n++] = p;
+        p = e + 1;
+    }
+    return n;
+}
+
+static void test_translate_from_arguments_and_stdin_gives_one_line_per_sentence(void **state) {
+    const char *kinds[] = {"transformer", "gru"}, *beams[] = {"1", "3"};
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < 2; b++) {
+            trained_run(kinds[k]);
+            const char *ck = ckpt_of(kinds[k], "best");
+            assert_status(RUN("translate", "--checkpoint", ck, "--beam", beams[b], "a b c", "f", "e e d a"), 0);
+            char *args_out = strdup(out_text), *al[8] = {0};
+            assert_int_equal(split_lines(args_out, al, 8), 3);
+            for (int i = 0; i < 3; i++) assert_target_words(al[i]);
+            /* the same sentences, one per line on stdin (the last without a newline, one CRLF),
+             * with an empty line between: one output line each, the same translations */
+            assert_status(RUN_STDIN("a b c\r\n\nf\ne e d a", "translate", "--checkpoint", ck, "--beam", beams[b]), 0);
+            char *sl[8] = {0};
+            assert_int_equal(split_lines(out_text, sl, 8), 4);
+            assert_string_equal(sl[0], al[0]);
+            assert_string_equal(sl[2], al[1]);
+            assert_string_equal(sl[3], al[2]);
+            assert_target_words(sl[1]);
+            free(args_out);
+        }
+    /* no input: no output */
+    assert_status(RUN_STDIN("", "translate", "--checkpoint", ckpt_of("transformer", "best")), 0);
+    assert_string_equal(out_text, "");
+}
+
+/* the i-th row label (target token) of the first heatmap */
+static char *row_label(const char *svg, int i) {
+    const char *key = "text-anchor=\"end\" dominant-baseline=\"central\">", *p = svg;
+    for (int k = 0; k <= i; k++) {
+        p = strstr(p, key);
+        if (!p) return NULL;
+        p += strlen(key);
+    }
+    const char *e = strstr(p, "</text>");
+    return strndup(p, (size_t)(e - p));
+}
+
+/* sentence: one-letter words; known: the model's source vocabulary has them (else <unk>) */
+static void check_attention(const char *ck, const char *sentence, int maps, bool known) {
+    const char *svg_path = in_dir("attention-test.svg");
+    assert_status(RUN("translate", "--checkpoint", ck, sentence), 0);
+    char *translation = strdup(out_text);
+    translation[strlen(translation) - 1] = 0;
+    remove(svg_path);
+    assert_status(RUN("attention", "--checkpoint", ck, "--out", svg_path, sentence), 0);
+    char expect[600];
+    snprintf(expect, sizeof expect, "%s\n", svg_path);
+    assert_string_equal(out_text, expect);
+    assert_svg_file(svg_path);
+    char *svg = read_text(svg_path);
+    /* one heatmap per layer and head, each labelled with the source tokens and <eos> */
+    assert_int_equal(count(svg, "<g>"), maps);
+    assert_contains(svg, maps == 2 ? "layer 0 head 1" : "layer 0 head 0");
+    int words = 1;
+    for (const char *c = sentence; *c; c++) words += *c == ' ';
+    assert_int_equal(count(svg, "transform=\"rotate(-55"), maps * (words + 1));
+    char col[16];
+    for (size_t i = 0; known && i < strlen(sentence); i += 2) {
+        snprintf(col, sizeof col, ")\">%c</text>", sentence[i]);
+        assert_true(count(svg, col) >= maps);
+    }
+    if (!known) assert_int_equal(count(svg, ")\">&lt;unk&gt;</text>"), maps * words);
+    assert_int_equal(count(svg, ")\">&lt;eos&gt;</text>"), maps);
+    /* rows: the translation's tokens as translate printed them, then <eos> (a <bos> the model
+     * produced is a row of its own that the printed text leaves out) */
+    char *copy = strdup(translation), *toks[300];
+    int t = 0;
+    for (char *w = strtok(copy, " "); w && t < 300; w = strtok(NULL, " ")) toks[t++] = w;
+    int rows = count(svg, "text-anchor=\"end\" dominant-baseline=\"central\">") / maps, k = 0;
+    for (int i = 0; i < rows; i++) {
+        char *label = row_label(svg, i);
+        assert_non_null(label);
+        if (strcmp(label, "&lt;bos&gt;") != 0) {
+            const char *want = k < t ? toks[k] : "&lt;eos&gt;";
+            if (k < t && strcmp(toks[k], "<unk>") == 0) want = "&lt;unk&gt;";
+            if (strcmp(label, want) != 0)
+                fail_msg("row %d of the heatmap of '%s' is '%s', expected '%s' (translation '%s')", i, sentence, label,
+                         want, translation);
+            k++;
+        }
+        free(label);
+    }
+    assert_int_equal(k, t + 1);
+    snprintf(expect, sizeof expect, ">%s  -&gt;  ", sentence);
+    assert_contains(svg, expect);
+    free(copy);
+    free(svg);
+    free(translation);
+}
+
+static void test_a_translation_does_not_depend_on_the_sentences_translated_with_it(void **state) {
+    /* the short sentence is padded to the long one's length in a batch; the 6-step
+     * Transformer does not stop by itself, so this checks where it is cut off too */
+    const char *kinds[] = {"transformer", "transformer", "gru"}, *beams[] = {"1", "3", "1"};
+    const char *shorter = "f", *longer = "c d e f a b c";
+    for (int k = 0; k < 3; k++) {
+        trained_run(kinds[k]);
+        const char *ck = ckpt_of(kinds[k], "best");
+        assert_status(RUN("translate", "--checkpoint", ck, "--beam", beams[k], shorter, longer), 0);
+        char *together = strdup(out_text), *lines[4] = {0};
+        assert_int_equal(split_lines(together, lines, 4), 2);
+        assert_status(RUN("translate", "--checkpoint", ck, "--beam", beams[k], shorter), 0);
+        char alone[1024];
+        snprintf(alone, sizeof alone, "%s\n", lines[0]);
+        if (strcmp(out_text, alone) != 0)
+            fail_msg("%s, beam %s: '%s' alone is '%.*s', with '%s' '%s'", kinds[k], beams[k], shorter,
+                     (int)strlen(out_text) - 1, out_text, longer, lines[0]);
+        free(together);
+    }
+}
+
+static void test_attention_writes_well_formed_svg_labelled_with_source_and_translation(void **state) {
+    trained_run("transformer");
+    check_attention(ckpt_of("transformer", "best"), "a b c", 2, true); /* 1 layer, 2 heads */
+    trained_run("gru");
+    check_attention(ckpt_of("gru", "best"), "d a f e", 1, true);
+}
+
+/* A model that writes <unk>: with --min-count 1000 the target vocabulary is the 4 specials, so
+ * every reference word is <unk> and the model learns to write as many <unk> as there are words.
+ * The hyperparameters that matter are given, so the run does not follow the defaults. */
+static const char *unk_test(void) {
+    static const char *p;
+    if (!p) write_toy_corpus(p = in_dir("unk-test.tsv"), 70, 99); /* more than one batch of 64 */
+    return p;
+}
+
+static const char *unk_run(void) {
+    static const char *out;
+    if (out) return out;
+    out = in_dir("run-unk");
+    assert_status(RUN("train", "--train", toy(), "--test", unk_test(), "--out", out, TINY, "--min-count", "1000", "--steps",
+                      "40", "--lr", "0.01", "--warmup", "5", "--dropout", "0.1", "--label-smoothing", "0.1", "--clip",
+                      "1", "--seed", "1", "--eval-every", "40", "--save-every", "40"),
+                  0);
+    assert_contains(err_text, "vocabularies 4 and 4 tokens");
+    unk_run_stdout = strdup(out_text);
+    return out;
+}
+
+static void test_attention_rows_are_the_words_the_model_wrote_even_unknown_ones(void **state) {
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/best.h5", unk_run());
+    assert_status(RUN("translate", "--checkpoint", ck, "a b c"), 0);
+    if (!strstr(out_text, "<unk>")) fail_msg("precondition: the model should write <unk>, it wrote '%s'", out_text);
+    check_attention(ck, "a b c", 2, false);
+}
+
+static void test_eval_reports_what_training_reports_on_the_same_test_file(void **state) {
+    /* train --test scores the best checkpoint on ids; eval must agree, <unk> included */
+    const char *out = unk_run();
+    char *line = strstr(unk_run_stdout, "test loss ");
+    assert_non_null(line);
+    double loss, exact_train, bleu_train, exact_eval, bleu_eval;
+    assert_int_equal(
+        sscanf(line, "test loss %lf, greedy exact match %lf%%, BLEU %lf", &loss, &exact_train, &bleu_train), 3);
+    if (!(exact_train > 0))
+        fail_msg("precondition: the <unk> model should get some sentences right:\n%s", unk_run_stdout);
+    char ck[600], head[600];
+    snprintf(ck, sizeof ck, "%s/best.h5", out);
+    assert_status(RUN("eval", "--checkpoint", ck, "--data", unk_test()), 0);
+    check_eval_output(unk_test(), 70, "greedy");
+    snprintf(head, sizeof head, "%s: 70 pairs, greedy exact match %%lf%%%%, BLEU %%lf", unk_test());
+    assert_int_equal(sscanf(out_text, head, &exact_eval, &bleu_eval), 2);
+    if (exact_eval != exact_train || bleu_eval != bleu_train)
+        fail_msg("train reported exact match %.2f%%, BLEU %.2f; eval %.2f%%, BLEU %.2f", exact_train, bleu_train,
+                 exact_eval, bleu_eval);
+}
+
+static void test_attention_of_a_sentence_longer_than_the_model_was_built_for_does_not_crash(void **state) {
+    /* 300 words: longer than the positional table (2 * 64 + 8) and the sentence length
+     * translate reads (63 words). The <unk> model stops by itself, which keeps this quick. */
+    char sentence[700] = "", ck[600];
+    for (int i = 0; i < 300; i++) strcat(sentence, i ? " a" : "a");
+    snprintf(ck, sizeof ck, "%s/best.h5", unk_run());
+    const char *svg_path = in_dir("long.svg");
+    assert_status(RUN("attention", "--checkpoint", ck, "--out", svg_path, sentence), 0);
+    assert_svg_file(svg_path);
+    char *svg = read_text(svg_path);
+    assert_int_equal(count(svg, "transform=\"rotate(-55"), 2 * 64); /* 2 heads of 63 words and <eos> */
+    free(svg);
+    assert_status(RUN("translate", "--checkpoint", ck, sentence), 0);
+    assert_int_equal(count(out_text, "\n"), 1);
+}
+
+static void test_help_of_every_command_goes_to_stdout_with_status_0(void **state) {
+    const char *cmds[] = {"train", "eval", "translate", "attention"};
+    for (int i = 0; i < 4; i++) {
+        assert_status(RUN(cmds[i], "--help"), 0);
+        char expect[64];
+        snprintf(expect, sizeof expect, "usage: attograd-translate %s ", cmds[i]);
+        assert_contains(out_text, expect);
+        assert_contains(out_text, "--help");
+        assert_string_equal(err_text, "");
+    }
+    assert_status(RUN("--help"), 0);
+    assert_contains(out_text, "usage: attograd-translate COMMAND");
+    assert_contains(out_text, "commands:");
+    assert_status(RUN("frobnicate"), 2);
+    assert_contains(err_text, "unknown command 'frobnicate'\nusage: attograd-translate COMMAND");
+}
+
+/* ---- exact resume ---- */
+
+/* argv of a resume-test run: train, common, extra, --out out --steps steps [--resume] */
+static void train_args(const char **args, const char *const *common, const char *const *extra, const char *out,
+                       const char *steps, bool resume) {
+    int n = 0;
+    args[n++] = "train";
+    for (int i = 0; common[i]; i++) args[n++] = common[i];
+    for (int i = 0; extra[i]; i++) args[n++] = extra[i];
+    args[n++] = "--out";
+    args[n++] = out;
+    args[n++] = "--steps";
+    args[n++] = steps;
+    if (resume) args[n++] = "--resume";
+    args[n] = NULL;
+}
+
+/* train steps_total in one go, and steps_first then --resume to steps_total in another
+ * directory: the same parameters, optimizer state, training state and logged losses */
+static void check_exact_resume(const char *name, const char *const *extra, int steps_first, int steps_total,
+                               const char *eval_every) {
+    char a[512], b[512], total[16], first[16], pa[600], pb[600], copy[600], expect[700];
+    snprintf(a, sizeof a, "%s/resume-%s-a", dir, name);
+    snprintf(b, sizeof b, "%s/resume-%s-b", dir, name);
+    snprintf(pa, sizeof pa, "%s/last.h5", a);
+    snprintf(pb, sizeof pb, "%s/last.h5", b);
+    snprintf(copy, sizeof copy, "%s/first.h5", b);
+    snprintf(total, sizeof total, "%d", steps_total);
+    snprintf(first, sizeof first, "%d", steps_first);
+    /* warmup 2: the learning rate is not tiny, so the steps change the parameters visibly */
+    const char *common[] = {"--train", toy(), TINY, "--eval-every", eval_every, "--save-every", "2",
+                            "--warmup", "2", NULL};
+    const char *args[64];
+    train_args(args, common, extra, a, total, false);
+    assert_status(run_v(NULL, args), 0);
+    char *log_a = eval_lines(err_text);
+    train_args(args, common, extra, b, first, false);
+    assert_status(run_v(NULL, args), 0);
+    char *log_b = eval_lines(err_text);
+    copy_file(pb, copy);
+    train_args(args, common, extra, b, total, true);
+    assert_status(run_v(NULL, args), 0);
+    snprintf(expect, sizeof expect, "resuming %s at step %d (epoch ", pb, steps_first);
+    assert_contains(err_text, expect);
+    /* the first part ends at an evaluation: the same train loss windows and dev results in both */
+    char *log_b2 = eval_lines(err_text);
+    log_b = realloc(log_b, strlen(log_b) + strlen(log_b2) + 1);
+    strcat(log_b, log_b2);
+    assert_int_equal(count(log_a, "\n"), steps_total / atoi(eval_every));
+    assert_string_equal(log_b, log_a);
+
+    int differ;
+    assert_true(compare_checkpoints(pa, pb, "/model", &differ) > 10);
+    assert_int_equal(differ, 0);
+    assert_true(compare_checkpoints(pa, pb, "/optimizer", &differ) > 20);
+    assert_int_equal(differ, 0);
+    ag_train_state sa = load_state(pa), sb = load_state(pb);
+    assert_int_equal(sa.global_step, steps_total);
+    assert_same_state(&sa, &sb);
+    /* the comparison sees a difference where there is one: the checkpoint of the first part */
+    int nm = compare_checkpoints(pa, copy, "/model", &differ);
+    assert_true(differ > nm / 2);
+    free(log_a);
+    free(log_b);
+    free(log_b2);
+}
+
+static void test_resume_transformer_with_dropout_matches_an_uninterrupted_run_bit_for_bit(void **state) {
+    /* 38 training pairs in batches of 8: 5 batches an epoch, so step 4 is mid-epoch and
+     * step 8 in the second epoch; dropout 0.1 is the default */
+    check_exact_resume("transformer", (const char *[]){"--model", "transformer", NULL}, 4, 8, "2");
+}
+
+static void test_resume_gru_at_an_epoch_boundary_with_teacher_forcing_draws_matches_bit_for_bit(void **state) {
+    /* after step 5 the first epoch is used up; teacher forcing 0.5 draws from the saved rng */
+    check_exact_resume("gru", (const char *[]){"--model", "gru", "--teacher-forcing", "0.5", "--dropout", "0.2", NULL},
+                       5, 8, "1");
+}
+
+/* ---- interruption ---- */
+
+/* kind: the model trained; the resumed run does not say it (the checkpoint does) */
+static void check_interrupt(int sig, const char *name, const char *kind) {
+    char out[512], last[600];
+    snprintf(out, sizeof out, "%s/%s", dir, name);
+    snprintf(last, sizeof last, "%s/last.h5", out);
+    pid_t pid = start_v(NULL, (const char *[]){"train", "--train", toy(), "--out", out, "--model", kind, TINY,
+                                               "--steps", "1000000", "--eval-every", "5", "--save-every", "2", NULL});
+    double t0 = now();
+    while (!exists(last) && now() - t0 < 60) sleep_ms(10);
+    bool started = exists(last);
+    kill(pid, sig);
+    int status = finish(pid, 60);
+    if (!started) fail_msg("no %s within 60 s; stderr:\n%s", last, err_text);
+    assert_status(status, 130);
+    char expect[700];
+    snprintf(expect, sizeof expect, "; saved %s (continue with --resume)\n", last);
+    assert_contains(err_text, "attograd-translate: interrupted at step ");
+    assert_contains(err_text, expect);
+    long long said = atoll(strstr(err_text, "interrupted at step ") + strlen("interrupted at step "));
+    ag_train_state st = load_state(last);
+    assert_true(st.global_step > 0);
+    assert_int_equal(st.global_step, said); /* saved at the step it stopped, not an older one */
+    assert_true(st.global_step < 1000000);
+
+    char more[32];
+    snprintf(more, sizeof more, "%lld", (long long)st.global_step + 3);
+    assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", more, "--eval-every", "5",
+                      "--save-every", "2", "--resume"),
+                  0);
+    snprintf(expect, sizeof expect, "resuming %s at step %lld (epoch %lld)", last, (long long)st.global_step,
+             (long long)st.epoch);
+    assert_contains(err_text, expect);
+    snprintf(expect, sizeof expect, "attograd-translate: %s model, ", kind);
+    assert_contains(err_text, expect);
+    ag_train_state after = load_state(last);
+    assert_int_equal(after.global_step, st.global_step + 3);
+}
+
+static void test_sigint_saves_last_checkpoint_exits_130_and_resume_continues(void **state) {
+    check_interrupt(SIGINT, "interrupted", "transformer");
+}
+
+static void test_sigterm_saves_last_checkpoint_exits_130(void **state) {
+    check_interrupt(SIGTERM, "terminated", "gru");
+}
+
+/* ---- bad input ---- */
+
+static void test_missing_and_empty_training_files_fail_naming_the_file(void **state) {
+    const char *missing = in_dir("no-such.tsv");
+    assert_status(RUN("train", "--train", missing, "--out", in_dir("run-missing"), TINY, "--steps", "2"), 1);
+    char expect[600];
+    snprintf(expect, sizeof expect, "%s: cannot open: No such file or directory", missing);
+    assert_contains(err_text, expect);
+    write_text(in_dir("empty.tsv"), "");
+    assert_status(RUN("train", "--train", in_dir("empty.tsv"), "--out", in_dir("run-empty"), TINY, "--steps", "2"), 1);
+    snprintf(expect, sizeof expect, "%s: file is empty", in_dir("empty.tsv"));
+    assert_contains(err_text, expect);
+    assert_false(exists(in_dir("run-empty/last.h5")));
+}
+
+/* 40 good lines, then bad lines 41..48: one of each kind, and a second invalid UTF-8 and
+ * empty side */
+static const char *write_bad_corpus(void) {
+    char *good = read_text(toy()), *long_line = malloc(5000);
+    memset(long_line, 'a', 4999);
+    long_line[4999] = 0;
+    long_line[2000] = '\t';
+    size_t n = strlen(good) + 6000;
+    char *text = malloc(n);
+    snprintf(text, n, "%sno tab here\na\tB\tC\na \xC3\x28 b\tB A\n%s\n \t A\n\na b\xFF\tB A\na b\t  \n", good,
+             long_line);
+    const char *p = in_dir("bad.tsv");
+    write_text(p, text);
+    free(text);
+    free(good);
+    free(long_line);
+    return p;
+}
+
+static void test_bad_lines_are_skipped_and_counted_with_file_and_line(void **state) {
+    const char *bad = write_bad_corpus();
+    assert_status(RUN("train", "--train", bad, "--out", in_dir("run-bad"), TINY, "--steps", "2"), 0);
+    char expect[1200];
+    snprintf(expect, sizeof expect,
+             "attograd-translate: %s: skipped 8 of 48 lines: 1 empty (first: %s:46: empty line); "
+             "1 without a tab (first: %s:41: no tab between source and target); "
+             "1 with more than one tab (first: %s:42: 2 tabs, expected one between source and target); "
+             "2 with invalid UTF-8 (first: %s:43: invalid UTF-8 at byte 3 (0xC3)); "
+             "1 too long (first: %s:44: line longer than 4096 bytes",
+             bad, bad, bad, bad, bad, bad);
+    assert_contains(err_text, expect);
+    snprintf(expect, sizeof expect, "2 with an empty side (first: %s:45: empty source side)\n", bad);
+    assert_contains(err_text, expect);
+    assert_contains(err_text, "38 training pairs, 2 dev pairs"); /* the 40 good lines */
+    assert_true(exists(in_dir("run-bad/last.h5")));
+}
+
+static void test_each_bad_line_is_fatal_with_strict_naming_file_and_line(void **state) {
+    char long_line[5001];
+    memset(long_line, 'b', 5000);
+    long_line[5000] = 0;
+    long_line[10] = '\t';
+    const struct {
+        const char *line, *why;
+    } cases[] = {
+        {"no tab here", "no tab between source and target"},
+        {"a\tB\tC", "2 tabs, expected one between source and target"},
+        {"a \xC3\x28 b\tB A", "invalid UTF-8 at byte 3 (0xC3)"},
+        {"a b\xFF\tB A", "invalid UTF-8 at byte 4 (0xFF)"},
+        {long_line, "line longer than 4096 bytes"},
+        {" \tA", "empty source side"},
+        {"a b\t  ", "empty target side"},
+        {"", "empty line"},
+    };
+    const char *path = in_dir("strict.tsv");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[5200], expect[700];
+        snprintf(text, sizeof text, "a b\tB A\nc\tC\nd e f\tF E D\n%s\ne\tE\n", cases[i].line);
+        write_text(path, text);
+        assert_status(RUN("train", "--train", path, "--out", in_dir("run-strict"), TINY, "--steps", "2", "--strict"),
+                      1);
+        snprintf(expect, sizeof expect, "attograd-translate: %s:4: %s", path, cases[i].why);
+        assert_contains(err_text, expect);
+        assert_false(exists(in_dir("run-strict/last.h5")));
+    }
+    /* eval --strict too */
+    trained_run("transformer");
+    assert_status(RUN("eval", "--checkpoint", ckpt_of("transformer", "best"), "--data", path, "--strict"), 1);
+    char expect[700];
+    snprintf(expect, sizeof expect, "%s:4: empty line", path);
+    assert_contains(err_text, expect);
+    assert_status(RUN("eval", "--checkpoint", ckpt_of("transformer", "best"), "--data", path), 0);
+    check_eval_output(path, 4, "greedy");
+    snprintf(expect, sizeof expect, "%s: skipped 1 of 5 lines", path);
+    assert_contains(err_text, expect);
+}
+
+static void test_corpus_without_a_good_line_fails(void **state) {
+    const char *path = in_dir("nogood.tsv");
+    write_text(path, "no tab\n\na\tb\tc\n");
+    assert_status(RUN("train", "--train", path, "--out", in_dir("run-nogood"), TINY, "--steps", "2"), 1);
+    char expect[700];
+    snprintf(expect, sizeof expect, "%s: no valid pairs (skipped 3 of 3 lines: ", path);
+    assert_contains(err_text, expect);
+    snprintf(expect, sizeof expect, "first: %s:1: no tab between source and target", path);
+    assert_contains(err_text, expect);
+}
+
+static void test_training_without_development_pairs_fails_saying_how_to_get_some(void **state) {
+    const char *four = in_dir("four.tsv");
+    write_text(four, "a b\tB A\nc\tC\nd e f\tF E D\ne\tE\n");
+    char expect[700];
+    /* 5% of 4 pairs rounds to none */
+    assert_status(RUN("train", "--train", four, "--out", in_dir("run-four"), TINY, "--steps", "2"), 1);
+    snprintf(expect, sizeof expect,
+             "%s: --heldout 0.05 of 4 pairs holds out none for development: raise it or give --dev FILE", four);
+    assert_contains(err_text, expect);
+    assert_status(RUN("train", "--train", toy(), "--out", in_dir("run-four"), TINY, "--steps", "2", "--heldout", "0"),
+                  1);
+    snprintf(expect, sizeof expect, "%s: --heldout 0 of 40 pairs holds out none", toy());
+    assert_contains(err_text, expect);
+    /* a dev file whose pairs are all longer than --max-len */
+    const char *long_dev = in_dir("long-dev.tsv");
+    write_text(long_dev, "a b c d e f a b\tB A F E D C B A\n");
+    assert_status(RUN("train", "--train", toy(), "--dev", long_dev, "--out", in_dir("run-four"), TINY, "--max-len", "6",
+                      "--steps", "2"),
+                  1);
+    snprintf(expect, sizeof expect, "%s: none of the 1 pairs has at most 6 tokens on both sides", long_dev);
+    assert_contains(err_text, expect);
+    assert_false(exists(in_dir("run-four/last.h5")));
+}
+
+static void test_bad_options_are_usage_errors_with_status_2(void **state) {
+    const char *T = toy(), *O = in_dir("run-usage"), *U = "usage: attograd-translate train ";
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--bogus"), "unknown option '--bogus'", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps"), "option --steps needs a value", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "ten"),
+                       "option --steps: 'ten' is not a valid integer", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "12abc"),
+                       "option --steps: '12abc' is not a valid integer", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--lr", "fast"),
+                       "option --lr: 'fast' is not a valid number", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--model", "lstm"), "--model is transformer or gru", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--d-model", "15", "--heads", "2"),
+                       "--d-model must be a multiple of --heads", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "0"),
+                       "sizes, counts and intervals must be positive", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--dropout", "1"), "--dropout in [0,1)", U);
+    assert_usage_error(RUN("train", "--out", O), "--train FILE is required", U);
+    assert_usage_error(RUN("train", "--train", T, "stray"), "too many arguments", U);
+    assert_usage_error(RUN("train", "--train", T, "--resume=yes"), "option --resume takes no value", U);
+    assert_false(exists(O));
+    assert_usage_error(RUN("eval", "--data", T), "--checkpoint and --data are required",
+                       "usage: attograd-translate eval ");
+    assert_usage_error(RUN("eval", "--checkpoint", "x.h5", "--data", T, "--beam", "0"), "--beam >= 1",
+                       "usage: attograd-translate eval ");
+    assert_usage_error(RUN("translate", "a b"), "--checkpoint is required", "usage: attograd-translate translate ");
+    assert_usage_error(RUN("translate", "--checkpoint", "x.h5", "--beam", "2x"), "'2x' is not a valid integer",
+                       "usage: attograd-translate translate ");
+    assert_usage_error(RUN("attention", "--checkpoint", "x.h5"), "--checkpoint and one SENTENCE are required",
+                       "usage: attograd-translate attention ");
+    assert_usage_error(RUN("attention", "--checkpoint", "x.h5", "a", "b"), "too many arguments",
+                       "usage: attograd-translate attention ");
+    assert_status(run_v(NULL, (const char *[]){NULL}), 2);
+    assert_contains(err_text, "usage: attograd-translate COMMAND");
+}
+
+/* A checkpoint that is not from attograd-translate, written with the library: params only, or
+ * with a configuration the program did not write. */
+static void write_foreign_checkpoint(const char *path, const ag_train_state *st) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_rng r = ag_rng_new(3);
+    ag_linear_new(p, "fc", 3, 2, true, &r);
+    char msg[512];
+    ag_ckpt_status s = ag_checkpoint_save(path, p, NULL, st, &(ag_ckpt_save_opts){.no_fsync = true}, msg, sizeof msg);
+    if (s != AG_CKPT_OK) fail_msg("saving %s: %s", path, msg);
+    ag_params_free(p);
+}
+
+/* eval, translate and attention (which: 0, 1 or 2; -1: all three) fail on path with status 1 and
+ * a message with fragment. They load a checkpoint with one function: the cases after the first
+ * few take turns. */
+static void assert_rejected(const char *path, const char *fragment, int which) {
+    char expect[700];
+    snprintf(expect, sizeof expect, "attograd-translate: %s", path);
+    const char *svg = in_dir("rejected.svg");
+    remove(svg);
+    const char *runs[3][8] = {
+        {"eval", "--checkpoint", path, "--data", toy(), NULL},
+        {"translate", "--checkpoint", path, "a b", NULL},
+        {"attention", "--checkpoint", path, "--out", svg, "a b", NULL},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (which >= 0 && i != which % 3) continue;
+        assert_status(run_v(NULL, runs[i]), 1);
+        assert_contains(err_text, expect);
+        assert_contains(err_text, fragment);
+        assert_string_equal(out_text, "");
+    }
+    assert_false(exists(svg));
+}
+
+static void test_commands_reject_missing_non_hdf5_and_foreign_checkpoints(void **state) {
+    assert_rejected(in_dir("no-such.h5"), "cannot open: No such file or directory", -1);
+    assert_rejected(toy(), "not an HDF5 file", -1);
+    /* a real checkpoint cut short */
+    trained_run("transformer");
+    char *whole = read_text(ckpt_of("transformer", "last"));
+    write_file(in_dir("truncated.h5"), whole, 3000);
+    free(whole);
+    assert_rejected(in_dir("truncated.h5"), "truncated.h5", 0);
+
+    /* parameters only */
+    write_foreign_checkpoint(in_dir("params-only.h5"), NULL);
+    assert_rejected(in_dir("params-only.h5"), "no training state in the file", -1);
+    /* a configuration of another program */
+    ag_train_state other = {0};
+    ag_config_set_string(&other, "activation", "relu");
+    ag_config_set_int(&other, "hidden", 2);
+    write_foreign_checkpoint(in_dir("other-config.h5"), &other);
+    assert_rejected(in_dir("other-config.h5"), "not a checkpoint of attograd-translate", 1);
+    /* the configuration of a real run without its vocabularies */
+    ag_train_state real = load_state(ckpt_of("transformer", "last")), novocab = {0};
+    for (int i = 0; i < real.nconfig; i++)
+        if (strncmp(real.config[i].key, "src_vocab", 9) != 0 && strncmp(real.config[i].key, "tgt_vocab", 9) != 0)
+            novocab.config[novocab.nconfig++] = real.config[i];
+    write_foreign_checkpoint(in_dir("no-vocab.h5"), &novocab);
+    assert_rejected(in_dir("no-vocab.h5"), "vocabularies in the checkpoint are missing or damaged", 2);
+    /* a real run's configuration and vocabularies over parameters of another model */
+    write_foreign_checkpoint(in_dir("other-params.h5"), &real);
+    assert_rejected(in_dir("other-params.h5"), "src_embed.weight", 0);
+}
+
+static void test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_crash(void **state) {
+    trained_run("transformer");
+    ag_train_state real = load_state(ckpt_of("transformer", "last"));
+    const struct {
+        const char *key;
+        int64_t value;
+    } bad[] = {{"nhead", 3}, {"nhead", 0}, {"d_model", -16}, {"dim_feedforward", 0}, {"positions", 0},
+               {"max_len", 0}, {"encoder_layers", -1}, {"hidden", 1LL << 40}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ag_train_state st = real;
+        ag_config_set_int(&st, bad[i].key, bad[i].value);
+        write_foreign_checkpoint(in_dir("bad-config.h5"), &st);
+        assert_rejected(in_dir("bad-config.h5"), bad[i].key, (int)i);
+    }
+}
+
+static void test_resume_without_a_previous_run_fails_naming_the_checkpoint(void **state) {
+    const char *out = in_dir("never-ran");
+    assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "2", "--resume"), 1);
+    char expect[700];
+    snprintf(expect, sizeof expect, "attograd-translate: cannot resume: %s/last.h5: cannot open: No such file", out);
+    assert_contains(err_text, expect);
+    assert_not_contains(err_text, "training pairs");
+}
+
+static void test_eval_with_a_missing_data_file_fails_naming_it(void **state) {
+    trained_run("gru");
+    const char *missing = in_dir("no-such-data.tsv");
+    assert_status(RUN("eval", "--checkpoint", ckpt_of("gru", "best"), "--data", missing), 1);
+    char expect[700];
+    snprintf(expect, sizeof expect, "attograd-translate: %s: cannot open: No such file or directory", missing);
+    assert_contains(err_text, expect);
+    assert_string_equal(out_text, "");
+}
+
+#define TEST(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        TEST(test_train_transformer_writes_checkpoints_curves_and_attention),
+        TEST(test_train_gru_writes_checkpoints_curves_and_attention),
+        TEST(test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_test),
+        TEST(test_eval_prints_exact_match_and_bleu_greedy_and_beam),
+        TEST(test_eval_on_words_the_model_never_saw_still_reports),
+        TEST(test_translate_from_arguments_and_stdin_gives_one_line_per_sentence),
+        TEST(test_a_translation_does_not_depend_on_the_sentences_translated_with_it),
+        TEST(test_attention_writes_well_formed_svg_labelled_with_source_and_translation),
+        TEST(test_attention_rows_are_the_words_the_model_wrote_even_unknown_ones),
+        TEST(test_eval_reports_what_training_reports_on_the_same_test_file),
+        TEST(test_attention_of_a_sentence_longer_than_the_model_was_built_for_does_not_crash),
+        TEST(test_help_of_every_command_goes_to_stdout_with_status_0),
+        TEST(test_resume_transformer_with_dropout_matches_an_uninterrupted_run_bit_for_bit),
+        TEST(test_resume_gru_at_an_epoch_boundary_with_teacher_forcing_draws_matches_bit_for_bit),
+        TEST(test_sigint_saves_last_checkpoint_exits_130_and_resume_continues),
+        TEST(test_sigterm_saves_last_checkpoint_exits_130),
+        TEST(test_missing_and_empty_training_files_fail_naming_the_file),
+        TEST(test_bad_lines_are_skipped_and_counted_with_file_and_line),
+        TEST(test_each_bad_line_is_fatal_with_strict_naming_file_and_line),
+        TEST(test_corpus_without_a_good_line_fails),
+        TEST(test_training_without_development_pairs_fails_saying_how_to_get_some),
+        TEST(test_bad_options_are_usage_errors_with_status_2),
+        TEST(test_commands_reject_missing_non_hdf5_and_foreign_checkpoints),
+        TEST(test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_crash),
+        TEST(test_resume_without_a_previous_run_fails_naming_the_checkpoint),
+        TEST(test_eval_with_a_missing_data_file_fails_naming_it),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
