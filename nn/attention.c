@@ -8,10 +8,17 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "../tensor/fastmath.h"
+#include "../tensor/gemm.h"
 #include "../tensor/internal.h"
 #include "attention.h"
+#include "nn_internal.h"
 
 enum { MASK_NONE, MASK_BOOL, MASK_ADD };
+
+/* exp per float type: the vectorisable polynomial for f32 (tensor/fastmath.h), libm for f64 */
+#define EXP_f32 ag__expf
+#define EXP_f64 exp
 
 /* NULL, bool, or a float mask of the scores' dtype, broadcastable to ndim/shape (the scores'
  * shape, whose name the message gives as what). Returns the mask kind, -1 after reporting. */
@@ -76,6 +83,79 @@ static int check_mask(const char *op, const ag_tensor *mask, ag_dtype dt, int nd
         }                                                                                                           \
     }
 AG_FLOAT_TYPES(ROW_KERNELS)
+
+/* The same two kernels for a unit-stride row in place (the attention's scores), vectorised by
+ * hand-shaped loops: whole blocks of W lanes, and the last partial block through a W-wide
+ * buffer padded with -inf (max, exp) or 0 (dot), so short rows (12 live keys) never fall into
+ * a scalar epilogue. Lane partials are combined in a fixed order, so results still do not
+ * depend on the thread count. */
+#define DENSE_ROW_KERNELS(T, S, D)                                                                                  \
+    enum { W_##S = 64 / sizeof(T) };                                                                                \
+    static T lanes_max_##S(const T *v) {                                                                            \
+        T r = v[0];                                                                                                 \
+        for (int w = 1; w < W_##S; w++) r = v[w] > r ? v[w] : r;                                                    \
+        return r;                                                                                                   \
+    }                                                                                                               \
+    static T lanes_sum_##S(const T *v) {                                                                            \
+        T r = 0;                                                                                                    \
+        for (int w = 0; w < W_##S; w++) r += v[w];                                                                  \
+        return r;                                                                                                   \
+    }                                                                                                               \
+    static void row_fwd_dense_##S(T *y, int64_t n, const char *m, int64_t ms, int mk, int64_t lim) {                \
+        enum { W = W_##S };                                                                                         \
+        if (mk == MASK_BOOL) {                                                                                      \
+            for (int64_t j = 0; j < n; j++) y[j] = m[j * ms] ? -(T)INFINITY : y[j];                                 \
+        } else if (mk == MASK_ADD) {                                                                                \
+            for (int64_t j = 0; j < n; j++) y[j] += *(const T *)(m + j * ms);                                       \
+        }                                                                                                           \
+        for (int64_t j = lim + 1; j < n; j++) y[j] = -(T)INFINITY;                                                  \
+        int64_t nb = n / W * W, nt = n - nb;                                                                        \
+        T tail[W] __attribute__((aligned(64))), acc[W] __attribute__((aligned(64)));                                \
+        for (int w = 0; w < W; w++) tail[w] = acc[w] = -(T)INFINITY;                                                \
+        memcpy(tail, y + nb, sizeof(T) * (size_t)nt);                                                               \
+        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
+            for (int w = 0; w < W; w++) acc[w] = y[jb + w] > acc[w] ? y[jb + w] : acc[w];                           \
+        for (int w = 0; w < W; w++) acc[w] = tail[w] > acc[w] ? tail[w] : acc[w];                                   \
+        T mx = lanes_max_##S(acc);                                                                                  \
+        if (mx == -(T)INFINITY) { /* nothing may be attended: zeros, not 0/0 */                                     \
+            memset(y, 0, sizeof(T) * (size_t)n);                                                                    \
+            return;                                                                                                 \
+        }                                                                                                           \
+        for (int w = 0; w < W; w++) acc[w] = 0;                                                                     \
+        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
+            for (int w = 0; w < W; w++) {                                                                           \
+                T e = EXP_##S(y[jb + w] - mx);                                                                      \
+                y[jb + w] = e;                                                                                      \
+                acc[w] += e;                                                                                        \
+            }                                                                                                       \
+        for (int w = 0; w < W; w++) {                                                                               \
+            tail[w] = EXP_##S(tail[w] - mx);                                                                        \
+            acc[w] += tail[w];                                                                                      \
+        }                                                                                                           \
+        T inv = 1 / lanes_sum_##S(acc);                                                                             \
+        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
+            for (int w = 0; w < W; w++) y[jb + w] *= inv;                                                           \
+        for (int w = 0; w < W; w++) tail[w] *= inv;                                                                 \
+        memcpy(y + nb, tail, sizeof(T) * (size_t)nt);                                                               \
+    }                                                                                                               \
+    /* g = y*(g - Σ g*y) in place */                                                                                \
+    static void row_bwd_dense_##S(const T *y, T *g, int64_t n) {                                                    \
+        enum { W = W_##S };                                                                                         \
+        int64_t nb = n / W * W, nt = n - nb;                                                                        \
+        T ty[W] __attribute__((aligned(64))), tg[W] __attribute__((aligned(64))), acc[W] = {0};                     \
+        for (int w = 0; w < W; w++) ty[w] = tg[w] = 0;                                                              \
+        memcpy(ty, y + nb, sizeof(T) * (size_t)nt);                                                                 \
+        memcpy(tg, g + nb, sizeof(T) * (size_t)nt);                                                                 \
+        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
+            for (int w = 0; w < W; w++) acc[w] += g[jb + w] * y[jb + w];                                            \
+        for (int w = 0; w < W; w++) acc[w] += tg[w] * ty[w];                                                        \
+        T dot = lanes_sum_##S(acc);                                                                                 \
+        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
+            for (int w = 0; w < W; w++) g[jb + w] = y[jb + w] * (g[jb + w] - dot);                                  \
+        for (int w = 0; w < W; w++) tg[w] = ty[w] * (tg[w] - dot);                                                  \
+        memcpy(g + nb, tg, sizeof(T) * (size_t)nt);                                                                 \
+    }
+AG_FLOAT_TYPES(DENSE_ROW_KERNELS)
 
 /* ---- masked softmax ---- */
 
@@ -189,17 +269,19 @@ ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim) {
 
 /* ---- fused attention ---- */
 
-/* One (B,H,R,C) operand as a BLAS matrix per (b,h): row-major R×C with leading dimension ld,
- * or (trans) stored as its C×R transpose. */
+/* One operand per (b,h) as a BLAS matrix: row-major R×C with leading dimension ld, or (trans)
+ * stored as its C×R transpose; (b,h)'s matrix starts b·sb + h·sh bytes after base. The
+ * (B,H,R,C) tensors of ag_attention and the head columns of (N,R,E) rows (ag__attention_heads)
+ * are both such stacks, so one kernel serves both. base NULL: not needed. */
 typedef struct {
     const char *base;
-    int64_t sb, sh; /* byte strides of b and h */
+    int64_t sb, sh;
     bool trans;
     int ld;
 } mat;
 
-/* t itself when every (b,h) slice is a BLAS matrix, else a contiguous copy (outside the graph:
- * the op's gradient goes to t). */
+/* (B,H,R,C) t: t itself when every (b,h) slice is a BLAS matrix, else a contiguous copy
+ * (outside the graph: the op's gradient goes to t). */
 static ag_tensor *as_mat(ag_tensor *t, mat *m) {
     int64_t R = t->shape[2], C = t->shape[3], *st = t->stride;
     if (st[3] == 1 && (R == 1 || st[2] >= C)) {
@@ -209,10 +291,7 @@ static ag_tensor *as_mat(ag_tensor *t, mat *m) {
         m->trans = true;
         m->ld = (int)(C == 1 ? R : st[3]);
     } else {
-        bool prev = ag_set_grad_enabled(false);
-        ag_tensor *c = ag_contiguous(t);
-        ag_set_grad_enabled(prev);
-        return as_mat(c, m);
+        return as_mat(ag__dense(t), m);
     }
     int64_t es = (int64_t)ag_dtype_size(t->dtype);
     m->base = ag__ptr(t);
@@ -221,50 +300,72 @@ static ag_tensor *as_mat(ag_tensor *t, mat *m) {
     return t;
 }
 
+/* contiguous (B,H,R,C) storage */
+static mat dense_mat(const ag_tensor *t) {
+    int64_t es = (int64_t)ag_dtype_size(t->dtype), R = t->shape[2], C = t->shape[3];
+    return (mat){ag__ptr(t), t->shape[1] * R * C * es, R * C * es, false, (int)C};
+}
+
+/* heads of width D starting at column off of a (N,R,W) tensor with unit-stride rows */
+static mat head_mat(const ag_tensor *t, int64_t off, int64_t D) {
+    int64_t es = (int64_t)ag_dtype_size(t->dtype), R = t->shape[1], W = t->shape[2];
+    return (mat){ag__ptr(t) + off * es, t->stride[0] * es, D * es, false, (int)(R == 1 ? W : t->stride[1])};
+}
+
 typedef struct {
     int64_t B, H, L, S, Dh, Dv;
     double alpha, keep_scale; /* 1/√Dh; 1/(1-p) */
-    mat q, k, v;
-    ag_tensor *qm, *km, *vm;  /* the tensors behind q, k, v (inputs or their copies) */
+    mat q, k, v, o;
     int mk;                   /* mask kind */
     const char *mask;
     int64_t mst[4];           /* mask byte strides broadcast to (B,H,L,S) */
     bool causal;
-    char *p, *pd, *out;       /* probabilities, after dropout (NULL without), output */
+    char *p, *pd;             /* (B,H,L,S) probabilities, after dropout (NULL without) */
     const uint8_t *keep;      /* dropout keep mask (NULL without) */
     /* backward only */
-    const char *dout;
-    char *dq, *dk, *dv, *ds;  /* grad buffers (NULL if not needed) and dscores */
+    mat dout, dq, dk, dv;     /* dq, dk, dv with base NULL when not needed */
+    char *ds;                 /* (B,H,L,S) dscores */
     bool mask_grad;
 } attn;
 
 static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b * m->sb + h * m->sh; }
 
-static CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
-/* BLAS wants leading dimensions >= 1 even for empty matrices */
-static int ld1(int ld) { return ld > 1 ? ld : 1; }
-#define CBLAS_GEMM_f32 cblas_sgemm
-#define CBLAS_GEMM_f64 cblas_dgemm
+#define GEMM_f32 ag__sgemm
+#define GEMM_f64 ag__dgemm
 
 /* Per (b,h) = bh, with P, dP, dS (L,S) slices of contiguous (B,H,L,S) buffers:
  *   forward   P = softmax(α Q Kᵀ + mask), Pd = dropout(P), O = Pd V
  *   backward  dV += Pdᵀ dO; dP = dropout'(dO Vᵀ); dS = P*(dP - rowsum(dP*P));
- *             dQ += α dS K; dK += α dSᵀ Q */
+ *             dQ += α dS K; dK += α dSᵀ Q
+ * Keys from live_keys on are masked for every query (a padded tail): their probabilities are
+ * exactly 0, so every product stops before them. */
 #define ATTN_KERNELS(T, S_, D_)                                                                                     \
     static void gemm_##S_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int lda,          \
                           const T *B, int ldb, T beta, T *C, int ldc) {                                             \
-        CBLAS_GEMM_##S_(CblasRowMajor, tr(ta), tr(tb), (int)M, (int)N, (int)K, alpha, A, ld1(lda), B, ld1(ldb),     \
-                        beta, C, ld1(ldc));                                                                         \
+        GEMM_##S_(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                                            \
+    }                                                                                                               \
+    static int64_t live_keys_##S_(const attn *a, const char *m) {                                                  \
+        int64_t S = a->S, rows = a->mst[2] ? a->L : 1;                                                              \
+        if (a->causal && a->L < S) S = a->L; /* key j > i is masked for every query i < L */                        \
+        if (!m) return S;                                                                                           \
+        for (int64_t j = S; j > 0; j--)                                                                             \
+            for (int64_t i = 0; i < rows; i++) {                                                                    \
+                const char *e = m + i * a->mst[2] + (j - 1) * a->mst[3];                                            \
+                if (a->mk == MASK_BOOL ? !*e : *(const T *)e != -(T)INFINITY) return j;                             \
+            }                                                                                                       \
+        return 0;                                                                                                   \
     }                                                                                                               \
     static void attn_fwd_##S_(const attn *a, int64_t bh) {                                                          \
         int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S, LS = L * S, Dv = a->Dv;                           \
         const T *Q = (const T *)at(&a->q, b, h), *K = (const T *)at(&a->k, b, h), *V = (const T *)at(&a->v, b, h);  \
-        T *P = (T *)a->p + bh * LS, *O = (T *)a->out + bh * L * Dv, alpha = (T)a->alpha;                            \
-        gemm_##S_(a->q.trans, !a->k.trans, L, S, a->Dh, alpha, Q, a->q.ld, K, a->k.ld, 0, P, (int)S);               \
+        T *P = (T *)a->p + bh * LS, *O = (T *)at(&a->o, b, h), alpha = (T)a->alpha;                                 \
         const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
-        for (int64_t i = 0; i < L; i++)                                                                             \
-            row_fwd_##S_(P + i * S, 1, P + i * S, 1, S, m ? m + i * a->mst[2] : NULL, a->mst[3], a->mk,             \
-                         a->causal ? i : S);                                                                        \
+        int64_t n = live_keys_##S_(a, m);                                                                           \
+        gemm_##S_(a->q.trans, !a->k.trans, L, n, a->Dh, alpha, Q, a->q.ld, K, a->k.ld, 0, P, (int)S);               \
+        for (int64_t i = 0; i < L; i++) {                                                                           \
+            row_fwd_dense_##S_(P + i * S, n, m ? m + i * a->mst[2] : NULL, a->mst[3], a->mk, a->causal ? i : n);    \
+            memset(P + i * S + n, 0, sizeof(T) * (size_t)(S - n));                                                  \
+        }                                                                                                           \
         const T *Pu = P;                                                                                            \
         if (a->pd) {                                                                                                \
             T *Pd = (T *)a->pd + bh * LS, sc = (T)a->keep_scale;                                                    \
@@ -272,33 +373,42 @@ static int ld1(int ld) { return ld > 1 ? ld : 1; }
             for (int64_t i = 0; i < LS; i++) Pd[i] = kp[i] ? P[i] * sc : 0;                                         \
             Pu = Pd;                                                                                                \
         }                                                                                                           \
-        gemm_##S_(false, a->v.trans, L, Dv, S, 1, Pu, (int)S, V, a->v.ld, 0, O, (int)Dv);                           \
+        if (n > 0)                                                                                                  \
+            gemm_##S_(false, a->v.trans, L, Dv, n, 1, Pu, (int)S, V, a->v.ld, 0, O, a->o.ld);                       \
+        else                                                                                                        \
+            for (int64_t i = 0; i < L; i++) memset(O + i * a->o.ld, 0, sizeof(T) * (size_t)Dv);                     \
     }                                                                                                               \
     static void attn_bwd_##S_(const attn *a, int64_t bh) {                                                          \
         int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S, LS = L * S, Dh = a->Dh, Dv = a->Dv;               \
         const T *Q = (const T *)at(&a->q, b, h), *K = (const T *)at(&a->k, b, h), *V = (const T *)at(&a->v, b, h);  \
-        const T *P = (const T *)a->p + bh * LS, *dO = (const T *)a->dout + bh * L * Dv;                             \
+        const T *P = (const T *)a->p + bh * LS, *dO = (const T *)at(&a->dout, b, h);                                \
         T *W = (T *)a->ds + bh * LS, sc = (T)a->keep_scale, alpha = (T)a->alpha;                                    \
         const uint8_t *kp = a->keep ? a->keep + bh * LS : NULL;                                                     \
-        if (a->dv) {                                                                                                \
+        const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
+        int64_t n = live_keys_##S_(a, m);                                                                           \
+        if (a->dv.base) {                                                                                           \
             const T *Pu = P;                                                                                        \
             if (kp) {                                                                                               \
                 for (int64_t i = 0; i < LS; i++) W[i] = kp[i] ? P[i] * sc : 0;                                      \
                 Pu = W;                                                                                             \
             }                                                                                                       \
-            gemm_##S_(true, false, S, Dv, L, 1, Pu, (int)S, dO, (int)Dv, 1, (T *)a->dv + bh * S * Dv, (int)Dv);     \
+            gemm_##S_(true, false, n, Dv, L, 1, Pu, (int)S, dO, a->dout.ld, 1, (T *)at(&a->dv, b, h), a->dv.ld);    \
         }                                                                                                           \
-        if (!a->dq && !a->dk && !a->mask_grad) return;                                                              \
-        gemm_##S_(false, !a->v.trans, L, S, Dv, 1, dO, (int)Dv, V, a->v.ld, 0, W, (int)S);                          \
-        if (kp)                                                                                                     \
-            for (int64_t i = 0; i < LS; i++) W[i] = kp[i] ? W[i] * sc : 0;                                          \
-        for (int64_t i = 0; i < L; i++) row_bwd_##S_(P + i * S, W + i * S, W + i * S, 1, S, false);                 \
-        if (a->dq)                                                                                                  \
-            gemm_##S_(false, a->k.trans, L, Dh, S, alpha, W, (int)S, K, a->k.ld, 1, (T *)a->dq + bh * L * Dh,       \
-                      (int)Dh);                                                                                     \
-        if (a->dk)                                                                                                  \
-            gemm_##S_(true, a->q.trans, S, Dh, L, alpha, W, (int)S, Q, a->q.ld, 1, (T *)a->dk + bh * S * Dh,        \
-                      (int)Dh);                                                                                     \
+        if (!a->dq.base && !a->dk.base && !a->mask_grad) return;                                                    \
+        gemm_##S_(false, !a->v.trans, L, n, Dv, 1, dO, a->dout.ld, V, a->v.ld, 0, W, (int)S);                       \
+        for (int64_t i = 0; i < L; i++) {                                                                           \
+            T *w = W + i * S;                                                                                       \
+            if (kp)                                                                                                 \
+                for (int64_t j = 0; j < n; j++) w[j] = kp[i * S + j] ? w[j] * sc : 0;                               \
+            row_bwd_dense_##S_(P + i * S, w, n);                                                                    \
+            if (a->mask_grad) memset(w + n, 0, sizeof(T) * (size_t)(S - n));                                        \
+        }                                                                                                           \
+        if (a->dq.base)                                                                                             \
+            gemm_##S_(false, a->k.trans, L, Dh, n, alpha, W, (int)S, K, a->k.ld, 1, (T *)at(&a->dq, b, h),          \
+                      a->dq.ld);                                                                                    \
+        if (a->dk.base)                                                                                             \
+            gemm_##S_(true, a->q.trans, n, Dh, L, alpha, W, (int)S, Q, a->q.ld, 1, (T *)at(&a->dk, b, h),           \
+                      a->dk.ld);                                                                                    \
     }
 AG_FLOAT_TYPES(ATTN_KERNELS)
 
@@ -319,22 +429,41 @@ static void for_each_head(void (*fn)(const attn *, int64_t), const attn *a) {
     }
 }
 
+/* the backward of both ops once a's gradient matrices are set */
+static void attn_backward(ag_node *n, attn *a) {
+    ag_tensor *mask = n->in[3];
+    a->mask_grad = mask && a->mk == MASK_ADD && mask->requires_grad;
+    if (!a->dq.base && !a->dk.base && !a->dv.base && !a->mask_grad) return;
+    ag_tensor *ds = ag__new(n->out->dtype, 4, (int64_t[]){a->B, a->H, a->L, a->S});
+    a->ds = ag__ptr(ds);
+    if (a->L > 0 && a->S > 0) for_each_head(n->out->dtype == AG_F32 ? attn_bwd_f32 : attn_bwd_f64, a);
+    if (a->mask_grad) ag_accum_grad(mask, ds);
+}
+
 static void attention_backward(ag_node *n) {
     attn a = *(const attn *)n->extra;
-    ag_tensor *mask = n->in[3], *dq = ag_grad_buffer(n->in[0]), *dk = ag_grad_buffer(n->in[1]),
-              *dv = ag_grad_buffer(n->in[2]);
-    a.mask_grad = mask && a.mk == MASK_ADD && mask->requires_grad;
-    if (!dq && !dk && !dv && !a.mask_grad) return;
-    ag_tensor *ds = ag__new(n->out->dtype, 4, (int64_t[]){a.B, a.H, a.L, a.S});
-    a.dout = ag__ptr(n->out->grad);
-    a.dq = dq ? ag__ptr(dq) : NULL;
-    a.dk = dk ? ag__ptr(dk) : NULL;
-    a.dv = dv ? ag__ptr(dv) : NULL;
-    a.ds = ag__ptr(ds);
-    if (a.L > 0 && a.S > 0) for_each_head(n->out->dtype == AG_F32 ? attn_bwd_f32 : attn_bwd_f64, &a);
-    if (a.mask_grad) ag_accum_grad(mask, ds);
+    ag_tensor *g[3];
+    mat *dm[3] = {&a.dq, &a.dk, &a.dv};
+    for (int i = 0; i < 3; i++) {
+        g[i] = ag_grad_buffer(n->in[i]);
+        *dm[i] = g[i] ? dense_mat(g[i]) : (mat){0};
+    }
+    a.dout = dense_mat(n->out->grad);
+    attn_backward(n, &a);
 }
 static const ag_op ATTENTION = {"ag_attention", attention_backward};
+
+static void heads_backward(ag_node *n) {
+    attn a = *(const attn *)n->extra;
+    mat *dm[3] = {&a.dq, &a.dk, &a.dv};
+    for (int i = 0; i < 3; i++) { /* tq, tk, tv may be one tensor: one buffer, three column ranges */
+        ag_tensor *g = ag_grad_buffer(n->in[i]);
+        *dm[i] = g ? head_mat(g, n->ctx.i[i], i < 2 ? a.Dh : a.Dv) : (mat){0};
+    }
+    a.dout = head_mat(n->out->grad, 0, a.Dv);
+    attn_backward(n, &a);
+}
+static const ag_op ATTENTION_HEADS = {"ag_attention", heads_backward};
 
 /* keep[i] with probability 1-p, from consecutive draws of rng */
 static void draw_keep(ag_rng *rng, double p, uint8_t *keep, int64_t n) {
@@ -343,6 +472,60 @@ static void draw_keep(ag_rng *rng, double p, uint8_t *keep, int64_t n) {
         int64_t c = n - i < 1024 ? n - i : 1024;
         ag_rng_uniform_f64(rng, c, u);
         for (int64_t j = 0; j < c; j++) keep[i + j] = u[j] >= p;
+    }
+}
+
+/* Checks the mask and dropout_p, then computes out (a->o's storage) into a; the probabilities
+ * and the dropout mask are returned in *p and *keep for backward and weights_out. */
+static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, double dropout_p, ag_rng *rng,
+                         bool training, ag_tensor **p, ag_tensor **keep, ag_tensor **pd) {
+    int64_t sshape[4] = {a->B, a->H, a->L, a->S};
+    if (!(dropout_p >= 0 && dropout_p <= 1)) {
+        ag_error(op, "dropout_p %g: must be in [0, 1]", dropout_p);
+        return false;
+    }
+    a->mk = check_mask(op, mask, dt, 4, sshape, "scores (B,H,L,S)");
+    if (a->mk < 0) return false;
+    if (mask) {
+        ag__bcast_bstrides(mask, 4, sshape, a->mst);
+        a->mask = ag__ptr(mask);
+    }
+    a->alpha = a->Dh > 0 ? 1 / sqrt((double)a->Dh) : 1;
+    *p = ag__new(dt, 4, sshape);
+    *keep = *pd = NULL;
+    a->p = ag__ptr(*p);
+    if (training && dropout_p > 0) {
+        *keep = ag__new(AG_BOOL, 4, sshape);
+        *pd = ag__new(dt, 4, sshape);
+        draw_keep(rng, dropout_p, (uint8_t *)(*keep)->data, ag_numel(*keep));
+        a->keep = (const uint8_t *)(*keep)->data;
+        a->pd = (*pd)->data;
+        a->keep_scale = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;
+    }
+    if (a->L > 0) for_each_head(dt == AG_F32 ? attn_fwd_f32 : attn_fwd_f64, a);
+    return true;
+}
+
+/* records the node (saving a, the probabilities and the keep mask) and hands out the weights */
+static void attn_finish(const ag_op *OP, const attn *a, ag_tensor *out, ag_tensor *const *in, ag_tensor *p,
+                        ag_tensor *keep, ag_tensor *pd, const int64_t *offsets, ag_tensor **weights_out) {
+    ag_node *n = ag_finish(OP, out, 4, in);
+    if (n) {
+        attn *saved = ag_arena_alloc(ag_arena_current(), sizeof *saved);
+        *saved = *a;
+        saved->pd = NULL;
+        n->extra = saved;
+        n->saved[0] = p;
+        n->saved[1] = keep;
+        for (int i = 0; offsets && i < 3; i++) n->ctx.i[i] = offsets[i];
+    }
+    if (weights_out) {
+        if (pd || !n) {
+            *weights_out = pd ? pd : p;
+        } else { /* p is saved for backward: hand out a copy */
+            *weights_out = ag__new(p->dtype, 4, p->shape);
+            ag_copy_(*weights_out, p);
+        }
     }
 }
 
@@ -372,57 +555,50 @@ ag_tensor *ag_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mas
     const char *op = "ag_attention";
     if (weights_out) *weights_out = NULL;
     if (!check_qkv(op, q, k, v)) return NULL;
-    if (!(dropout_p >= 0 && dropout_p <= 1)) {
-        ag_error(op, "dropout_p %g: must be in [0, 1]", dropout_p);
-        return NULL;
-    }
     ag_dtype dt = q->dtype;
     attn a = {.B = q->shape[0], .H = q->shape[1], .L = q->shape[2], .S = k->shape[2], .Dh = q->shape[3],
               .Dv = v->shape[3], .causal = causal};
-    int64_t sshape[4] = {a.B, a.H, a.L, a.S};
-    a.mk = check_mask(op, mask, dt, 4, sshape, "scores (B,H,L,S)");
-    if (a.mk < 0) return NULL;
-    if (mask) {
-        ag__bcast_bstrides(mask, 4, sshape, a.mst);
-        a.mask = ag__ptr(mask);
-    }
-    a.alpha = a.Dh > 0 ? 1 / sqrt((double)a.Dh) : 1;
-    a.qm = as_mat(q, &a.q);
-    a.km = as_mat(k, &a.k);
-    a.vm = as_mat(v, &a.v);
-    ag_tensor *p = ag__new(dt, 4, sshape), *out = ag__new(dt, 4, (int64_t[]){a.B, a.H, a.L, a.Dv});
-    ag_tensor *keep = NULL, *pd = NULL;
-    a.p = ag__ptr(p);
-    a.out = ag__ptr(out);
-    if (training && dropout_p > 0) {
-        keep = ag__new(AG_BOOL, 4, sshape);
-        pd = ag__new(dt, 4, sshape);
-        draw_keep(rng, dropout_p, (uint8_t *)keep->data, ag_numel(keep));
-        a.keep = (const uint8_t *)keep->data;
-        a.pd = pd->data;
-        a.keep_scale = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;
-    }
-    if (a.S == 0)
-        ag_fill_(out, 0); /* every row fully masked */
-    else if (a.L > 0)
-        for_each_head(dt == AG_F32 ? attn_fwd_f32 : attn_fwd_f64, &a);
-    ag_node *n = ag_finish(&ATTENTION, out, 4, (ag_tensor *[]){q, k, v, mask});
-    if (n) {
-        attn *saved = ag_arena_alloc(ag_arena_current(), sizeof *saved);
-        *saved = a;
-        saved->pd = NULL;
-        n->extra = saved;
-        n->saved[0] = p;
-        n->saved[1] = keep;
-    }
-    if (weights_out) {
-        if (pd || !n) {
-            *weights_out = pd ? pd : p;
-        } else { /* p is saved for backward: hand out a copy */
-            *weights_out = ag__new(dt, 4, sshape);
-            ag_copy_(*weights_out, p);
+    ag_tensor *out = ag__new(dt, 4, (int64_t[]){a.B, a.H, a.L, a.Dv}), *p, *keep, *pd;
+    as_mat(q, &a.q);
+    as_mat(k, &a.k);
+    as_mat(v, &a.v);
+    a.o = dense_mat(out);
+    if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, &p, &keep, &pd)) return NULL;
+    attn_finish(&ATTENTION, &a, out, (ag_tensor *[]){q, k, v, mask}, p, keep, pd, NULL, weights_out);
+    return out;
+}
+
+ag_tensor *ag__attention_heads(ag_tensor *tq, int64_t qo, ag_tensor *tk, int64_t ko, ag_tensor *tv, int64_t vo,
+                               int64_t E, int64_t H, ag_tensor *mask, bool causal, double dropout_p, ag_rng *rng,
+                               bool training, ag_tensor **weights_out) {
+    const char *op = "ag_attention";
+    if (weights_out) *weights_out = NULL;
+    ag_tensor *t[3] = {tq, tk, tv};
+    int64_t off[3] = {qo, ko, vo};
+    for (int i = 0; i < 3; i++) {
+        if (!ag__check_float(op, t[i])) return NULL;
+        char b1[128];
+        if (t[i]->ndim != 3 || t[i]->dtype != tq->dtype || off[i] < 0 || off[i] + E > t[i]->shape[2] || H <= 0 ||
+            E % H || t[i]->shape[0] != tq->shape[0] || (i == 2 && tv->shape[1] != tk->shape[1])) {
+            ag_error(op, "packed heads: %s %s, columns %lld.. of width E=%lld, H=%lld do not fit",
+                     i == 0 ? "q" : i == 1 ? "k" : "v", ag_shape_str(t[i], b1), (long long)off[i], (long long)E,
+                     (long long)H);
+            return NULL;
         }
     }
+    ag_dtype dt = tq->dtype;
+    int64_t N = tq->shape[0], L = tq->shape[1], D = E / H;
+    attn a = {.B = N, .H = H, .L = L, .S = tk->shape[1], .Dh = D, .Dv = D, .causal = causal};
+    ag_tensor *out = ag__new(dt, 3, (int64_t[]){N, L, E}), *p, *keep, *pd, *in[3];
+    mat *m[3] = {&a.q, &a.k, &a.v};
+    for (int i = 0; i < 3; i++) { /* rows must be unit-stride for BLAS; anything else is copied */
+        ag_tensor *x = t[i];
+        in[i] = x->stride[2] == 1 && (x->shape[1] == 1 || x->stride[1] >= x->shape[2]) ? x : ag__dense(x);
+        *m[i] = head_mat(in[i], off[i], D);
+    }
+    a.o = head_mat(out, 0, D);
+    if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, &p, &keep, &pd)) return NULL;
+    attn_finish(&ATTENTION_HEADS, &a, out, (ag_tensor *[]){tq, tk, tv, mask}, p, keep, pd, off, weights_out);
     return out;
 }
 

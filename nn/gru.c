@@ -6,7 +6,6 @@
  * backpropagation through time with one GEMM per step for dh and one GEMM over all steps for
  * dW_hh. Per-row gate arithmetic is one kernel body per dtype; every output element is computed
  * by one thread with a fixed order, so results do not depend on the thread count. */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,11 +1,12 @@
 /* Linear, Embedding, LayerNorm, Dropout and positional encodings: the fused ops and the
  * modules that own their parameters. Reductions accumulate in double with a fixed order per
- * output element, so results do not depend on the OpenMP thread count. */
-#include <cblas.h>
+ * output element (SIMD reductions fix theirs at compile time), so results do not depend on the
+ * OpenMP thread count. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../tensor/gemm.h"
 #include "../tensor/internal.h"
 #include "layers.h"
 
@@ -77,13 +78,12 @@ static ag_tensor *operand(ag_tensor *t, int64_t m, int64_t k, mat *out) {
 /* C (m×n, row-major, rows ldc apart) += op(A) op(B), op(A) m×k, op(B) k×n */
 static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k, char *c, int64_t ldc) {
     if (m == 0 || n == 0 || k == 0) return;
-    CBLAS_TRANSPOSE ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
     if (dt == AG_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, (const float *)a.p,
-                    (blasint)a.ld, (const float *)b.p, (blasint)b.ld, 1.0f, (float *)c, (blasint)ldc);
+        ag__sgemm(a.trans, b.trans, m, n, k, 1.0f, (const float *)a.p, a.ld, (const float *)b.p, b.ld, 1.0f,
+                  (float *)c, ldc);
     else
-        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, (const double *)a.p,
-                    (blasint)a.ld, (const double *)b.p, (blasint)b.ld, 1.0, (double *)c, (blasint)ldc);
+        ag__dgemm(a.trans, b.trans, m, n, k, 1.0, (const double *)a.p, a.ld, (const double *)b.p, b.ld, 1.0,
+                  (double *)c, ldc);
 }
 
 /* y (m×n contiguous) = bias broadcast over rows (b strided by bs), or 0 without bias;
@@ -148,8 +148,14 @@ ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     ag_tensor *y = ag__new(dt, x->ndim, shape);
     mat xm, wm;
     ag_tensor *xs = operand(x, m, in, &xm), *ws = operand(w, out, in, &wm);
-    (dt == AG_F32 ? fill_rows_f32 : fill_rows_f64)(ag__ptr(y), m, out, b ? ag__ptr(b) : NULL, b ? b->stride[0] : 0);
-    gemm_acc(dt, xm, transposed(wm), m, out, in, ag__ptr(y), max1(out));
+    if (dt == AG_F32 && (!b || out <= 1 || b->stride[0] == 1)) {
+        mat wt = transposed(wm);
+        ag__sgemm_bias(xm.trans, wt.trans, m, out, in, (const float *)xm.p, xm.ld, (const float *)wt.p, wt.ld,
+                       b ? (const float *)ag__ptr(b) : NULL, (float *)ag__ptr(y), max1(out));
+    } else {
+        (dt == AG_F32 ? fill_rows_f32 : fill_rows_f64)(ag__ptr(y), m, out, b ? ag__ptr(b) : NULL, b ? b->stride[0] : 0);
+        gemm_acc(dt, xm, transposed(wm), m, out, in, ag__ptr(y), max1(out));
+    }
     ag_node *n = ag_finish(&LINEAR, y, 3, (ag_tensor *[]){x, w, b});
     if (n) {
         n->saved[0] = xs;
@@ -297,9 +303,10 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
         for (int64_t i = 0; i < m; i++) {                                                                         \
             const T *xr = x + i * d;                                                                              \
             double s = 0, v = 0;                                                                                  \
-            for (int64_t j = 0; j < d; j++) s += xr[j];                                                           \
+            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < d; j++) s += xr[j];                      \
             double mu = s / (double)d;                                                                            \
-            for (int64_t j = 0; j < d; j++) v += ((double)xr[j] - mu) * ((double)xr[j] - mu);                     \
+            _Pragma("omp simd reduction(+ : v)") for (int64_t j = 0; j < d; j++) v +=                             \
+                ((double)xr[j] - mu) * ((double)xr[j] - mu);                                                      \
             double r = 1.0 / sqrt(v / (double)d + eps);                                                           \
             mean[i] = mu;                                                                                         \
             rstd[i] = r;                                                                                          \
@@ -323,7 +330,7 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
             for (int64_t i = 0; i < m; i++) {                                                                     \
                 const T *xr = x + i * d, *gr = dy + i * d;                                                        \
                 double a = 0, c = 0;                                                                              \
-                for (int64_t j = 0; j < d; j++) {                                                                 \
+                _Pragma("omp simd reduction(+ : a, c)") for (int64_t j = 0; j < d; j++) {                         \
                     double g = w ? (double)gr[j] * w[j * ws] : gr[j];                                             \
                     a += g;                                                                                       \
                     c += g * ((double)xr[j] - mean[i]) * rstd[i];                                                 \
@@ -431,7 +438,33 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
 
 /* ==== Dropout =============================================================================== */
 
-static void dropout_backward(ag_node *n) { ag_accum_grad(n->in[0], ag_mul(n->out->grad, n->saved[0])); }
+/* uniforms drawn per chunk: a chunk's draws depend only on its counter, so the chunks can be
+ * spread over threads and the mask is the same for any split */
+#define DROP_CHUNK 2048
+
+/* y = keep ? x·scale : 0 (forward) and dx += keep ? g·scale : 0 (backward), all contiguous */
+#define DROPOUT_KERNELS(T, S, D)                                                                                  \
+    static void drop_fwd_##S(const uint8_t *keep, const char *x_, char *y_, int64_t lo, int64_t hi, T sc) {       \
+        const T *x = (const T *)x_;                                                                               \
+        T *y = (T *)y_;                                                                                           \
+        for (int64_t i = lo; i < hi; i++) y[i] = keep[i] ? x[i] * sc : 0;                                         \
+    }                                                                                                             \
+    static void drop_bwd_##S(const uint8_t *keep, const char *g_, char *dx_, int64_t n, T sc) {                   \
+        const T *g = (const T *)g_;                                                                               \
+        T *dx = (T *)dx_;                                                                                         \
+        int64_t par_work = n;                                                                                     \
+        AG_PAR_FOR                                                                                                \
+        for (int64_t i = 0; i < n; i++) dx[i] += keep[i] ? g[i] * sc : 0;                                         \
+    }
+AG_FLOAT_TYPES(DROPOUT_KERNELS)
+
+static void dropout_backward(ag_node *n) {
+    ag_tensor *dx = ag_grad_buffer(n->in[0]), *g = n->out->grad;
+    if (!dx) return;
+    const uint8_t *keep = (const uint8_t *)ag__ptr(n->saved[0]);
+    if (g->dtype == AG_F32) drop_bwd_f32(keep, ag__ptr(g), ag__ptr(dx), ag_numel(g), (float)n->ctx.d[0]);
+    else drop_bwd_f64(keep, ag__ptr(g), ag__ptr(dx), ag_numel(g), n->ctx.d[0]);
+}
 static const ag_op DROPOUT = {"ag_dropout", dropout_backward};
 
 ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng) {
@@ -443,25 +476,36 @@ ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng) {
         return NULL;
     }
     if (!training || p == 0) return x;
-    /* mask holds 0 or 1/(1-p), so backward is one multiply by it */
-    ag_tensor *mask = ag__new(x->dtype, x->ndim, x->shape);
+    /* one byte of keep mask per element; forward and backward scale by 1/(1-p) where kept */
     int64_t n = ag_numel(x);
-    if (p == 1) {
-        ag_fill_(mask, 0.0);
+    ag_tensor *keep = ag__new(AG_BOOL, x->ndim, x->shape), *xd = ag__dense(x);
+    ag_tensor *y = ag__new(x->dtype, x->ndim, x->shape);
+    uint8_t *kp = (uint8_t *)ag__ptr(keep);
+    double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0, keep_p = 1.0 - p;
+    if (p == 1) { /* drawing nothing, as documented */
+        memset(kp, 0, (size_t)n);
+        ag_fill_(y, 0.0);
     } else {
-        double *u = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(n));
-        ag_rng_uniform_f64(rng, n, u);
-        double keep = 1.0 - p, scale = 1.0 / keep;
-        int64_t par_work = n;
+        ag_rng *r = rng ? rng : ag_rng_global();
+        uint64_t base = r->counter;
+        int64_t chunks = (n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
         AG_PAR_FOR
-        for (int64_t i = 0; i < n; i++) u[i] = u[i] < keep ? scale : 0.0;
-        ag_copy_(mask, ag_wrap(AG_F64, x->ndim, x->shape, u));
+        for (int64_t c = 0; c < chunks; c++) {
+            double u[DROP_CHUNK];
+            int64_t lo = c * DROP_CHUNK, hi = n - lo < DROP_CHUNK ? n : lo + DROP_CHUNK;
+            ag_rng local = {r->seed, base + (uint64_t)lo};
+            ag_rng_uniform_f64(&local, hi - lo, u);
+            for (int64_t i = lo; i < hi; i++) kp[i] = u[i - lo] < keep_p;
+            if (x->dtype == AG_F32) drop_fwd_f32(kp, ag__ptr(xd), ag__ptr(y), lo, hi, (float)scale);
+            else drop_fwd_f64(kp, ag__ptr(xd), ag__ptr(y), lo, hi, scale);
+        }
+        r->counter = base + (uint64_t)n;
     }
-    bool prev = ag_set_grad_enabled(false);
-    ag_tensor *y = ag_mul(x, mask);
-    ag_set_grad_enabled(prev);
     ag_node *nd = ag_finish(&DROPOUT, y, 1, &x);
-    if (nd) nd->saved[0] = mask;
+    if (nd) {
+        nd->saved[0] = keep;
+        nd->ctx.d[0] = scale;
+    }
     return y;
 }
 

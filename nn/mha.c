@@ -1,5 +1,7 @@
 /* nn.MultiheadAttention, step for step as torch 1.13's F.multi_head_attention_forward, with the
- * attention itself as one fused op (ag_attention). Internally (N, L, E): a seq-first input is
+ * attention itself as one fused op over the packed projections (ag__attention_heads): heads are
+ * column ranges of the (N,L,E) rows, never split or merged by copies, and their gradients go
+ * straight into the projections' gradient buffers. Internally (N, L, E): a seq-first input is
  * used through a transposed view, never copied. */
 #include <math.h>
 #include <stdio.h>
@@ -7,6 +9,7 @@
 
 #include "../tensor/internal.h"
 #include "mha.h"
+#include "nn_internal.h"
 
 static const char *name_of(char *buf, const char *prefix, const char *name) {
     if (prefix && *prefix) snprintf(buf, 256, "%s.%s", prefix, name);
@@ -73,12 +76,6 @@ static ag_tensor *pad_key(ag_tensor *mask) {
     return ag_cat(2, parts, -1);
 }
 
-/* (N,L,E) → (N,H,L,Dh): a view, no copy */
-static ag_tensor *split_heads(ag_tensor *t, int64_t H) {
-    int64_t N = t->shape[0], L = t->shape[1], E = t->shape[2];
-    return ag_transpose(ag_reshape(t, AG_SHAPE(N, L, H, E / H)), 1, 2);
-}
-
 static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tensor *v, const ag_mha_args *a) {
     const char *op = "ag_mha_forward";
     char b1[128], b2[128], b3[128];
@@ -128,18 +125,25 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
     if (!check_inputs(m, q_in, k_in, v_in, a)) return NULL;
     int64_t E = c->embed_dim, H = c->num_heads, N = q_in->shape[0];
 
-    /* in-projection: one GEMM for self-attention, else three over slices of the packed weight */
-    ag_tensor *q, *k, *v, *bq = NULL, *bk = NULL, *bv = NULL;
+    /* in-projection: one GEMM for self-attention, one for key and value when they are the same
+     * tensor (a decoder's memory), else one each over slices of the packed weight. The
+     * attention reads q, k, v as column ranges [qo, qo+E) ... of tq, tk, tv. */
+    ag_tensor *tq, *tk, *tv, *bq = NULL, *bk = NULL, *bv = NULL;
+    int64_t qo = 0, ko = 0, vo = 0;
     if (m->in_proj_bias) {
         bq = ag_narrow(m->in_proj_bias, 0, 0, E);
         bk = ag_narrow(m->in_proj_bias, 0, E, E);
         bv = ag_narrow(m->in_proj_bias, 0, 2 * E, E);
     }
     if (m->in_proj_weight && self_attn) {
-        ag_tensor *qkv = ag_linear(q_in, m->in_proj_weight, m->in_proj_bias); /* (N,L,3E) */
-        q = ag_narrow(qkv, -1, 0, E);
-        k = ag_narrow(qkv, -1, E, E);
-        v = ag_narrow(qkv, -1, 2 * E, E);
+        tq = tk = tv = ag_linear(q_in, m->in_proj_weight, m->in_proj_bias); /* (N,L,3E) */
+        ko = E;
+        vo = 2 * E;
+    } else if (m->in_proj_weight && key == value) {
+        tq = ag_linear(q_in, ag_narrow(m->in_proj_weight, 0, 0, E), bq);
+        tk = tv = ag_linear(k_in, ag_narrow(m->in_proj_weight, 0, E, 2 * E),
+                            m->in_proj_bias ? ag_narrow(m->in_proj_bias, 0, E, 2 * E) : NULL); /* (N,S,2E) */
+        vo = E;
     } else {
         ag_tensor *wq = m->q_proj_weight, *wk = m->k_proj_weight, *wv = m->v_proj_weight;
         if (m->in_proj_weight) {
@@ -147,38 +151,40 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
             wk = ag_narrow(m->in_proj_weight, 0, E, E);
             wv = ag_narrow(m->in_proj_weight, 0, 2 * E, E);
         }
-        q = ag_linear(q_in, wq, bq);
-        k = ag_linear(k_in, wk, bk);
-        v = ag_linear(v_in, wv, bv);
+        tq = ag_linear(q_in, wq, bq);
+        tk = ag_linear(k_in, wk, bk);
+        tv = ag_linear(v_in, wv, bv);
     }
 
     ag_tensor *kpm = a->key_padding_mask, *am = a->attn_mask;
+    if (m->bias_k || c->add_zero_attn) { /* extra keys: k and v become their own (N,S',E) tensors */
+        tk = ag_narrow(tk, -1, ko, E);
+        tv = ag_narrow(tv, -1, vo, E);
+        ko = vo = 0;
+    }
     if (m->bias_k) { /* one more key and value for every sequence */
-        ag_tensor *kk[2] = {k, ag_expand(m->bias_k, AG_SHAPE(N, 1, E))};
-        ag_tensor *vv[2] = {v, ag_expand(m->bias_v, AG_SHAPE(N, 1, E))};
-        k = ag_cat(2, kk, 1);
-        v = ag_cat(2, vv, 1);
+        ag_tensor *kk[2] = {tk, ag_expand(m->bias_k, AG_SHAPE(N, 1, E))};
+        ag_tensor *vv[2] = {tv, ag_expand(m->bias_v, AG_SHAPE(N, 1, E))};
+        tk = ag_cat(2, kk, 1);
+        tv = ag_cat(2, vv, 1);
         am = pad_key(am);
         kpm = pad_key(kpm);
     }
-    q = split_heads(q, H);
-    k = split_heads(k, H);
-    v = split_heads(v, H);
-    if (c->add_zero_attn) {
-        ag_tensor *zero = ag_zeros(k->dtype, AG_SHAPE(N, H, 1, E / H));
-        ag_tensor *kk[2] = {k, zero}, *vv[2] = {v, zero};
-        k = ag_cat(2, kk, 2);
-        v = ag_cat(2, vv, 2);
+    if (c->add_zero_attn) { /* torch appends a zero row per (batch, head): the same as a zero row of E */
+        ag_tensor *zero = ag_zeros(tk->dtype, AG_SHAPE(N, 1, E));
+        ag_tensor *kk[2] = {tk, zero}, *vv[2] = {tv, zero};
+        tk = ag_cat(2, kk, 1);
+        tv = ag_cat(2, vv, 1);
         am = pad_key(am);
         kpm = pad_key(kpm);
     }
     ag_tensor *mask = ag_attention_mask(am, kpm, N, H);
     ag_tensor *w = NULL;
     bool want_w = a->need_weights && weights;
-    ag_tensor *o = ag_attention(q, k, v, mask, a->is_causal, c->dropout, a->rng, a->training, want_w ? &w : NULL);
+    /* (N,L,E) with the heads merged */
+    ag_tensor *o = ag__attention_heads(tq, qo, tk, ko, tv, vo, E, H, mask, a->is_causal, c->dropout, a->rng,
+                                       a->training, want_w ? &w : NULL);
     if (!o) return NULL;
-    /* (N,H,L,Dh) → (N,L,E) → out_proj */
-    o = ag_reshape(ag_transpose(o, 1, 2), AG_SHAPE(N, q_in->shape[1], E));
     ag_tensor *y = ag_linear_forward(&m->out_proj, o);
     if (!c->batch_first) y = ag_transpose(y, 0, 1);
     if (want_w) *weights = a->average_attn_weights ? ag_mean(w, 1, (int[]){1}, false) : w;

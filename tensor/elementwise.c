@@ -69,6 +69,18 @@ typedef struct { double s; } scalar_ctx;
         typedef TY T;                                                                                             \
         const T s = (T)((scalar_ctx *)ctx)->s;                                                                    \
         (void)s;                                                                                                  \
+        const int64_t es = (int64_t)sizeof(T);                                                                    \
+        if (s_[0] == es && s_[1] == es && s_[2] == es && s_[3] == es) { /* unit strides: vectorisable */          \
+            T *dxp = (T *)p[0];                                                                                   \
+            const T *gp = (const T *)p[1], *xp = (const T *)p[2], *yp = (const T *)p[3];                          \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T g = gp[i], x = xp[i], y = yp[i];                                                                \
+                (void)x;                                                                                          \
+                (void)y;                                                                                          \
+                dxp[i] += (T)(BWD);                                                                               \
+            }                                                                                                     \
+            return;                                                                                               \
+        }                                                                                                         \
         for (int64_t i = 0; i < n; i++) {                                                                         \
             T g = *(T *)(p[1] + i * s_[1]), x = *(T *)(p[2] + i * s_[2]), y = *(T *)(p[3] + i * s_[3]);           \
             (void)x;                                                                                              \

@@ -1,8 +1,9 @@
-/* The one GEMM entry point. OpenBLAS's own threading changes results with the thread count (its
- * kernel choice depends on it: the single-threaded sgemm "direct" path, for one), so attograd
- * keeps OpenBLAS single-threaded and parallelises large products itself: the output is cut into
- * blocks whose size depends only on the shape, every block is one single-threaded GEMM, and
- * OpenMP deals the blocks out. 1 thread or 8, the same calls compute the same numbers. */
+/* GEMM through OpenBLAS, for f64 and for f32 where attograd's own kernel (tensor/matmul.c) does
+ * not run. OpenBLAS's own threading changes results with the thread count (its kernel choice
+ * depends on it: the single-threaded sgemm "direct" path, for one), so OpenBLAS stays
+ * single-threaded and large products are parallelised here: the output is cut into blocks whose
+ * size depends only on the shape, every block is one single-threaded GEMM, and OpenMP deals the
+ * blocks out. 1 thread or 8, the same calls compute the same numbers. */
 #include <cblas.h>
 #include <omp.h>
 
@@ -25,8 +26,8 @@ static void gemm1(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
                     (const double *)b, ld(ldb), beta, (double *)c, ld(ldc));
 }
 
-void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
-              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                   int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
     static bool pinned;
     if (!pinned) { /* first use, before any parallel region can call here */

@@ -25,10 +25,8 @@
  * rows; the caller's op records the gradient). */
 ag_tensor *ag__dense(ag_tensor *t);
 
-/* C = alpha op(A) op(B) + beta C, row-major, f32 or f64: every GEMM in attograd goes through
- * here (tensor/gemm.c), so results do not depend on the number of threads. */
-void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
-              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+/* every GEMM of attograd: ag__sgemm, ag__dgemm, ag__gemm (any float dtype) */
+#include "gemm.h"
 
 /* Contiguous tensor of shape (no grad, no node), from the current arena. */
 ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);

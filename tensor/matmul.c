@@ -5,9 +5,345 @@
  * strided inner dims) is copied first. */
 #include <cblas.h>
 #include <limits.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define AG_GEMM_X86 1 /* the AVX-512 kernel exists; elsewhere every GEMM goes to BLAS */
+#else
+#define AG_GEMM_X86 0
+#endif
+
+/* ---- the GEMM (tensor/gemm.h) ----
+ * BLIS's loop structure: C is cut into blocks of MC rows × NCH columns (one task each, spread
+ * over the OpenMP team), K into slices of KC. Per slice, B's columns are packed into NR-wide
+ * panels and each task packs its MC×KC block of A into MR-high panels (k-major, zero-padded),
+ * then an MR×NR register-tile kernel runs over every (A panel, B panel) pair. Packing absorbs
+ * every transpose and stride. The K slices are added into C in order and each element of C
+ * belongs to one task, so the sums never depend on the thread count. */
+#define MR 8
+#define NR 32
+#define KC 384
+#define MC 64
+#define NCH 256
+/* m·n·k up to which the unpacked small-matrix kernel runs */
+#define SMALL (96 * 96 * 96)
+/* ... and op(B) transposed into a buffer of at most this many floats */
+#define SMALL_TB (64 * 1024)
+
+static bool use_native;
+static pthread_once_t native_once = PTHREAD_ONCE_INIT;
+
+static void check_native(void) {
+#if AG_GEMM_X86
+    const char *e = getenv("AG_GEMM");
+    __builtin_cpu_init();
+    use_native = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "blas"));
+#endif
+}
+
+bool ag__sgemm_native(void) {
+    pthread_once(&native_once, check_native);
+    return use_native;
+}
+
+#if AG_GEMM_X86
+
+/* Per-thread packing buffers, grown when needed (counted by ag_alloc_count) and kept; a
+ * thread's are freed when it exits (OpenMP may retire pool threads when the team size changes). */
+static _Thread_local float *abuf, *bbuf;
+static _Thread_local size_t acap, bcap;
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static char buf_key_mark[1];
+
+static void free_bufs(void *unused) {
+    ag_xfree(abuf);
+    ag_xfree(bbuf);
+    abuf = bbuf = NULL;
+    acap = bcap = 0;
+}
+static void make_key(void) { pthread_key_create(&buf_key, free_bufs); }
+
+static float *grow(float **buf, size_t *cap, size_t n) {
+    if (n > *cap) {
+        pthread_once(&buf_once, make_key);
+        pthread_setspecific(buf_key, buf_key_mark); /* non-NULL, so the destructor runs */
+        ag_xfree(*buf);
+        *buf = ag_xmalloc(n * sizeof(float));
+        *cap = n;
+    }
+    return *buf;
+}
+
+/* op(A)(i, k) with A row-major: a[i·lda + k], or transposed: a[k·lda + i] */
+static void pack_a(const float *a, int64_t lda, bool ta, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float *ap) {
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+        int64_t mr = mc - ir < MR ? mc - ir : MR;
+        float *dst = ap + ir * kc;
+        if (ta) {
+            for (int64_t k = 0; k < kc; k++) {
+                const float *src = a + (k0 + k) * lda + i0 + ir;
+                for (int64_t i = 0; i < mr; i++) dst[k * MR + i] = src[i];
+                for (int64_t i = mr; i < MR; i++) dst[k * MR + i] = 0;
+            }
+        } else {
+            for (int64_t i = 0; i < MR; i++) {
+                if (i >= mr) {
+                    for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = 0;
+                    continue;
+                }
+                const float *src = a + (i0 + ir + i) * lda + k0;
+                for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = src[k];
+            }
+        }
+    }
+}
+
+/* op(B)(k, j) with B row-major: b[k·ldb + j], or transposed: b[j·ldb + k]; panel jp covers
+ * columns j0 + jp·NR .. */
+static void pack_b_panel(const float *b, int64_t ldb, bool tb, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                         float *bp) {
+    int64_t nr = nc < NR ? nc : NR;
+    if (!tb) {
+        for (int64_t k = 0; k < kc; k++) {
+            const float *src = b + (k0 + k) * ldb + j0;
+            float *dst = bp + k * NR;
+            for (int64_t j = 0; j < nr; j++) dst[j] = src[j];
+            for (int64_t j = nr; j < NR; j++) dst[j] = 0;
+        }
+    } else {
+        for (int64_t j = 0; j < NR; j++) {
+            if (j >= nr) {
+                for (int64_t k = 0; k < kc; k++) bp[k * NR + j] = 0;
+                continue;
+            }
+            const float *src = b + (j0 + j) * ldb + k0;
+            for (int64_t k = 0; k < kc; k++) bp[k * NR + j] = src[k];
+        }
+    }
+}
+
+/* C tile (MR×NR, rows ldc apart) = alpha · Ap Bp (+ bias row, NULL for none) over kc, or += it (add) */
+__attribute__((target("avx512f,fma"))) static void kernel_avx512(int64_t kc, const float *ap, const float *bp,
+                                                                    float *c, int64_t ldc, float alpha, bool add,
+                                                                    const float *bias) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            __m512 ai = _mm512_set1_ps(ap[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+        ap += MR;
+        bp += NR;
+    }
+    __m512 al = _mm512_set1_ps(alpha), z0 = _mm512_setzero_ps(), z1 = z0;
+    if (bias) {
+        z0 = _mm512_loadu_ps(bias);
+        z1 = _mm512_loadu_ps(bias + 16);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        __m512 v0 = _mm512_fmadd_ps(acc[i][0], al, z0), v1 = _mm512_fmadd_ps(acc[i][1], al, z1);
+        if (add) {
+            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(c + i * ldc));
+            v1 = _mm512_add_ps(v1, _mm512_loadu_ps(c + i * ldc + 16));
+        }
+        _mm512_storeu_ps(c + i * ldc, v0);
+        _mm512_storeu_ps(c + i * ldc + 16, v1);
+    }
+}
+
+/* Small products (attention heads: 16×16×16 up to 64×64×64) skip packing: A is read in place,
+ * B too when its rows are unit-stride (else it is transposed once into a small buffer), and
+ * the row and column tails are masked instead of padded. Same MR×NR register tile. */
+__attribute__((target("avx512f,fma"))) static void kernel_small(int64_t kc, const float *a, int64_t ars,
+                                                                   int64_t aks, int64_t mr, const float *b,
+                                                                   int64_t ldb, int64_t nr, float *c, int64_t ldc,
+                                                                   float alpha, bool add, const float *bias) {
+    __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    const float *ar[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) ar[i] = a + (i < mr ? i : mr - 1) * ars; /* spare rows repeat the last */
+    __m512 acc[MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            __m512 ai = _mm512_set1_ps(ar[i][k * aks]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha), z0 = _mm512_setzero_ps(), z1 = z0;
+    if (bias) {
+        z0 = _mm512_maskz_loadu_ps(m0, bias);
+        z1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+        __m512 v0 = _mm512_fmadd_ps(acc[i][0], al, z0), v1 = _mm512_fmadd_ps(acc[i][1], al, z1);
+        if (add) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c + i * ldc));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16));
+        }
+        _mm512_mask_storeu_ps(c + i * ldc, m0, v0);
+        _mm512_mask_storeu_ps(c + i * ldc + 16, m1, v1);
+    }
+}
+
+/* the small path: C = alpha op(A) op(B) + bias row (NULL: none) (+ C when add) */
+static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, bool add,
+                        const float *bias) {
+    if (tb) { /* op(B) row-major into a buffer: one pass over B */
+        float *t = grow(&bbuf, &bcap, (size_t)(k * n));
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t p = 0; p < k; p++) t[p * n + j] = b[j * ldb + p];
+        b = t;
+        ldb = n;
+    }
+    int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
+    for (int64_t j = 0; j < n; j += NR)
+        for (int64_t i = 0; i < m; i += MR)
+            kernel_small(k, a + i * ars, ars, aks, m - i < MR ? m - i : MR, b + j, ldb, n - j < NR ? n - j : NR,
+                         c + i * ldc + j, ldc, alpha, add, bias ? bias + j : NULL);
+}
+
+typedef struct {
+    bool ta, tb;
+    int64_t m, n, k;
+    float alpha;
+    const float *a, *b, *bias; /* bias: (n) added to every row, or NULL */
+    int64_t lda, ldb, ldc;
+    float *c;
+} sgemm_args;
+
+/* One task: rows i0.. (mc) × columns j0.. (nc) of C over all of K, slice by slice in order.
+ * bp holds all of op(B) packed: slice k0 (kc deep) starts at k0·npan·NR, its panel p at
+ * p·NR·kc from there. */
+static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, int64_t nc, const float *bp,
+                       int64_t npan, bool beta_one) {
+    float *ap = grow(&abuf, &acap, (size_t)(MC * KC));
+    float tile[MR * NR] __attribute__((aligned(64)));
+    for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
+        int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
+        bool add = k0 > 0 || beta_one;
+        pack_a(g->a, g->lda, g->ta, i0, mc, k0, kc, ap);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+            int64_t nr = nc - jr < NR ? nc - jr : NR;
+            const float *b = bp + k0 * npan * NR + (j0 + jr) / NR * NR * kc;
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+                int64_t mr = mc - ir < MR ? mc - ir : MR;
+                float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
+                if (mr == MR && nr == NR) {
+                    kernel_avx512(kc, ap + ir * kc, b, c, g->ldc, g->alpha, add,
+                                  add || !g->bias ? NULL : g->bias + j0 + jr);
+                    continue;
+                }
+                kernel_avx512(kc, ap + ir * kc, b, tile, NR, g->alpha, false, NULL);
+                const float *bias = add || !g->bias ? NULL : g->bias + j0 + jr;
+                for (int64_t i = 0; i < mr; i++)
+                    for (int64_t j = 0; j < nr; j++)
+                        c[i * g->ldc + j] = add ? c[i * g->ldc + j] + tile[i * NR + j]
+                                                : bias ? tile[i * NR + j] + bias[j] : tile[i * NR + j];
+            }
+        }
+    }
+}
+
+/* B is packed whole first, then the tasks run without further synchronisation */
+static void sgemm_native(const sgemm_args *g, float beta) {
+    int64_t m = g->m, n = g->n, k = g->k;
+    if (beta != 0 && beta != 1)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) g->c[i * g->ldc + j] *= beta;
+    int64_t npan = (n + NR - 1) / NR, nks = (k + KC - 1) / KC, mt = (m + MC - 1) / MC, nt = (n + NCH - 1) / NCH;
+    float *bp = grow(&bbuf, &bcap, (size_t)(npan * NR * k));
+    bool par = !omp_in_parallel() && omp_get_max_threads() > 1 && m * n * k > (1 << 18);
+#pragma omp parallel if (par)
+    {
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < nks * npan; t++) {
+            int64_t k0 = t / npan * KC, p = t % npan, kc = k - k0 < KC ? k - k0 : KC;
+            pack_b_panel(g->b, g->ldb, g->tb, k0, kc, p * NR, n - p * NR, bp + k0 * npan * NR + p * NR * kc);
+        }
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < mt * nt; t++) {
+            int64_t i0 = t / nt * MC, j0 = t % nt * NCH;
+            sgemm_task(g, i0, m - i0 < MC ? m - i0 : MC, j0, n - j0 < NCH ? n - j0 : NCH, bp, npan, beta != 0);
+        }
+    }
+}
+
+#endif /* AG_GEMM_X86 */
+
+void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0 || alpha == 0) { /* C = beta C; BLAS never reads A, B then */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
+        return;
+    }
+#if AG_GEMM_X86
+    if (ag__sgemm_native() && m * n * k <= SMALL && (beta == 0 || beta == 1) && (!tb || k * n <= SMALL_TB)) {
+        sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta == 1, NULL);
+        return;
+    }
+    if (ag__sgemm_native()) {
+        sgemm_args g = {ta, tb, m, n, k, alpha, a, b, NULL, lda, ldb, ldc, c};
+        sgemm_native(&g, beta);
+        return;
+    }
+#endif
+    ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, const float *bias, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+#if AG_GEMM_X86
+    if (k > 0 && ag__sgemm_native()) {
+        if (m * n * k <= SMALL && (!tb || k * n <= SMALL_TB)) {
+            sgemm_small(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, c, ldc, false, bias);
+        } else {
+            sgemm_args g = {ta, tb, m, n, k, 1.0f, a, b, bias, lda, ldb, ldc, c};
+            sgemm_native(&g, 0.0f);
+        }
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * ldc + j] = bias ? bias[j] : 0;
+    ag__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
+void ag__dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
+               const double *b, int64_t ldb, double beta, double *c, int64_t ldc) {
+    ag__blas_gemm(AG_F64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+    if (dt == AG_F32) ag__sgemm(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc);
+    else ag__dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 /* ---- shapes ---- */
 
@@ -177,8 +513,8 @@ typedef struct {
     double beta;
 } gemm_plan;
 
-#define GEMM_f32 cblas_sgemm
-#define GEMM_f64 cblas_dgemm
+#define GEMM_f32 ag__sgemm
+#define GEMM_f64 ag__dgemm
 /* Each output matrix is written by one gemm call. Batches that share an output matrix (the
  * reduction over broadcast dims in backward) run in order on one thread; otherwise small
  * matrices, which OpenBLAS computes single-threaded, are spread over OpenMP threads. */
@@ -198,9 +534,8 @@ typedef struct {
                 oy += i * q->y.bs[d];                                                                             \
                 oo += i * q->o.bs[d];                                                                             \
             }                                                                                                     \
-            GEMM_##S(CblasRowMajor, q->tx ? CblasTrans : CblasNoTrans, q->ty ? CblasTrans : CblasNoTrans,         \
-                     (int)q->x.r, (int)q->y.c, (int)q->x.c, (T)1, (const T *)q->x.p + ox, (int)q->ldx,            \
-                     (const T *)q->y.p + oy, (int)q->ldy, (T)q->beta, (T *)q->o.p + oo, (int)q->ldo);            \
+            GEMM_##S(q->tx, q->ty, q->x.r, q->y.c, q->x.c, (T)1, (const T *)q->x.p + ox, q->ldx,                    \
+                     (const T *)q->y.p + oy, q->ldy, (T)q->beta, (T *)q->o.p + oo, q->ldo);                           \
         }                                                                                                         \
     }
 AG_FLOAT_TYPES(BMM_KERNEL)

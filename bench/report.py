@@ -1,0 +1,96 @@
+"""Joins the RESULT lines of both sides (bench/bench_util.h, bench/common.py) into one table.
+
+usage: report.py RESULTS_FILE
+Each (side, benchmark, shape, threads) may have several lines, one per round of run.sh; the
+table shows the best round's median (the least disturbed by other load on the machine), and
+the spread of round medians in the last column. GFLOP/s and % of peak are attograd's; the
+peak is the best sgemm rate (over n = 512 and 1024) at the same thread count in this run."""
+import collections
+import sys
+
+rows = collections.OrderedDict()
+notes = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if not f:
+        continue
+    if f[0] == "NOTE":
+        if line[5:].rstrip() not in notes:
+            notes.append(line[5:].rstrip())
+        continue
+    if f[0] != "RESULT":
+        continue
+    side, name, shape, threads, ms, gflop = f[1], f[2], f[3], int(f[4]), float(f[5]), float(f[6])
+    note = f[7] if len(f) > 7 else "-"
+    r = rows.setdefault((name, shape, threads), {"gflop": gflop, "attograd": [], "pytorch": [], "notes": {}})
+    r[side].append(ms)
+    r["notes"][side] = note
+
+peak = {}
+for (name, shape, threads), r in rows.items():
+    if name == "sgemm" and r["attograd"]:
+        peak[threads] = max(peak.get(threads, 0), r["gflop"] / min(r["attograd"]) * 1e3)
+
+# the sgemm rows carry torch.mm as their PyTorch side
+for (name, shape, threads), r in list(rows.items()):
+    if name == "matmul" and (("sgemm", shape, threads) in rows) and r["pytorch"]:
+        rows[("sgemm", shape, threads)]["pytorch"] = r["pytorch"]
+        rows[("sgemm", shape, threads)]["notes"]["pytorch"] = r["notes"].get("pytorch", "-")
+        if not r["attograd"]:
+            del rows[(name, shape, threads)]
+        else:
+            r["pytorch"] = []
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+hdr = ("benchmark", "shape", "thr", "attograd ms", "PyTorch ms", "ratio", "GFLOP/s", "% peak", "torch GFLOP/s",
+       "rounds (ag spread %)", "notes")
+table = []
+for (name, shape, threads), r in rows.items():
+    a = min(r["attograd"]) if r["attograd"] else None
+    t = min(r["pytorch"]) if r["pytorch"] else None
+    rss = name.endswith("_rss")
+    ratio = a / t if a is not None and t else None
+    gf = r["gflop"] / a * 1e3 if a and not rss and r["gflop"] > 0 else None
+    tgf = r["gflop"] / t * 1e3 if t and not rss and r["gflop"] > 0 else None
+    pk = 100 * gf / peak[threads] if gf and threads in peak else None
+    spread = None
+    if len(r["attograd"]) > 1:
+        spread = 100 * (max(r["attograd"]) - a) / a
+    note = ";".join(f"{k[:2]}:{v}" for k, v in r["notes"].items() if v != "-")
+    unit = " MiB" if rss else ""
+    table.append((name, shape, str(threads), fmt(a, ".3f") + unit if a is not None else "-",
+                  fmt(t, ".3f") + unit if t is not None else "-", fmt(ratio, ".2f"), fmt(gf, ".1f"),
+                  fmt(pk, ".0f"), fmt(tgf, ".1f"), f"{len(r['attograd'])} ({fmt(spread, '.0f')})", note))
+
+w = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(hdr)]
+for n in notes:
+    print("#", n)
+print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)).rstrip())
+print("  ".join("-" * w[i] for i in range(len(hdr))))
+for row in table:
+    print("  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip())
+
+# thread scaling and thread-count independence, for benchmarks run at several thread counts
+by_bench = collections.defaultdict(dict)
+for (name, shape, threads), r in rows.items():
+    if name != "sgemm" and name != "matmul" and r["attograd"]:
+        by_bench[(name, shape)][threads] = r
+for (name, shape), per in by_bench.items():
+    if len(per) < 2:
+        continue
+    t1, tn = min(per), max(per)
+    a1, an = min(per[t1]["attograd"]), min(per[tn]["attograd"])
+    line = f"# {name}: {tn} threads vs {t1}: attograd {a1 / an:.2f}x faster"
+    if per[t1]["pytorch"] and per[tn]["pytorch"]:
+        line += f", PyTorch {min(per[t1]['pytorch']) / min(per[tn]['pytorch']):.2f}x"
+    finals = {t: n.split("final=")[1].split(",")[0] for t, r in per.items()
+              for n in [r["notes"].get("attograd", "")] if "final=" in n}
+    if len(finals) > 1:
+        same = len(set(finals.values())) == 1
+        line += "; attograd's final loss " + ("identical" if same else "DIFFERS") + " across thread counts (" + \
+            ", ".join(f"{t}: {v}" for t, v in sorted(finals.items())) + ")"
+    print(line)
