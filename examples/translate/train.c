@@ -497,7 +497,7 @@ int cmd_train(int argc, char **argv) {
         {"--samples", OPT_INT, &o.samples, "N     sample translations shown per evaluation (3)"},
         {"--stop-at", OPT_DOUBLE, &o.stop_at, "A     stop once dev exact match reaches A (off)"},
         {"--seed", OPT_INT, &o.seed, "N     (1)"},
-        {"--threads", OPT_INT, &o.threads, "N     threads (default: all cores)"},
+        {"--threads", OPT_INT, &o.threads, "N     threads (1; the toy model gains little from more, and loses on a busy machine)"},
         {"--resume", OPT_FLAG, &o.resume, "      continue exactly from OUT/last.h5"},
         {"--help", OPT_FLAG, &o.help, "      this text"},
         {NULL, 0, NULL, NULL},
@@ -525,6 +525,6 @@ int cmd_train(int argc, char **argv) {
         opts_usage(stderr, TRAIN_USAGE, defs);
         return 2;
     }
-    if (o.threads > 0) omp_set_num_threads((int)o.threads);
+    omp_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
     return train_run(&o);
 }
