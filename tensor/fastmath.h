@@ -28,7 +28,8 @@ static inline float ag__expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = (ni + 127) << 23;
+    /* unsigned: for a NaN input ni is garbage (the result is NaN through p anyway) */
+    uint32_t bits = ((uint32_t)(ni + 127) & 0xFFu) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float y = p * scale;
