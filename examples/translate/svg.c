@@ -49,9 +49,19 @@ static double text_width(const char *s, double px) {
     return 0.62 * px * n;
 }
 
-static FILE *begin(char **buf, size_t *len, const char *path, char *err, size_t errsz) {
+/* a W×H picture on white with the default font at font_px, written into memory (see end) */
+static FILE *begin(char **buf, size_t *len, const char *path, double W, double H, double font_px, char *err,
+                   size_t errsz) {
     FILE *f = open_memstream(buf, len);
-    if (!f) tr__fail(err, errsz, "%s: out of memory", path);
+    if (!f) {
+        tr__fail(err, errsz, "%s: out of memory", path);
+        return NULL;
+    }
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" " FONT
+            " font-size=\"%.0f\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            W, H, W, H, font_px);
     return f;
 }
 
@@ -104,14 +114,8 @@ int tr_svg_attention(const char *path, const char *title, int layers, int heads,
 
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = begin(&buf, &len, path, err, errsz);
+    FILE *f = begin(&buf, &len, path, W, H, fs, err, errsz);
     if (!f) return -1;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" " FONT
-            " font-size=\"%.0f\">\n",
-            W, H, W, H, fs);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     if (title) {
         fprintf(f, "<text x=\"%.1f\" y=\"26\" font-size=\"16\" font-weight=\"bold\">", 10.0);
         xml_text(f, title);
@@ -213,13 +217,8 @@ int tr_svg_curves(const char *path, const char *title, const char *xlabel, const
     double xstep = nice_step(&xlo, &xhi);
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = begin(&buf, &len, path, err, errsz);
+    FILE *f = begin(&buf, &len, path, W, H, 12, err, errsz);
     if (!f) return -1;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" " FONT
-            " font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-            W, H, W, H);
     if (title) {
         fprintf(f, "<text x=\"%.1f\" y=\"28\" font-size=\"16\" font-weight=\"bold\" text-anchor=\"middle\">",
                 left + pw / 2);
