@@ -2,7 +2,6 @@
  * attention.h). Both share one row kernel: masked positions become -inf, a row with nothing
  * left becomes zeros (not NaN), and the backward of a row is y*(g - Σ g*y), which is zero
  * wherever y is. */
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -412,18 +411,14 @@ static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b *
     }
 AG_FLOAT_TYPES(ATTN_KERNELS)
 
-/* Above the threshold each (b,h) is one thread's work with single-threaded BLAS, so results
- * never depend on the thread count. OpenBLAS's thread count is global (in its OpenMP build it
- * is OpenMP's), hence the team size is read before it is lowered. */
+/* Above the threshold each (b,h) is one thread's work (its GEMMs run on that thread alone:
+ * tensor/gemm.h), so results never depend on the thread count. */
 static void for_each_head(void (*fn)(const attn *, int64_t), const attn *a) {
     int64_t nbh = a->B * a->H, work = nbh * a->L * a->S * (a->Dh + a->Dv);
     int nt = omp_get_max_threads();
     if (nt > 1 && nbh >= 2 * (int64_t)nt && work > AG_PAR_THRESHOLD) {
-        int prev = openblas_get_num_threads();
-        openblas_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < nbh; i++) fn(a, i);
-        openblas_set_num_threads(prev);
     } else {
         for (int64_t i = 0; i < nbh; i++) fn(a, i);
     }

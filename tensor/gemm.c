@@ -13,6 +13,9 @@
 #define GEMM_BLOCK 128
 #define GEMM_SPLIT_WORK (1 << 21)
 
+/* once, when the library is loaded: before any parallel region could call OpenBLAS */
+__attribute__((constructor)) static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+
 static inline blasint ld(int64_t v) { return (blasint)(v > 1 ? v : 1); } /* BLAS wants >= 1 */
 
 static void gemm1(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const char *a,
@@ -29,11 +32,6 @@ static void gemm1(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
                    int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
-    static bool pinned;
-    if (!pinned) { /* first use, before any parallel region can call here */
-        openblas_set_num_threads(1);
-        pinned = true;
-    }
     const char *A = a, *B = b;
     char *C = c;
     int64_t es = (int64_t)ag_dtype_size(dt);
