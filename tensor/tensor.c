@@ -292,6 +292,7 @@ static void fill_from_f64(ag_tensor *t, const double *v) {
 void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi) {
     int64_t n = ag_numel(t);
     ag_arena *a = ag_arena_current();
+    ag_arena_mark m = ag_arena_get_mark(a); /* the draws are scratch: a model's construction leaves nothing behind */
     double *v = ag_arena_alloc(a, (size_t)n * sizeof(double));
     ag_rng_uniform_f64(rng, n, v);
     for (int64_t i = 0; i < n; i++) {
@@ -300,14 +301,18 @@ void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi) {
         if (t->dtype == AG_F32 && (float)v[i] >= (float)hi && hi > lo) v[i] = nextafterf((float)hi, (float)lo);
     }
     fill_from_f64(t, v);
+    ag_arena_rewind(a, m);
 }
 
 void ag_normal_(ag_rng *rng, ag_tensor *t, double mean, double std) {
     int64_t n = ag_numel(t);
-    double *v = ag_arena_alloc(ag_arena_current(), (size_t)n * sizeof(double));
+    ag_arena *a = ag_arena_current();
+    ag_arena_mark m = ag_arena_get_mark(a);
+    double *v = ag_arena_alloc(a, (size_t)n * sizeof(double));
     ag_rng_normal_f64(rng, n, v);
     for (int64_t i = 0; i < n; i++) v[i] = mean + std * v[i];
     fill_from_f64(t, v);
+    ag_arena_rewind(a, m);
 }
 
 ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
