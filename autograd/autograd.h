@@ -17,8 +17,16 @@ extern "C" {
 #endif
 
 /* Backpropagate from out. grad is dL/d(out) with out's shape; NULL means 1 and then out must
- * have one element. Reports through the error handler (and returns) on misuse. */
+ * have one element. Reports through the error handler (and returns) on misuse.
+ * As in PyTorch, only leaves keep their gradients: a non-leaf's ->grad is NULL afterwards
+ * unless ag_retain_grad was called on it. Temporaries of each op's backward are freed (the
+ * current arena is rewound) as soon as that op is done, and a non-leaf's gradient buffer goes
+ * back to a pool once its producing op has consumed it: a pass holds only the live gradients. */
 void ag_backward(ag_tensor *out, ag_tensor *grad);
+
+/* torch.Tensor.retain_grad: keep t->grad after backward although t is not a leaf (the copy is
+ * made in the arena current during backward). No effect on leaves, which always keep it. */
+void ag_retain_grad(ag_tensor *t);
 
 /* Mark a leaf as requiring grad (or not). Its gradient buffer is allocated on first use from
  * the arena current at that time. */

@@ -71,9 +71,12 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
         return;
     }
     uint32_t pass = ++ag__grad_pass;
+    ag_arena *a = ag_arena_current();
     ag_tensor *g0 = ag_grad_buffer(out);
+    ag_arena_mark m0 = ag_arena_get_mark(a);
     if (grad) ag__add_into(g0, grad);
     else ag__add_into(g0, ag_scalar(out->dtype, 1.0));
+    ag_arena_rewind(a, m0);
     if (!out->node) return; /* a leaf: its gradient is the seed */
 
     size_t count = collect(out->node, pass);
@@ -81,10 +84,20 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
     for (size_t i = 0; i < count; i++) {
         ag_node *n = order[i];
         if (!n->out->grad || n->out->grad_pass != pass) continue; /* no gradient reached it */
+        /* leaves' buffers first: they outlive the rewind below */
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] && !n->in[k]->node) ag_grad_buffer(n->in[k]);
+        ag_arena_mark m = ag_arena_get_mark(a);
         n->op->backward(n);
         if (anomaly) check_backward(n);
+        ag_arena_rewind(a, m);
+        ag__grad_release(n->out); /* no later node reads it */
     }
     ag_set_grad_enabled(prev);
+}
+
+void ag_retain_grad(ag_tensor *t) {
+    if (ag__check_not_null("ag_retain_grad", t)) t->retains_grad = true;
 }
 
 void ag_requires_grad_(ag_tensor *t, bool on) {

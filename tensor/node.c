@@ -42,16 +42,81 @@ ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *i
     return n;
 }
 
+/* ---- gradient pool ---- */
+
+enum { POOL_CLASSES = 4 * 64 };
+static ag_arena *pool_arena;           /* never reset: chunks live on in the free lists */
+static void *pool_free[POOL_CLASSES];  /* singly linked through each free chunk's first word */
+static size_t pool_bytes;
+/* a chunk is the tensor header and the chunk's class (padded to 64 bytes), then the data */
+#define POOL_HEADER ((sizeof(ag_tensor) + sizeof(int) + 63) & ~(size_t)63)
+#define CHUNK_CLASS(chunk) (*(int *)((char *)(chunk) + sizeof(ag_tensor)))
+/* an empty class borrows a free chunk up to this many classes larger (2 octaves): fewer chunks
+ * in all, since the sizes live at any moment of a backward pass change from op to op */
+#define POOL_BORROW 8
+
+/* class of a request and the bytes it rounds up to: 2^k·{1, 1.25, 1.5, 1.75} (≤ 25 % slack) */
+static int pool_class(size_t bytes, size_t *rounded) {
+    if (bytes < 64) bytes = 64;
+    int k = 63 - __builtin_clzll((unsigned long long)bytes);
+    size_t base = (size_t)1 << k, step = base >> 2;
+    size_t sub = (bytes - base + step - 1) / step; /* 0..4 */
+    *rounded = base + sub * step;
+    return 4 * k + (int)sub;
+}
+
+static ag_tensor *pool_get(const ag_tensor *like) {
+    size_t data, elsize = ag_dtype_size(like->dtype);
+    int c = pool_class((size_t)ag_numel(like) * elsize, &data), from = c;
+    while (from < POOL_CLASSES - 1 && from - c < POOL_BORROW && !pool_free[from]) from++;
+    char *chunk = pool_free[from];
+    if (chunk) {
+        pool_free[from] = *(void **)chunk;
+    } else {
+        if (!pool_arena) pool_arena = ag_arena_new((size_t)1 << 20);
+        chunk = ag_arena_alloc(pool_arena, POOL_HEADER + data);
+        CHUNK_CLASS(chunk) = c;
+        pool_bytes += POOL_HEADER + data;
+    }
+    ag_tensor *g = (ag_tensor *)chunk;
+    memset(g, 0, sizeof *g);
+    g->dtype = like->dtype;
+    g->ndim = like->ndim;
+    memcpy(g->shape, like->shape, sizeof g->shape);
+    ag__contiguous_strides(g->ndim, g->shape, g->stride);
+    g->data = chunk + POOL_HEADER;
+    memset(g->data, 0, (size_t)ag_numel(g) * elsize);
+    return g;
+}
+
+static void pool_put(ag_tensor *g) {
+    int c = CHUNK_CLASS(g);
+    *(void **)g = pool_free[c];
+    pool_free[c] = g;
+}
+
+size_t ag_grad_pool_bytes(void) { return pool_bytes; }
+
 ag_tensor *ag_grad_buffer(ag_tensor *t) {
     if (!t || !t->requires_grad) return NULL;
-    bool leaf = t->node == NULL;
-    if (!t->grad) {
-        t->grad = ag_zeros(t->dtype, t->ndim, t->shape);
-    } else if (!leaf && t->grad_pass != ag__grad_pass) {
-        ag_fill_(t->grad, 0.0);
+    if (!t->node) {
+        if (!t->grad) t->grad = ag_zeros(t->dtype, t->ndim, t->shape);
+    } else if (!t->grad || t->grad_pass != ag__grad_pass) {
+        t->grad = pool_get(t); /* an earlier pass's buffer was released or belongs to the arena */
     }
     t->grad_pass = ag__grad_pass;
     return t->grad;
+}
+
+void ag__grad_release(ag_tensor *t) {
+    if (!t || !t->node || !t->grad || t->grad_pass != ag__grad_pass) return;
+    ag_tensor *g = t->grad;
+    t->grad = NULL;
+    if (t->retains_grad) {
+        t->grad = ag__new(g->dtype, g->ndim, g->shape);
+        memcpy(t->grad->data, g->data, (size_t)ag_numel(g) * ag_dtype_size(g->dtype));
+    }
+    pool_put(g);
 }
 
 void ag_accum_grad(ag_tensor *t, ag_tensor *g) {

@@ -58,10 +58,20 @@ bool ag_any_requires_grad(int nin, ag_tensor *const *in);
  * needed (copying the input pointers). Returns the node, or NULL when nothing was recorded. */
 ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
 
-/* Gradient buffer of t for the current backward pass: allocated (zeroed) on first use, zeroed
- * again for a non-leaf reached in a new pass; leaves accumulate across passes. NULL if t does
- * not require grad (callers then skip the work). */
+/* Gradient buffer of t for the current backward pass, zeroed on first use. NULL if t does not
+ * require grad (callers then skip the work). A leaf's buffer comes from the current arena and
+ * accumulates across passes. A non-leaf's comes from the gradient pool (below) and is new in
+ * every pass. */
 ag_tensor *ag_grad_buffer(ag_tensor *t);
+
+/* The gradient pool: buffers for non-leaf gradients in size classes (4 per power of two),
+ * recycled rather than bump-allocated, so a backward pass holds only the gradients not yet
+ * consumed and steady-state training reuses the same memory. The engine calls
+ * ag__grad_release(t) once t's producing op has run its backward: t->grad goes back to the
+ * pool and becomes NULL, or, if t retains its grad, is first copied into the current arena. */
+void ag__grad_release(ag_tensor *t);
+/* Bytes the pool holds (in use or free), for tests and benchmarks. */
+size_t ag_grad_pool_bytes(void);
 /* t->grad += g, where g has t's shape or a shape t broadcasts to (summed back down). Skips
  * NULL t and t that do not require grad. */
 void ag_accum_grad(ag_tensor *t, ag_tensor *g);

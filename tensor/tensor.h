@@ -37,6 +37,7 @@ typedef struct ag_tensor {
     int ndim;
     ag_dtype dtype;
     bool requires_grad;
+    bool retains_grad;             /* a non-leaf keeps its grad after backward (ag_retain_grad) */
     struct ag_tensor *grad;        /* same shape and dtype, contiguous; NULL until needed */
     ag_node *node;                 /* op that produced this tensor; NULL for leaves */
     uint32_t grad_pass;            /* backward pass in which a non-leaf grad was last written */

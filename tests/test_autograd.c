@@ -265,6 +265,47 @@ static void test_training_step_allocates_nothing_after_warm_up(void **s) {
     ag_params_free(m.p);
 }
 
+/* ---- memory of a backward pass ---- */
+
+/* h = 2x, y = Σ h²: dy/dh = 2h = 4x, dy/dx = 8x */
+static void test_non_leaf_gradients_are_freed_unless_retained(void **s) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, -2, 3));
+    ag_tensor *h = ag_mul_scalar(x, 2), *y = ag_sum(ag_mul(h, h), 0, NULL, false);
+    ag_backward(y, NULL);
+    assert_null(h->grad); /* as torch: .grad of a non-leaf is None */
+    assert_null(y->grad);
+    tu_assert_values(x->grad, 0, 8, -16, 24);
+    ag_tensor *h2 = ag_mul_scalar(x, 2), *y2 = ag_sum(ag_mul(h2, h2), 0, NULL, false);
+    ag_retain_grad(h2);
+    ag_backward(y2, NULL);
+    tu_assert_values(h2->grad, 0, 4, -8, 12);
+    tu_assert_values(x->grad, 0, 16, -32, 48);
+    /* a later pass, and other tensors' grads from the pool, leave the retained copy alone */
+    ag_backward(ag_sum(ag_mul_scalar(ag_mul_scalar(x, 5), 7), 0, NULL, false), NULL);
+    tu_assert_values(h2->grad, 0, 4, -8, 12);
+}
+
+/* Each op's backward temporaries are gone once it is done: after the first pass (which creates
+ * the leaves' gradient buffers) a backward pass leaves the arena exactly as it found it, and the
+ * pool of non-leaf gradients stops growing. */
+static void test_backward_leaves_the_arena_as_it_found_it_and_the_pool_settles(void **s) {
+    ag_tensor *x, *t;
+    make_data(AG_F32, &x, &t);
+    mlp m = mlp_new(AG_F32, 5);
+    ag_arena *a = ag_arena_current();
+    ag_tensor *loss = mlp_loss(&m, x, t);
+    ag_backward(loss, NULL);
+    size_t pool = ag_grad_pool_bytes();
+    for (int it = 0; it < 3; it++) {
+        loss = mlp_loss(&m, x, t);
+        size_t before = ag_arena_used(a);
+        ag_backward(loss, NULL);
+        assert_int_equal(ag_arena_used(a), before);
+        assert_int_equal(ag_grad_pool_bytes(), pool);
+    }
+    ag_params_free(m.p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_backward_accumulates_across_calls_until_zeroed, tu_setup, tu_teardown),
@@ -284,6 +325,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_backward_is_identical_for_one_and_two_threads, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_mlp_loss_goes_down_and_gradients_match_gradcheck, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_training_step_allocates_nothing_after_warm_up, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_non_leaf_gradients_are_freed_unless_retained, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_backward_leaves_the_arena_as_it_found_it_and_the_pool_settles, tu_setup,
+                                        tu_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
