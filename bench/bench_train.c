@@ -62,7 +62,7 @@ typedef struct {
 
 static ag_tensor *embed(const model *m, const ag_embedding_t *e, ag_tensor *ids) {
     ag_tensor *x = ag_mul_scalar(ag_embedding_forward(e, ids), sqrt((double)m->c->d));
-    return ag_add(x, m->pe);
+    return ag_add_(x, m->pe); /* in place: the products are read by no backward */
 }
 
 /* mean cross entropy of one batch */

@@ -112,15 +112,38 @@ static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k,
     }
 AG_FLOAT_TYPES(ROW_KERNELS)
 
-static void linear_backward(ag_node *n) { /* dx += dy w ; dw += dyᵀ x ; db += Σ_rows dy */
-    ag_tensor *x = n->saved[0], *w = n->saved[1], *b = n->in[2], *dy = n->out->grad;
-    ag_dtype dt = dy->dtype;
+/* y (m×out, contiguous) = x wᵀ + b: x m×in, w out×in, b (out) strided or NULL */
+static void linear_fwd(ag_dtype dt, mat xm, mat wm, const ag_tensor *b, int64_t m, int64_t in, int64_t out, char *y) {
+    if (dt == AG_F32 && (!b || out <= 1 || b->stride[0] == 1)) {
+        mat wt = transposed(wm);
+        ag__sgemm_bias(xm.trans, wt.trans, m, out, in, (const float *)xm.p, xm.ld, (const float *)wt.p, wt.ld,
+                       b ? (const float *)ag__ptr(b) : NULL, (float *)y, max1(out));
+    } else {
+        (dt == AG_F32 ? fill_rows_f32 : fill_rows_f64)(y, m, out, b ? ag__ptr(b) : NULL, b ? b->stride[0] : 0);
+        gemm_acc(dt, xm, transposed(wm), m, out, in, y, max1(out));
+    }
+}
+
+/* dx += dy w ; dw += dyᵀ x ; db += Σ_rows dy (each skipped when NULL; all contiguous); dy m×out */
+static void linear_bwd(ag_dtype dt, const char *dy, mat xm, mat wm, int64_t m, int64_t in, int64_t out, char *dx,
+                       char *dw, char *db) {
+    mat g = {dy, false, max1(out)};
+    if (dx) gemm_acc(dt, g, wm, m, in, out, dx, max1(in));
+    if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, dw, max1(in));
+    if (db) (dt == AG_F32 ? add_col_sums_f32 : add_col_sums_f64)(dy, m, out, db, 1);
+}
+
+/* t's gradient buffer, NULL when t needs none */
+static char *grad_ptr(ag_tensor *t) {
+    ag_tensor *g = ag_grad_buffer(t);
+    return g ? ag__ptr(g) : NULL;
+}
+
+static void linear_backward(ag_node *n) {
+    ag_tensor *x = n->saved[0], *w = n->saved[1], *dy = n->out->grad;
     int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
-    mat g = {ag__ptr(dy), false, max1(out)}, xm = as_matrix(x, m, in), wm = as_matrix(w, out, in);
-    ag_tensor *dx = ag_grad_buffer(n->in[0]), *dw = ag_grad_buffer(n->in[1]), *db = ag_grad_buffer(b);
-    if (dx) gemm_acc(dt, g, wm, m, in, out, ag__ptr(dx), max1(in));
-    if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, ag__ptr(dw), max1(in));
-    if (db) (dt == AG_F32 ? add_col_sums_f32 : add_col_sums_f64)(ag__ptr(dy), m, out, ag__ptr(db), 1);
+    linear_bwd(dy->dtype, ag__ptr(dy), as_matrix(x, m, in), as_matrix(w, out, in), m, in, out, grad_ptr(n->in[0]),
+               grad_ptr(n->in[1]), grad_ptr(n->in[2]));
 }
 static const ag_op LINEAR = {"ag_linear", linear_backward};
 
@@ -148,14 +171,7 @@ ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     ag_tensor *y = ag__new(dt, x->ndim, shape);
     mat xm, wm;
     ag_tensor *xs = operand(x, m, in, &xm), *ws = operand(w, out, in, &wm);
-    if (dt == AG_F32 && (!b || out <= 1 || b->stride[0] == 1)) {
-        mat wt = transposed(wm);
-        ag__sgemm_bias(xm.trans, wt.trans, m, out, in, (const float *)xm.p, xm.ld, (const float *)wt.p, wt.ld,
-                       b ? (const float *)ag__ptr(b) : NULL, (float *)ag__ptr(y), max1(out));
-    } else {
-        (dt == AG_F32 ? fill_rows_f32 : fill_rows_f64)(ag__ptr(y), m, out, b ? ag__ptr(b) : NULL, b ? b->stride[0] : 0);
-        gemm_acc(dt, xm, transposed(wm), m, out, in, ag__ptr(y), max1(out));
-    }
+    linear_fwd(dt, xm, wm, b, m, in, out, ag__ptr(y));
     ag_node *n = ag_finish(&LINEAR, y, 3, (ag_tensor *[]){x, w, b});
     if (n) {
         n->saved[0] = xs;
@@ -365,10 +381,6 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
 AG_FLOAT_TYPES(LN_KERNELS)
 
 static const char *ptr_or_null(ag_tensor *t) { return t ? ag__ptr(t) : NULL; }
-static char *grad_ptr(ag_tensor *t) {
-    ag_tensor *g = ag_grad_buffer(t);
-    return g ? ag__ptr(g) : NULL;
-}
 
 static void layer_norm_backward(ag_node *n) {
     ag_tensor *x = n->saved[0], *w = n->in[1], *dy = n->out->grad;
@@ -439,72 +451,213 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
 /* ==== Dropout =============================================================================== */
 
 /* uniforms drawn per chunk: a chunk's draws depend only on its counter, so the chunks can be
- * spread over threads and the mask is the same for any split */
+ * spread over threads and the mask is the same for any split (a multiple of 8: a chunk owns
+ * whole bytes of a bit mask) */
 #define DROP_CHUNK 2048
 
-/* y = keep ? x·scale : 0 (forward) and dx += keep ? g·scale : 0 (backward), all contiguous */
+/* y = keep ? x·scale : 0, or with relu y = keep && x > 0 ? x·scale : 0 (!(x <= 0): NaN passes,
+ * as through ag_relu), for one chunk of n; y may be x. dx += keep ? g·scale : 0, keep one bit per
+ * element; with relu keep is NULL and y decides: dx += y ≠ 0 ? g·scale : 0 (scale ≥ 1, so a kept
+ * positive x never rounds to 0). */
 #define DROPOUT_KERNELS(T, S, D)                                                                                  \
-    static void drop_fwd_##S(const uint8_t *keep, const char *x_, char *y_, int64_t lo, int64_t hi, T sc) {       \
+    static void drop_fwd_##S(const uint8_t *keep, const char *x_, char *y_, int64_t n, T sc, bool relu) {         \
         const T *x = (const T *)x_;                                                                               \
         T *y = (T *)y_;                                                                                           \
-        for (int64_t i = lo; i < hi; i++) y[i] = keep[i] ? x[i] * sc : 0;                                         \
+        if (relu)                                                                                                 \
+            for (int64_t i = 0; i < n; i++) y[i] = keep[i] && !(x[i] <= 0) ? x[i] * sc : 0;                       \
+        else                                                                                                      \
+            for (int64_t i = 0; i < n; i++) y[i] = keep[i] ? x[i] * sc : 0;                                       \
     }                                                                                                             \
-    static void drop_bwd_##S(const uint8_t *keep, const char *g_, char *dx_, int64_t n, T sc) {                   \
-        const T *g = (const T *)g_;                                                                               \
+    static void drop_bwd_##S(const uint8_t *bits, const char *y_, const char *g_, char *dx_, int64_t n, T sc) {   \
+        const T *g = (const T *)g_, *y = (const T *)y_;                                                           \
         T *dx = (T *)dx_;                                                                                         \
         int64_t par_work = n;                                                                                     \
-        AG_PAR_FOR                                                                                                \
-        for (int64_t i = 0; i < n; i++) dx[i] += keep[i] ? g[i] * sc : 0;                                         \
+        if (bits) {                                                                                               \
+            AG_PAR_FOR                                                                                            \
+            for (int64_t i = 0; i < n; i++) dx[i] += bits[i >> 3] >> (i & 7) & 1 ? g[i] * sc : 0;                 \
+        } else if (dx_ == g_) { /* dx = (y ≠ 0)·g·scale in place of g */                                          \
+            AG_PAR_FOR                                                                                            \
+            for (int64_t i = 0; i < n; i++) dx[i] = y[i] != 0 ? dx[i] * sc : 0;                                   \
+        } else {                                                                                                  \
+            AG_PAR_FOR                                                                                            \
+            for (int64_t i = 0; i < n; i++) dx[i] += y[i] != 0 ? g[i] * sc : 0;                                   \
+        }                                                                                                         \
     }
 AG_FLOAT_TYPES(DROPOUT_KERNELS)
 
+/* y = dropout(x) (relu first when asked) over n contiguous elements, y may be x. The keep mask
+ * is drawn from rng (n uniforms, advancing it) and, with bits, stored one bit per element; replay
+ * instead reads such a mask, x[0] being element e0 of it. p == 1 keeps nothing and draws
+ * nothing; p == 0 keeps everything. */
+static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, double p, bool relu, ag_rng *rng,
+                       uint8_t *bits, bool replay, int64_t e0) {
+    double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0, keep_p = 1.0 - p;
+    bool draw = p > 0 && p < 1 && !replay;
+    ag_rng *r = rng ? rng : ag_rng_global();
+    uint64_t base = r->counter;
+    size_t es = ag_dtype_size(dt);
+    int64_t chunks = (n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
+    AG_PAR_FOR
+    for (int64_t c = 0; c < chunks; c++) {
+        uint8_t k[DROP_CHUNK];
+        int64_t lo = c * DROP_CHUNK, m = (n - lo < DROP_CHUNK ? n : lo + DROP_CHUNK) - lo;
+        if (draw) {
+            double u[DROP_CHUNK];
+            ag_rng local = {r->seed, base + (uint64_t)lo};
+            ag_rng_uniform_f64(&local, m, u);
+            for (int64_t i = 0; i < m; i++) k[i] = u[i] < keep_p;
+        } else if (replay && p > 0) {
+            for (int64_t i = 0, e = e0 + lo; i < m; i++, e++) k[i] = bits[e >> 3] >> (e & 7) & 1;
+        } else {
+            memset(k, p < 1, (size_t)m);
+        }
+        if (bits && !replay) { /* lo is a multiple of 8: this chunk's bytes are its own */
+            memset(bits + lo / 8, 0, (size_t)(m + 7) / 8);
+            for (int64_t i = 0; i < m; i++) bits[(lo + i) >> 3] |= (uint8_t)(k[i] << ((lo + i) & 7));
+        }
+        size_t off = (size_t)lo * es;
+        if (dt == AG_F32) drop_fwd_f32(k, x + off, y + off, m, (float)scale, relu);
+        else drop_fwd_f64(k, x + off, y + off, m, scale, relu);
+    }
+    if (draw) r->counter = base + (uint64_t)n;
+}
+
+/* saved[0]: the keep mask (bits), or NULL for the relu form, which reads its output instead */
 static void dropout_backward(ag_node *n) {
     ag_tensor *dx = ag_grad_buffer(n->in[0]), *g = n->out->grad;
     if (!dx) return;
-    const uint8_t *keep = (const uint8_t *)ag__ptr(n->saved[0]);
-    if (g->dtype == AG_F32) drop_bwd_f32(keep, ag__ptr(g), ag__ptr(dx), ag_numel(g), (float)n->ctx.d[0]);
-    else drop_bwd_f64(keep, ag__ptr(g), ag__ptr(dx), ag_numel(g), n->ctx.d[0]);
+    const uint8_t *bits = n->saved[0] ? (const uint8_t *)ag__ptr(n->saved[0]) : NULL;
+    const char *y = ag__ptr(n->out);
+    if (g->dtype == AG_F32) drop_bwd_f32(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), (float)n->ctx.d[0]);
+    else drop_bwd_f64(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), n->ctx.d[0]);
 }
-static const ag_op DROPOUT = {"ag_dropout", dropout_backward};
+static const ag_op DROPOUT = {"ag_dropout", dropout_backward}, DROPOUT_ = {"ag_dropout_", dropout_backward},
+                   RELU_DROPOUT_ = {"ag_relu_dropout_", dropout_backward};
+
+static bool check_p(const char *op, const ag_tensor *x, double p) {
+    if (p >= 0 && p <= 1) return true;
+    char b[128];
+    ag_error(op, "input %s: p = %g, expected a probability in [0, 1]", ag_shape_str(x, b), p);
+    return false;
+}
+
+/* The three dropouts: out of place, in place (y shares x's storage), and relu + dropout in place.
+ * In place needs a contiguous x that is not a leaf requiring grad; other x are done out of place
+ * (the same values and gradients, only the memory differs). */
+static ag_tensor *dropout(const ag_op *op, ag_tensor *x, double p, bool training, ag_rng *rng) {
+    bool relu = op == &RELU_DROPOUT_, inplace = op != &DROPOUT;
+    if (!ag__check_float(op->name, x) || !check_p(op->name, x, p)) return NULL;
+    if (!training) p = 0;
+    if (p == 0 && !relu) return x;
+    if (inplace && (!ag_is_contiguous(x) || (x->requires_grad && !x->node))) inplace = false;
+    int64_t n = ag_numel(x);
+    ag_tensor *bits = relu ? NULL : ag__new(AG_BOOL, 1, (int64_t[]){(n + 7) / 8}), *xd = ag__dense(x);
+    ag_tensor *y = inplace ? ag__alias(x) : ag__new(x->dtype, x->ndim, x->shape);
+    drop_apply(x->dtype, ag__ptr(xd), ag__ptr(y), n, p, relu, rng, bits ? (uint8_t *)ag__ptr(bits) : NULL, false,
+               0);
+    ag_node *nd = ag_finish(op, y, 1, &x);
+    if (nd) {
+        nd->saved[0] = bits;
+        nd->ctx.d[0] = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+    }
+    return y;
+}
 
 ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng) {
-    const char *op = "ag_dropout";
-    if (!ag__check_float(op, x)) return NULL;
-    if (!(p >= 0 && p <= 1)) {
-        char b[128];
-        ag_error(op, "input %s: p = %g, expected a probability in [0, 1]", ag_shape_str(x, b), p);
+    return dropout(&DROPOUT, x, p, training, rng);
+}
+ag_tensor *ag_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng) {
+    return dropout(&DROPOUT_, x, p, training, rng);
+}
+ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng) {
+    return dropout(&RELU_DROPOUT_, x, p, training, rng);
+}
+
+/* ==== the feed-forward block, recomputed in backward ======================================== */
+
+/* rows of the hidden activation recomputed at a time in backward (about 512 KiB of f32 each for
+ * the activation and its gradient) */
+#define FF_BLOCK_ELEMS ((int64_t)1 << 17)
+
+/* rows r0.. of an m×k operand */
+static mat rows_from(mat a, int64_t r0, size_t es) {
+    a.p += (size_t)(a.trans ? r0 : r0 * a.ld) * es;
+    return a;
+}
+
+/* saved[0]: the keep bits of the hidden dropout (NULL when p is 0); in: x, w1, b1, w2, b2.
+ * Block by block of rows: a = dropout(relu(x w1ᵀ + b1)) again with the stored mask, then
+ * dw2 += gᵀ a, db2 += Σ g, da = g w2 → dh = (a ≠ 0)·da·scale, dw1 += dhᵀ x, db1 += Σ dh, dx = dh w1.
+ * The weight gradients sum the blocks in order: fixed for a shape, whatever the thread count. */
+static void feed_forward_backward(ag_node *n) {
+    ag_tensor *x = n->in[0], *w1 = n->in[1], *b1 = n->in[2], *w2 = n->in[3], *g = n->out->grad;
+    ag_dtype dt = g->dtype;
+    size_t es = ag_dtype_size(dt);
+    int64_t d = w1->shape[1], ff = w1->shape[0], out = w2->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
+    int64_t rows = FF_BLOCK_ELEMS / max1(ff) > 1 ? FF_BLOCK_ELEMS / max1(ff) : 1;
+    double p = n->ctx.d[0], scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+    uint8_t *bits = n->saved[0] ? (uint8_t *)ag__ptr(n->saved[0]) : NULL;
+    mat xm, w1m, w2m;
+    operand(x, m, d, &xm);
+    operand(w1, ff, d, &w1m);
+    operand(w2, out, ff, &w2m);
+    char *dx = grad_ptr(x), *dw1 = grad_ptr(w1), *db1 = grad_ptr(b1), *dw2 = grad_ptr(w2), *db2 = grad_ptr(n->in[4]);
+    ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff)), *da = ag__new(dt, a->ndim, a->shape);
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+        int64_t r = m - r0 < rows ? m - r0 : rows;
+        mat xr = rows_from(xm, r0, es);
+        const char *gr = ag__ptr(g) + (size_t)(r0 * out) * es;
+        linear_fwd(dt, xr, w1m, b1, r, d, ff, ag__ptr(a));
+        drop_apply(dt, ag__ptr(a), ag__ptr(a), r * ff, p, true, NULL, bits, true, r0 * ff);
+        memset(ag__ptr(da), 0, (size_t)(r * ff) * es);
+        linear_bwd(dt, gr, (mat){ag__ptr(a), false, max1(ff)}, w2m, r, ff, out, ag__ptr(da), dw2, db2);
+        if (dt == AG_F32) drop_bwd_f32(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, (float)scale);
+        else drop_bwd_f64(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, scale);
+        linear_bwd(dt, ag__ptr(da), xr, w1m, r, d, ff, dx ? dx + (size_t)(r0 * d) * es : NULL, dw1, db1);
+    }
+}
+static const ag_op FEED_FORWARD = {"ag_feed_forward", feed_forward_backward};
+
+ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
+                           bool training, ag_rng *rng) {
+    const char *op = "ag_feed_forward";
+    if (!ag__check_float(op, x) || !ag__check_float(op, w1) || !ag__check_float(op, w2) ||
+        (b1 && !ag__check_float(op, b1)) || (b2 && !ag__check_float(op, b2)) || !check_p(op, x, p))
+        return NULL;
+    char s1[128], s2[128], s3[128], s4[128], s5[128];
+    if (x->ndim < 1 || w1->ndim != 2 || w2->ndim != 2 || x->shape[x->ndim - 1] != w1->shape[1] ||
+        w2->shape[1] != w1->shape[0] || (b1 && (b1->ndim != 1 || b1->shape[0] != w1->shape[0])) ||
+        (b2 && (b2->ndim != 1 || b2->shape[0] != w2->shape[0])) || w1->dtype != x->dtype || w2->dtype != x->dtype ||
+        (b1 && b1->dtype != x->dtype) || (b2 && b2->dtype != x->dtype)) {
+        ag_error(op, "x %s, w1 %s, b1 %s, w2 %s, b2 %s: expected x (..., d), w1 (ff, d), b1 (ff), w2 (out, ff), "
+                 "b2 (out), all of x's dtype", ag_shape_str(x, s1), ag_shape_str(w1, s2),
+                 b1 ? ag_shape_str(b1, s3) : "none", ag_shape_str(w2, s4), b2 ? ag_shape_str(b2, s5) : "none");
         return NULL;
     }
-    if (!training || p == 0) return x;
-    /* one byte of keep mask per element; forward and backward scale by 1/(1-p) where kept */
-    int64_t n = ag_numel(x);
-    ag_tensor *keep = ag__new(AG_BOOL, x->ndim, x->shape), *xd = ag__dense(x);
-    ag_tensor *y = ag__new(x->dtype, x->ndim, x->shape);
-    uint8_t *kp = (uint8_t *)ag__ptr(keep);
-    double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0, keep_p = 1.0 - p;
-    if (p == 1) { /* drawing nothing, as documented */
-        memset(kp, 0, (size_t)n);
-        ag_fill_(y, 0.0);
-    } else {
-        ag_rng *r = rng ? rng : ag_rng_global();
-        uint64_t base = r->counter;
-        int64_t chunks = (n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
-        AG_PAR_FOR
-        for (int64_t c = 0; c < chunks; c++) {
-            double u[DROP_CHUNK];
-            int64_t lo = c * DROP_CHUNK, hi = n - lo < DROP_CHUNK ? n : lo + DROP_CHUNK;
-            ag_rng local = {r->seed, base + (uint64_t)lo};
-            ag_rng_uniform_f64(&local, hi - lo, u);
-            for (int64_t i = lo; i < hi; i++) kp[i] = u[i - lo] < keep_p;
-            if (x->dtype == AG_F32) drop_fwd_f32(kp, ag__ptr(xd), ag__ptr(y), lo, hi, (float)scale);
-            else drop_fwd_f64(kp, ag__ptr(xd), ag__ptr(y), lo, hi, scale);
-        }
-        r->counter = base + (uint64_t)n;
-    }
-    ag_node *nd = ag_finish(&DROPOUT, y, 1, &x);
-    if (nd) {
-        nd->saved[0] = keep;
-        nd->ctx.d[0] = scale;
+    if (!training) p = 0;
+    ag_dtype dt = x->dtype;
+    int64_t d = w1->shape[1], ff = w1->shape[0], out = w2->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
+    int64_t shape[AG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = out;
+    ag_tensor *y = ag__new(dt, x->ndim, shape);
+    bool record = ag_any_requires_grad(5, (ag_tensor *[]){x, w1, b1, w2, b2});
+    ag_tensor *bits = record && p > 0 ? ag__new(AG_BOOL, 1, (int64_t[]){(m * ff + 7) / 8}) : NULL;
+    ag_arena *arena = ag_arena_current();
+    ag_arena_mark mark = ag_arena_get_mark(arena); /* the hidden activation is scratch */
+    mat xm, w1m, w2m;
+    operand(x, m, d, &xm);
+    operand(w1, ff, d, &w1m);
+    operand(w2, out, ff, &w2m);
+    ag_tensor *a = ag__new(dt, AG_SHAPE(m, ff));
+    linear_fwd(dt, xm, w1m, b1, m, d, ff, ag__ptr(a));
+    drop_apply(dt, ag__ptr(a), ag__ptr(a), m * ff, p, true, rng, bits ? (uint8_t *)ag__ptr(bits) : NULL, false, 0);
+    linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, m, ff, out, ag__ptr(y));
+    ag_arena_rewind(arena, mark);
+    ag_node *n = ag_finish(&FEED_FORWARD, y, 5, (ag_tensor *[]){x, w1, b1, w2, b2});
+    if (n) {
+        n->saved[0] = bits;
+        n->ctx.d[0] = p;
     }
     return y;
 }

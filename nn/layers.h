@@ -69,6 +69,23 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x);
  * row-major order), so it is reproducible and independent of the thread count. Returns x
  * itself (drawing nothing) when !training or p == 0; zeros when p == 1 (drawing nothing). */
 ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng);
+/* The same in place (F.dropout(inplace=True)): y shares x's storage, for memory. x's old
+ * values are gone, so no recorded backward may read them (true of the outputs of linear and
+ * attention); a non-contiguous x, or a leaf that requires grad, is done out of place. */
+ag_tensor *ag_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng);
+/* dropout(relu(x)) in place, with the same rng draws as ag_dropout: the transformer's
+ * feed-forward activation. Keeps no mask: its backward reads only y (dx = g·scale where
+ * y ≠ 0). Not training or p == 0: relu in place. Same conditions on x as ag_dropout_. */
+ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng);
+
+/* ---- the Transformer's feed-forward block ------------------------------------------------- */
+/* y = dropout(relu(x w1ᵀ + b1)) w2ᵀ + b2, the values of ag_linear → ag_relu_dropout_ → ag_linear
+ * (same rng draws), holding no (..., ff) activation: backward recomputes it from x and a one-bit
+ * keep mask (one extra GEMM per step for memory: the hidden activation is the largest tensor of
+ * a Transformer layer). x (..., d), w1 (ff, d), b1 (ff) or NULL, w2 (out, ff), b2 (out) or NULL
+ * -> (..., out). Backward reads x, so x must keep its values until then. */
+ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
+                           bool training, ag_rng *rng);
 
 /* ---- positional encodings ----------------------------------------------------------------- */
 /* "Attention is all you need" table (L, D), no grad: pe[pos, 2i] = sin(pos / 10000^(2i/D)),

@@ -167,22 +167,28 @@ static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, 
                       .rng = a->rng, .need_weights = weights != NULL};
     ag_tensor *y = ag_mha_forward(attn, q, kv, kv, &ma, weights);
     TRY(y);
-    return ag_dropout(y, p, a->training, a->rng);
+    return ag_dropout_(y, p, a->training, a->rng); /* out_proj's output: its backward reads only its input */
 }
 
-/* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block */
+/* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block. relu: one op that recomputes
+ * its (N,L,ff) activation in backward (ag_feed_forward); gelu: composed, its dropout in place
+ * (gelu's backward reads gelu's input). The last dropout is in place (linear's output). */
 static ag_tensor *ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
                            const ag_transformer_args *a) {
-    ag_tensor *h = ag_linear_forward(l1, x);
-    TRY(h);
-    h = c->activation == AG_ACTIVATION_GELU ? ag_gelu(h) : ag_relu(h);
-    TRY(h);
-    TRY(h = ag_dropout(h, c->dropout, a->training, a->rng));
-    TRY(h = ag_linear_forward(l2, h));
-    return ag_dropout(h, c->dropout, a->training, a->rng);
+    ag_tensor *h;
+    if (c->activation == AG_ACTIVATION_GELU) {
+        TRY(h = ag_linear_forward(l1, x));
+        TRY(h = ag_dropout_(ag_gelu(h), c->dropout, a->training, a->rng));
+        TRY(h = ag_linear_forward(l2, h));
+    } else {
+        TRY(h = ag_feed_forward(x, l1->weight, l1->bias, l2->weight, l2->bias, c->dropout, a->training, a->rng));
+    }
+    return ag_dropout_(h, c->dropout, a->training, a->rng);
 }
 
-/* post-norm: norm(x + block);  norm_first: x + block(norm(x)) — the block given normed input */
+/* post-norm: norm(x + block);  norm_first: x + block(norm(x)) — the block given normed input.
+ * The sum is made in the block's output (x + y == y + x exactly): the blocks end in dropout_,
+ * whose backward reads its mask, and x may be saved (by norm_first's LayerNorm, by linear1). */
 #define RESIDUAL(x, norm, block_of)                                                                              \
     do {                                                                                                          \
         if (c->norm_first) {                                                                                      \
@@ -190,11 +196,11 @@ static ag_tensor *ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const a
             TRY(h_);                                                                                              \
             ag_tensor *y_ = block_of(h_);                                                                         \
             TRY(y_);                                                                                              \
-            TRY(x = ag_add(x, y_));                                                                               \
+            TRY(x = ag_add_(y_, x));                                                                              \
         } else {                                                                                                  \
             ag_tensor *y_ = block_of(x);                                                                          \
             TRY(y_);                                                                                              \
-            TRY(x = ag_add(x, y_));                                                                               \
+            TRY(x = ag_add_(y_, x));                                                                              \
             TRY(x = ag_layer_norm_forward(&(norm), x));                                                           \
         }                                                                                                         \
     } while (0)

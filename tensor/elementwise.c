@@ -284,6 +284,28 @@ ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b) { return binary_op(&MUL, &MUL_K, a
 ag_tensor *ag_div(ag_tensor *a, ag_tensor *b) { return binary_op(&DIV, &DIV_K, a, b); }
 ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b) { return binary_op(&POW, &POW_K, a, b); }
 
+ag_tensor *ag_add_(ag_tensor *a, ag_tensor *b) {
+    const char *op = "ag_add_";
+    if (!ag__check_float(op, a) || !ag__check_float(op, b)) return NULL;
+    char b1[128], b2[128];
+    int64_t shape[AG_MAX_DIMS];
+    int nd = ag_broadcast_shape(op, a, b, shape);
+    if (nd < 0) return NULL;
+    if (nd != a->ndim || memcmp(shape, a->shape, sizeof(int64_t) * (size_t)nd) != 0 || a->dtype != b->dtype) {
+        ag_error(op, "%s %s += %s %s: b must have a's dtype and broadcast to a's shape", ag_shape_str(a, b1),
+                 ag_dtype_name(a->dtype), ag_shape_str(b, b2), ag_dtype_name(b->dtype));
+        return NULL;
+    }
+    if (a->requires_grad && !a->node) {
+        ag_error(op, "%s is a leaf that requires grad: it cannot be changed in place", ag_shape_str(a, b1));
+        return NULL;
+    }
+    ag__add_into(a, b); /* the same a + b per element as ag_add */
+    ag_tensor *y = ag__alias(a), *in[2] = {a, b};
+    ag_finish(&ADD, y, 2, in);
+    return y;
+}
+
 /* ---- comparisons and logic (not differentiable) ---- */
 
 static const kernels EQ_K = ALL(eq), NE_K = ALL(ne), LT_K = ALL(lt), LE_K = ALL(le), GT_K = ALL(gt), GE_K = ALL(ge);

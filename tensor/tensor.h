@@ -154,6 +154,11 @@ ag_tensor *ag_sub(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_div(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b);
+/* a += b in place, b broadcast to a's shape (Tensor.add_); returns a header on a's storage that
+ * records the addition. For memory: a's old values are gone, so a must not be a leaf that
+ * requires grad and no recorded backward may read them (the outputs of linear, dropout and
+ * attention qualify: their backward reads inputs and masks only). Autograd cannot check that. */
+ag_tensor *ag_add_(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 ag_tensor *ag_sub_scalar(ag_tensor *a, double s);   /* a - s */
 ag_tensor *ag_rsub_scalar(ag_tensor *a, double s);  /* s - a */

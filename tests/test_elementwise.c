@@ -438,11 +438,45 @@ static void test_large_op_is_bit_identical_with_one_and_two_threads(void **state
     omp_set_num_threads(saved);
 }
 
+/* ---- add_ ---- */
+
+static void test_add_in_place_writes_into_a_and_routes_gradients_to_both(void **state) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    ag_tensor *b = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 10, 20, 30));
+    ag_tensor *a = ag_mul_scalar(x, 2), *y = ag_add_(a, b);
+    assert_ptr_equal(y->data, a->data);
+    tu_assert_values(a, 0, 12, 24, 36, 18, 30, 42); /* a itself changed, as Tensor.add_ */
+    tu_assert_values(y, 0, 12, 24, 36, 18, 30, 42);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
+    tu_assert_values(x->grad, 0, 2, 4, 6, 8, 10, 12);
+    tu_assert_values(b->grad, 0, 5, 7, 9); /* summed over the broadcast rows */
+}
+
+static ag_tensor *f_add_(int n, ag_tensor **in, void *ctx) { return ag_add_(ag_mul(in[0], in[0]), in[1]); }
+
+static void test_add_in_place_gradcheck(void **state) {
+    ag_tensor *in[2] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 4), 0.7, 0.1)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(4), 1.3, 0.5))};
+    tu_assert_gradcheck(f_add_, NULL, 2, in);
+}
+
+static void test_add_in_place_refuses_leaves_and_growing_shapes(void **state) {
+    ag_tensor *leaf = tu_leaf(ag_ones(AG_F32, AG_SHAPE(3)));
+    assert_null(ag_add_(leaf, ag_ones(AG_F32, AG_SHAPE(3))));
+    tu_assert_error("ag_add_", "(3)", "leaf");
+    assert_null(ag_add_(ag_ones(AG_F32, AG_SHAPE(3)), ag_ones(AG_F32, AG_SHAPE(2, 3))));
+    tu_assert_error("ag_add_", "(3)", "(2,3)");
+    assert_null(ag_add_(ag_ones(AG_F32, AG_SHAPE(3)), ag_ones(AG_F64, AG_SHAPE(3))));
+    tu_assert_error("ag_add_", "f32", "f64");
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_add_sub_mul_div_values),
+        T(test_add_in_place_writes_into_a_and_routes_gradients_to_both),
+        T(test_add_in_place_gradcheck),
+        T(test_add_in_place_refuses_leaves_and_growing_shapes),
         T(test_pow_values_including_zero_base),
         T(test_integer_arithmetic_keeps_the_dtype_and_records_nothing),
         T(test_scalar_ops_values),

@@ -380,6 +380,154 @@ static void test_dropout_reports_p_outside_unit_interval(void **s) {
     tu_assert_error("ag_dropout", "(2,2)", "1.5");
 }
 
+/* ---- in place, and relu + dropout ---- */
+
+/* the same values and input gradient from two ways of computing y = f(x), gradient g */
+static void assert_same_values_and_grads(ag_tensor *x1, ag_tensor *y1, ag_tensor *x2, ag_tensor *y2, ag_tensor *g) {
+    size_t bytes = (size_t)ag_numel(y1) * ag_dtype_size(y1->dtype);
+    assert_memory_equal(raw(ag_contiguous(y1)), raw(ag_contiguous(y2)), bytes);
+    ag_backward(y1, g);
+    ag_backward(y2, g);
+    assert_memory_equal(raw(x1->grad), raw(x2->grad), (size_t)ag_numel(x1) * ag_dtype_size(x1->dtype));
+}
+
+static void test_dropout_in_place_matches_dropout_and_shares_storage(void **s) {
+    ag_rng r = ag_rng_new(4), r1 = ag_rng_new(9), r2 = ag_rng_new(9);
+    ag_tensor *x1 = tu_leaf(ag_randn(&r, AG_F32, AG_SHAPE(5000))), *x2 = tu_leaf(ag_detach(ag_clone(x1)));
+    ag_tensor *h1 = ag_mul_scalar(x1, 1.0), *h2 = ag_mul_scalar(x2, 1.0); /* non-leaf inputs */
+    ag_tensor *y1 = ag_dropout(h1, 0.3, true, &r1), *y2 = ag_dropout_(h2, 0.3, true, &r2);
+    assert_ptr_equal(y2->data, h2->data);
+    assert_int_equal(r1.counter, r2.counter);
+    assert_same_values_and_grads(x1, y1, x2, y2, ag_randn(&r, AG_F32, AG_SHAPE(5000)));
+}
+
+static void test_dropout_in_place_on_a_leaf_or_strided_input_works_out_of_place(void **s) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2), 1, 2, 3, 4)), *xt = ag_transpose(ag_mul_scalar(x, 1), 0, 1);
+    ag_rng r = ag_rng_new(1);
+    ag_tensor *y = ag_dropout_(x, 0.5, true, &r), *yt = ag_dropout_(xt, 0.5, true, &r);
+    assert_ptr_not_equal(y->data, x->data);
+    assert_ptr_not_equal(yt->data, xt->data);
+    tu_assert_values(x, 0, 1, 2, 3, 4); /* untouched */
+    assert_int_equal(tu_error_count(), 0);
+}
+
+static void test_relu_dropout_matches_dropout_of_relu_with_same_draws(void **s) {
+    ag_rng r = ag_rng_new(5);
+    for (int k = 0; k < 4; k++) {
+        double p = (double[]){0.0, 0.25, 0.5, 1.0}[k];
+        ag_tensor *x1 = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 1500))), *x2 = tu_leaf(ag_detach(ag_clone(x1)));
+        ag_rng r1 = ag_rng_new(10 + k), r2 = ag_rng_new(10 + k);
+        ag_tensor *y1 = ag_dropout(ag_relu(ag_mul_scalar(x1, 1.0)), p, true, &r1);
+        ag_tensor *h2 = ag_mul_scalar(x2, 1.0), *y2 = ag_relu_dropout_(h2, p, true, &r2);
+        assert_ptr_equal(y2->data, h2->data);
+        assert_int_equal(r1.counter, r2.counter);
+        assert_same_values_and_grads(x1, y1, x2, y2, ag_randn(&r, AG_F64, AG_SHAPE(3, 1500)));
+    }
+    /* eval: relu alone, in place, nothing drawn */
+    ag_rng r3 = ag_rng_new(2);
+    ag_tensor *e = ag_relu_dropout_(ag_mul_scalar(tu_tensor(AG_F32, AG_SHAPE(4), -1, 2, 0, 3), 1.0), 0.5, false, &r3);
+    tu_assert_values(e, 0, 0, 2, 0, 3);
+    assert_int_equal(r3.counter, 0);
+}
+
+static ag_tensor *f_relu_dropout(int n, ag_tensor **in, void *ctx) {
+    ag_rng r = ag_rng_new(31);
+    return ag_relu_dropout_(ag_mul_scalar(in[0], 1.0), 0.4, true, &r);
+}
+
+static void test_relu_dropout_gradcheck_with_fixed_mask(void **s) {
+    /* values kept away from relu's kink, where finite differences straddle it */
+    ag_tensor *x = tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 6), 0.9, 0.2));
+    tu_assert_gradcheck(f_relu_dropout, NULL, 1, &x);
+}
+
+/* ---- the feed-forward block ---- */
+
+typedef struct {
+    double p;
+    bool fused;
+} ff_case;
+
+static ag_tensor *f_feed_forward(int n, ag_tensor **in, void *ctx) {
+    const ff_case *c = ctx;
+    ag_rng r = ag_rng_new(12);
+    if (c->fused) return ag_feed_forward(in[0], in[1], in[2], in[3], in[4], c->p, true, &r);
+    return ag_linear(ag_relu_dropout_(ag_linear(in[0], in[1], in[2]), c->p, true, &r), in[3], in[4]);
+}
+
+static void ff_inputs(ag_dtype dt, int64_t m, int64_t d, int64_t ff, ag_tensor **in, uint64_t seed) {
+    ag_rng r = ag_rng_new(seed);
+    in[0] = tu_leaf(ag_randn(&r, dt, AG_SHAPE(m / 2, 2, d)));
+    in[1] = tu_leaf(ag_mul_scalar(ag_randn(&r, dt, AG_SHAPE(ff, d)), 0.5));
+    in[2] = tu_leaf(ag_randn(&r, dt, AG_SHAPE(ff)));
+    in[3] = tu_leaf(ag_mul_scalar(ag_randn(&r, dt, AG_SHAPE(d + 1, ff)), 0.5));
+    in[4] = tu_leaf(ag_randn(&r, dt, AG_SHAPE(d + 1)));
+    for (int i = 1; i < 5; i++) in[i] = tu_leaf(ag_detach(in[i]));
+}
+
+static void test_feed_forward_equals_linear_relu_dropout_linear_bit_for_bit(void **s) {
+    /* one block of rows in backward: the same kernels in the same order as the composed ops */
+    for (int k = 0; k < 3; k++) {
+        ff_case fc = {(double[]){0.0, 0.3, 1.0}[k], true}, cc = {fc.p, false};
+        ag_tensor *a[5], *b[5];
+        ff_inputs(AG_F32, 10, 6, 12, a, 3);
+        ff_inputs(AG_F32, 10, 6, 12, b, 3);
+        ag_tensor *y1 = f_feed_forward(5, a, &cc), *y2 = f_feed_forward(5, b, &fc);
+        ag_rng r = ag_rng_new(4);
+        ag_tensor *g = ag_randn(&r, AG_F32, y1->ndim, y1->shape);
+        assert_memory_equal(raw(y1), raw(y2), (size_t)ag_numel(y1) * sizeof(float));
+        ag_backward(y1, g);
+        ag_backward(y2, g);
+        for (int i = 0; i < 5; i++)
+            assert_memory_equal(raw(a[i]->grad), raw(b[i]->grad), (size_t)ag_numel(a[i]) * sizeof(float));
+    }
+}
+
+static void test_feed_forward_in_several_row_blocks_matches_composed_ops(void **s) {
+    /* 600 rows x 512 hidden: backward recomputes 256 rows at a time, summing weight gradients
+     * block by block (a different order from one GEMM: equal to rounding) */
+    ff_case fc = {0.2, true}, cc = {0.2, false};
+    ag_tensor *a[5], *b[5];
+    ff_inputs(AG_F64, 600, 16, 512, a, 6);
+    ff_inputs(AG_F64, 600, 16, 512, b, 6);
+    ag_tensor *y1 = f_feed_forward(5, a, &cc), *y2 = f_feed_forward(5, b, &fc);
+    ag_rng r = ag_rng_new(4);
+    ag_tensor *g = ag_randn(&r, AG_F64, y1->ndim, y1->shape);
+    ag_backward(y1, g);
+    ag_backward(y2, g);
+    for (int i = 0; i < 5; i++) {
+        int64_t n = ag_numel(a[i]);
+        const double *u = raw(a[i]->grad), *v = raw(b[i]->grad);
+        for (int64_t j = 0; j < n; j++) assert_true(fabs(u[j] - v[j]) <= 1e-12 * (1 + fabs(u[j])));
+    }
+}
+
+static void test_feed_forward_gradcheck(void **s) {
+    ff_case fc = {0.25, true};
+    ag_tensor *in[5];
+    ff_inputs(AG_F64, 6, 3, 5, in, 21);
+    tu_assert_gradcheck(f_feed_forward, &fc, 5, in);
+}
+
+static void test_feed_forward_holds_no_hidden_activation(void **s) {
+    ag_tensor *in[5];
+    ff_inputs(AG_F32, 64, 8, 256, in, 2);
+    ag_arena *a = ag_arena_current();
+    size_t before = ag_arena_used(a);
+    ag_rng r = ag_rng_new(1);
+    ag_tensor *y = ag_feed_forward(in[0], in[1], in[2], in[3], in[4], 0.1, true, &r);
+    /* the output (64x9 floats), a bit mask of 64x256 bits, headers and the node: far below the
+     * 64x256 floats (64 KiB) of the hidden activation */
+    assert_true(ag_arena_used(a) - before < 16384);
+    assert_non_null(y);
+}
+
+static void test_feed_forward_reports_shapes(void **s) {
+    ag_tensor *x = ag_ones(AG_F32, AG_SHAPE(2, 3)), *w1 = ag_ones(AG_F32, AG_SHAPE(4, 3)), *w2 = ag_ones(AG_F32, AG_SHAPE(3, 5));
+    assert_null(ag_feed_forward(x, w1, NULL, w2, NULL, 0.1, true, NULL));
+    tu_assert_error("ag_feed_forward", "(2,3)", "(4,3)", "(3,5)");
+}
+
 /* ==== positional encodings ================================================================== */
 
 /* torch (float64): pe[pos,j] = sin/cos(pos / 10000**((j - j%2)/D)); equal to 1e-16 to the
@@ -427,6 +575,15 @@ int main(void) {
         T(test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros),
         T(test_dropout_gradcheck_with_fixed_mask),
         T(test_dropout_reports_p_outside_unit_interval),
+        T(test_dropout_in_place_matches_dropout_and_shares_storage),
+        T(test_dropout_in_place_on_a_leaf_or_strided_input_works_out_of_place),
+        T(test_relu_dropout_matches_dropout_of_relu_with_same_draws),
+        T(test_relu_dropout_gradcheck_with_fixed_mask),
+        T(test_feed_forward_equals_linear_relu_dropout_linear_bit_for_bit),
+        T(test_feed_forward_in_several_row_blocks_matches_composed_ops),
+        T(test_feed_forward_gradcheck),
+        T(test_feed_forward_holds_no_hidden_activation),
+        T(test_feed_forward_reports_shapes),
         T(test_sinusoidal_positions_match_torch),
 #undef T
     };

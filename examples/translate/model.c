@@ -110,8 +110,8 @@ const model_config *model_cfg(const model *m) { return &m->cfg; }
 static ag_tensor *embed(model *m, const ag_embedding_t *e, ag_tensor *ids, bool training, ag_rng *rng) {
     int64_t L = ids->shape[1];
     ag_tensor *x = ag_mul_scalar(ag_embedding_forward(e, ids), sqrt((double)m->cfg.d_model));
-    x = ag_add(x, ag_narrow(m->pos, 0, 0, L));
-    return ag_dropout(x, m->cfg.dropout, training, rng);
+    x = ag_add_(x, ag_narrow(m->pos, 0, 0, L)); /* in place: the products are read by no backward */
+    return ag_dropout_(x, m->cfg.dropout, training, rng);
 }
 
 static ag_tensor *pad_mask(ag_tensor *ids) { return ag_eq_scalar(ids, PAD_ID); }
