@@ -181,6 +181,21 @@ def family_nn_layers(f):
                "nn.Embedding(7,4,padding_idx=0): repeated ids accumulate, the padding row gets no gradient",
                {"num_embeddings": 7, "embedding_dim": 4, "padding_idx": 0}, params=p, grad_outputs="random")
 
+    # the in-place and fused ops attograd's Transformer uses for memory
+    x, w1, b1 = leaf(torch.randn(3, 100, 8)), leaf(torch.randn(512, 8) * 0.3), leaf(torch.randn(512))
+    w2, b2 = leaf(torch.randn(6, 512) * 0.05), leaf(torch.randn(6))
+    F = torch.nn.functional
+    write_case(f, "feed_forward_two_row_blocks", "feed_forward", "f32", [x, w1, b1, w2, b2],
+               [F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)],
+               "linear2(relu(linear1(x))) with dropout 0: 300 rows x 512 hidden, so attograd's backward "
+               "recomputes the hidden activation in two row blocks", grad_outputs="random")
+    r = leaf(torch.randn(4, 5))
+    write_case(f, "relu_dropout_inplace_eval", "relu_dropout_", "f32", [r], [F.relu(r * 1.0)],
+               "ag_relu_dropout_ not training: relu in place on a non-leaf (x * 1)", grad_outputs="random")
+    a, c = leaf(torch.randn(2, 3, 4)), leaf(torch.randn(3, 1))
+    write_case(f, "add_inplace_broadcast", "add_", "f32", [a, c], [(a * 1.0).add_(c)],
+               "(x * 1).add_(b), b (3,1) broadcast to (2,3,4)", grad_outputs="random")
+
 
 def family_nn_loss(f):
     torch.manual_seed(2)

@@ -101,6 +101,22 @@ static int embedding(parity_case *c, ag_tensor **out) {
     return 1;
 }
 
+static int feed_forward(parity_case *c, ag_tensor **out) {
+    out[0] = ag_feed_forward(pc_in(c, 0), pc_in(c, 1), pc_in(c, 2), pc_in(c, 3), pc_in(c, 4), 0.0, true, NULL);
+    return 1;
+}
+
+/* in place on x * 1, as the case's torch side: a leaf cannot be changed in place */
+static int relu_dropout_(parity_case *c, ag_tensor **out) {
+    out[0] = ag_relu_dropout_(ag_mul_scalar(pc_in(c, 0), 1.0), 0.5, false, NULL);
+    return 1;
+}
+
+static int add_(parity_case *c, ag_tensor **out) {
+    out[0] = ag_add_(ag_mul_scalar(pc_in(c, 0), 1.0), pc_in(c, 1));
+    return 1;
+}
+
 static int cross_entropy(parity_case *c, ag_tensor **out) {
     out[0] = ag_cross_entropy(pc_in(c, 0), pc_in(c, 1), pc_int(c, "ignore_index", -100),
                               pc_double(c, "label_smoothing", 0), reduction(c));
@@ -191,6 +207,9 @@ const parity_op parity_nn_ops[] = {
     {"linear", linear},
     {"layer_norm", layer_norm},
     {"embedding", embedding},
+    {"feed_forward", feed_forward},
+    {"relu_dropout_", relu_dropout_},
+    {"add_", add_},
     {"cross_entropy", cross_entropy},
     {"nll_loss", nll_loss},
     {"mse_loss", mse_loss},
