@@ -485,41 +485,46 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
     }
 AG_FLOAT_TYPES(DROPOUT_KERNELS)
 
-/* y = dropout(x) (relu first when asked) over n contiguous elements, y may be x. The keep mask
- * is drawn from rng (n uniforms, advancing it) and, with bits, stored one bit per element; replay
- * instead reads such a mask, x[0] being element e0 of it. p == 1 keeps nothing and draws
- * nothing; p == 0 keeps everything. */
-static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, double p, bool relu, ag_rng *rng,
-                       uint8_t *bits, bool replay, int64_t e0) {
+/* y = dropout(x) (relu first when asked) for elements e0 .. e0+n-1 of a mask, x and y (which may
+ * be x) contiguous. Element e is kept when the uniform at counter base + e of the generator with
+ * this seed is below 1-p (the caller advances the generator's counter by the mask's size once);
+ * with bits the mask is stored one bit per element. replay reads such a mask instead of drawing.
+ * p == 1 keeps nothing and draws nothing; p == 0 keeps everything. Chunks are aligned to
+ * DROP_CHUNK elements of the whole mask, so each owns whole bytes of bits. */
+static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
+                       uint64_t seed, uint64_t base, uint8_t *bits, bool replay) {
     double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0, keep_p = 1.0 - p;
     bool draw = p > 0 && p < 1 && !replay;
-    ag_rng *r = rng ? rng : ag_rng_global();
-    uint64_t base = r->counter;
     size_t es = ag_dtype_size(dt);
-    int64_t chunks = (n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
+    int64_t first = e0 / DROP_CHUNK, end = (e0 + n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
     AG_PAR_FOR
-    for (int64_t c = 0; c < chunks; c++) {
+    for (int64_t c = first; c < end; c++) {
         uint8_t k[DROP_CHUNK];
-        int64_t lo = c * DROP_CHUNK, m = (n - lo < DROP_CHUNK ? n : lo + DROP_CHUNK) - lo;
+        int64_t lo = c * DROP_CHUNK > e0 ? c * DROP_CHUNK : e0, hi = (c + 1) * DROP_CHUNK, m;
+        if (hi > e0 + n) hi = e0 + n;
+        m = hi - lo;
         if (draw) {
             double u[DROP_CHUNK];
-            ag_rng local = {r->seed, base + (uint64_t)lo};
+            ag_rng local = {seed, base + (uint64_t)lo};
             ag_rng_uniform_f64(&local, m, u);
             for (int64_t i = 0; i < m; i++) k[i] = u[i] < keep_p;
         } else if (replay && p > 0) {
-            for (int64_t i = 0, e = e0 + lo; i < m; i++, e++) k[i] = bits[e >> 3] >> (e & 7) & 1;
+            for (int64_t i = 0, e = lo; i < m; i++, e++) k[i] = bits[e >> 3] >> (e & 7) & 1;
         } else {
             memset(k, p < 1, (size_t)m);
         }
-        if (bits && !replay) { /* lo is a multiple of 8: this chunk's bytes are its own */
-            memset(bits + lo / 8, 0, (size_t)(m + 7) / 8);
-            for (int64_t i = 0; i < m; i++) bits[(lo + i) >> 3] |= (uint8_t)(k[i] << ((lo + i) & 7));
-        }
-        size_t off = (size_t)lo * es;
+        if (bits && !replay)
+            for (int64_t i = 0, e = lo; i < m; i++, e++)
+                bits[e >> 3] = (uint8_t)((bits[e >> 3] & ~(1u << (e & 7))) | (unsigned)k[i] << (e & 7));
+        size_t off = (size_t)(lo - e0) * es;
         if (dt == AG_F32) drop_fwd_f32(k, x + off, y + off, m, (float)scale, relu);
         else drop_fwd_f64(k, x + off, y + off, m, scale, relu);
     }
-    if (draw) r->counter = base + (uint64_t)n;
+}
+
+/* the generator's counter moves past a mask of n draws (none when nothing is drawn) */
+static void drop_advance(ag_rng *r, int64_t n, double p) {
+    if (p > 0 && p < 1) r->counter += (uint64_t)n;
 }
 
 /* saved[0]: the keep mask (bits), or NULL for the relu form, which reads its output instead */
@@ -553,8 +558,10 @@ static ag_tensor *dropout(const ag_op *op, ag_tensor *x, double p, bool training
     int64_t n = ag_numel(x);
     ag_tensor *bits = relu ? NULL : ag__new(AG_BOOL, 1, (int64_t[]){(n + 7) / 8}), *xd = ag__dense(x);
     ag_tensor *y = inplace ? ag__alias(x) : ag__new(x->dtype, x->ndim, x->shape);
-    drop_apply(x->dtype, ag__ptr(xd), ag__ptr(y), n, p, relu, rng, bits ? (uint8_t *)ag__ptr(bits) : NULL, false,
-               0);
+    ag_rng *r = rng ? rng : ag_rng_global();
+    drop_apply(x->dtype, ag__ptr(xd), ag__ptr(y), n, 0, p, relu, r->seed, r->counter,
+               bits ? (uint8_t *)ag__ptr(bits) : NULL, false);
+    drop_advance(r, n, p);
     ag_node *nd = ag_finish(op, y, 1, &x);
     if (nd) {
         nd->saved[0] = bits;
@@ -575,9 +582,10 @@ ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng) 
 
 /* ==== the feed-forward block, recomputed in backward ======================================== */
 
-/* rows of the hidden activation recomputed at a time in backward (about 512 KiB of f32 each for
- * the activation and its gradient) */
+/* Rows of the hidden activation computed at a time, forward and backward: about 512 KiB of f32
+ * for the activation (and as much for its gradient), whatever the batch. */
 #define FF_BLOCK_ELEMS ((int64_t)1 << 17)
+static int64_t ff_block_rows(int64_t ff) { return FF_BLOCK_ELEMS / max1(ff) > 1 ? FF_BLOCK_ELEMS / max1(ff) : 1; }
 
 /* rows r0.. of an m×k operand */
 static mat rows_from(mat a, int64_t r0, size_t es) {
@@ -594,7 +602,7 @@ static void feed_forward_backward(ag_node *n) {
     ag_dtype dt = g->dtype;
     size_t es = ag_dtype_size(dt);
     int64_t d = w1->shape[1], ff = w1->shape[0], out = w2->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
-    int64_t rows = FF_BLOCK_ELEMS / max1(ff) > 1 ? FF_BLOCK_ELEMS / max1(ff) : 1;
+    int64_t rows = ff_block_rows(ff);
     double p = n->ctx.d[0], scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
     uint8_t *bits = n->saved[0] ? (uint8_t *)ag__ptr(n->saved[0]) : NULL;
     mat xm, w1m, w2m;
@@ -608,7 +616,7 @@ static void feed_forward_backward(ag_node *n) {
         mat xr = rows_from(xm, r0, es);
         const char *gr = ag__ptr(g) + (size_t)(r0 * out) * es;
         linear_fwd(dt, xr, w1m, b1, r, d, ff, ag__ptr(a));
-        drop_apply(dt, ag__ptr(a), ag__ptr(a), r * ff, p, true, NULL, bits, true, r0 * ff);
+        drop_apply(dt, ag__ptr(a), ag__ptr(a), r * ff, r0 * ff, p, true, 0, 0, bits, true);
         memset(ag__ptr(da), 0, (size_t)(r * ff) * es);
         linear_bwd(dt, gr, (mat){ag__ptr(a), false, max1(ff)}, w2m, r, ff, out, ag__ptr(da), dw2, db2);
         if (dt == AG_F32) drop_bwd_f32(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, (float)scale);
@@ -649,10 +657,18 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
     operand(x, m, d, &xm);
     operand(w1, ff, d, &w1m);
     operand(w2, out, ff, &w2m);
-    ag_tensor *a = ag__new(dt, AG_SHAPE(m, ff));
-    linear_fwd(dt, xm, w1m, b1, m, d, ff, ag__ptr(a));
-    drop_apply(dt, ag__ptr(a), ag__ptr(a), m * ff, p, true, rng, bits ? (uint8_t *)ag__ptr(bits) : NULL, false, 0);
-    linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, m, ff, out, ag__ptr(y));
+    ag_rng *r = rng ? rng : ag_rng_global();
+    size_t es = ag_dtype_size(dt);
+    int64_t rows = ff_block_rows(ff);
+    ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff));
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+        int64_t n = m - r0 < rows ? m - r0 : rows;
+        linear_fwd(dt, rows_from(xm, r0, es), w1m, b1, n, d, ff, ag__ptr(a));
+        drop_apply(dt, ag__ptr(a), ag__ptr(a), n * ff, r0 * ff, p, true, r->seed, r->counter,
+                   bits ? (uint8_t *)ag__ptr(bits) : NULL, false);
+        linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, n, ff, out, ag__ptr(y) + (size_t)(r0 * out) * es);
+    }
+    drop_advance(r, m * ff, p);
     ag_arena_rewind(arena, mark);
     ag_node *n = ag_finish(&FEED_FORWARD, y, 5, (ag_tensor *[]){x, w1, b1, w2, b2});
     if (n) {

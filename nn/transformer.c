@@ -205,6 +205,14 @@ static ag_tensor *ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const a
         }                                                                                                         \
     } while (0)
 
+/* Without grad (inference) a layer keeps only its output: its intermediates are forgotten as
+ * soon as it returns, so a stack needs one layer's worth of memory, not all of them. Not when
+ * attention weights are handed out (they live in the same arena). */
+static ag_tensor *layer_result(ag_arena_mark mark, ag_tensor *y, bool keep_all) {
+    if (!y || keep_all || ag_grad_enabled()) return y;
+    return ag_arena_rewind_keep(ag_arena_current(), mark, y);
+}
+
 ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
                                                 const ag_transformer_args *args) {
     const char *op = "ag_transformer_encoder_layer_forward";
@@ -215,6 +223,7 @@ ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_lay
     ag_transformer_args none = {0};
     const ag_transformer_args *a = args ? args : &none;
     const ag_transformer_config *c = &m->cfg;
+    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
     seq s;
     if (!check_seq(op, "src", src, c, &s)) return NULL;
     ag_tensor *kpm = a->src_key_padding_mask;
@@ -228,7 +237,7 @@ ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_lay
     RESIDUAL(x, m->norm2, FF);
 #undef SA
 #undef FF
-    return src->ndim == 2 ? ag_squeeze(x, c->batch_first ? 0 : 1) : x;
+    return layer_result(mark, src->ndim == 2 ? ag_squeeze(x, c->batch_first ? 0 : 1) : x, false);
 }
 
 ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
@@ -241,6 +250,7 @@ ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_lay
     ag_transformer_args none = {0};
     const ag_transformer_args *a = args ? args : &none;
     const ag_transformer_config *c = &m->cfg;
+    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
     seq t, mem;
     if (!check_seq(op, "tgt", tgt, c, &t) || !check_seq(op, "memory", memory, c, &mem)) return NULL;
     if (tgt->ndim != memory->ndim || t.n != mem.n) {
@@ -268,7 +278,7 @@ ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_lay
 #undef SA
 #undef CA
 #undef FF
-    return unbatched ? ag_squeeze(x, c->batch_first ? 0 : 1) : x;
+    return layer_result(mark, unbatched ? ag_squeeze(x, c->batch_first ? 0 : 1) : x, a->cross_attn_weights != NULL);
 }
 
 /* ---- stacks ------------------------------------------------------------------------------- */

@@ -159,6 +159,33 @@ ag_tensor *ag_wrap(ag_dtype dt, int ndim, const int64_t *shape, void *data) {
     return t;
 }
 
+ag_tensor *ag_arena_rewind_keep(ag_arena *a, ag_arena_mark m, ag_tensor *t) {
+    const char *op = "ag_arena_rewind_keep";
+    if (!a || !ag__check_not_null(op, t)) return NULL;
+    if (t->requires_grad) {
+        char b[128];
+        ag_error(op, "%s requires grad: the graph that computed it may need what a rewind forgets", ag_shape_str(t, b));
+        return NULL;
+    }
+    ag_tensor *c = ag_contiguous(t);
+    ag_dtype dt = c->dtype;
+    int nd = c->ndim;
+    int64_t shape[AG_MAX_DIMS];
+    memcpy(shape, c->shape, sizeof shape);
+    const char *src = ag__ptr(c);
+    size_t bytes = (size_t)ag__shape_numel(nd, shape) * ag_dtype_size(dt);
+    ag_arena_rewind(a, m);
+    /* The data first, moved before anything else is allocated: it lands at or below src (the
+     * first block with room, at its first free byte, and src's own block has room at a position
+     * no later than src), so memmove copies within overlapping memory correctly. */
+    char *data = ag_arena_alloc(a, bytes);
+    memmove(data, src, bytes);
+    ag_arena *prev = ag_arena_use(a);
+    ag_tensor *k = ag_wrap(dt, nd, shape, data);
+    ag_arena_use(prev);
+    return k;
+}
+
 /* ---- element access ---- */
 
 static int64_t linear_offset(const ag_tensor *t, const int64_t *index) {

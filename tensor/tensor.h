@@ -75,6 +75,11 @@ size_t ag_arena_used(const ag_arena *a);
 typedef struct { void *block; size_t used, total; } ag_arena_mark;
 ag_arena_mark ag_arena_get_mark(const ag_arena *a);
 void ag_arena_rewind(ag_arena *a, ag_arena_mark m);
+/* Rewind to m but keep one result: t's values move (contiguous, with t's shape) to the mark's
+ * position and the returned tensor holds them. For no-grad computations (inference): a layer
+ * forgets its intermediates as soon as its output exists. t must not require grad (a recorded
+ * graph may need what is forgotten); everything else allocated after m is gone. */
+ag_tensor *ag_arena_rewind_keep(ag_arena *a, ag_arena_mark m, ag_tensor *t);
 /* Make a the current arena for all tensor allocation; returns the previous one. */
 ag_arena *ag_arena_use(ag_arena *a);
 /* The current arena (a process-wide default one is created on first use). */

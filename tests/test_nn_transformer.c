@@ -282,6 +282,27 @@ static void test_decoder_layer_norm_first_gelu_causal_matches_torch_with_sliced_
     ag_params_free(p);
 }
 
+/* Without grad a layer forgets its intermediates: the arena then holds only the output, and
+ * the values are those computed with grad on (the torch fixture). */
+static void test_no_grad_layers_keep_only_their_output(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_transformer_config c = small_config(true, AG_ACTIVATION_GELU, true);
+    ag_transformer_decoder_layer_t m = ag_transformer_decoder_layer_new(p, "", &c, NULL);
+    fill_params(p);
+    ag_tensor *tgt = wave(AG_F64, AG_SHAPE(2, 3, 4), 0.3);
+    ag_tensor *mem = wave(AG_F64, AG_SHAPE(2, 4, 4), 1.1);
+    ag_transformer_args a = {.tgt_mask = ag_square_subsequent_mask(3, AG_F64),
+                             .memory_key_padding_mask = bools(AG_SHAPE(2, 4), "00000011")};
+    bool prev = ag_set_grad_enabled(false);
+    ag_arena *arena = ag_arena_current();
+    size_t before = ag_arena_used(arena);
+    ag_tensor *y = ag_transformer_decoder_layer_forward(&m, tgt, mem, &a);
+    assert_true(ag_arena_used(arena) - before <= 256 + 256); /* 2x3x4 doubles and a header */
+    tu_assert_values(y, 1e-12, DEC_OUT);
+    ag_set_grad_enabled(prev);
+    ag_params_free(p);
+}
+
 /* ==== layouts ================================================================================= */
 
 static void test_batch_first_and_unbatched_inputs_give_the_seq_first_results(void **s) {
@@ -615,6 +636,7 @@ int main(void) {
         T(test_transformer_redraws_matrices_xavier_uniform_and_keeps_vectors),
         T(test_encoder_layer_post_norm_matches_torch_for_contiguous_and_transposed_input),
         T(test_decoder_layer_norm_first_gelu_causal_matches_torch_with_sliced_memory),
+        T(test_no_grad_layers_keep_only_their_output),
         T(test_batch_first_and_unbatched_inputs_give_the_seq_first_results),
         T(test_training_draws_dropout_at_torchs_positions_and_same_seed_repeats),
         T(test_eval_mode_draws_nothing_and_equals_training_with_dropout_zero),

@@ -498,8 +498,40 @@ static void test_arena_rewind_reuses_memory_after_the_mark(void **state) {
     ag_arena_free(a);
 }
 
+/* Rewind-keep moves one result down to the mark, through the overlapping cases: the result
+ * right after the mark, after other allocations, in a later block, and as a strided view. */
+static void test_arena_rewind_keep_moves_the_result_to_the_mark(void **state) {
+    (void)state;
+    ag_arena *a = ag_arena_new(4096), *prev = ag_arena_use(a);
+    ag_tensor *before = ag_arange(AG_F32, 0, 4, 1);
+    for (int k = 0; k < 4; k++) {
+        ag_arena_mark m = ag_arena_get_mark(a);
+        size_t used = ag_arena_used(a);
+        if (k >= 1) ag_zeros(AG_F64, AG_SHAPE(100)); /* intermediates below the result */
+        if (k >= 2) ag_zeros(AG_F64, AG_SHAPE(2000)); /* the result lands in a later block */
+        ag_tensor *t = ag_arange(AG_F64, 0, 600, 1), *r = ag_reshape(t, AG_SHAPE(20, 30));
+        if (k == 3) r = ag_transpose(r, 0, 1); /* kept as a contiguous (30,20) */
+        ag_tensor *kept = ag_arena_rewind_keep(a, m, r);
+        tu_assert_shape(kept, k == 3 ? 30 : 20, k == 3 ? 20 : 30);
+        for (int64_t i = 0; i < 600; i++) {
+            int64_t row = i / (k == 3 ? 20 : 30), col = i % (k == 3 ? 20 : 30);
+            double want = k == 3 ? (double)(col * 30 + row) : (double)i;
+            assert_true(((const double *)kept->data)[i] == want);
+        }
+        assert_true(ag_arena_used(a) - used < 600 * sizeof(double) + 256); /* the values and a header */
+        ag_arena_rewind(a, m);
+    }
+    tu_assert_values(before, 0, 0, 1, 2, 3);
+    ag_tensor *g = tu_leaf(ag_ones(AG_F32, AG_SHAPE(2)));
+    assert_null(ag_arena_rewind_keep(a, ag_arena_get_mark(a), g));
+    tu_assert_error("ag_arena_rewind_keep", "(2)", "requires grad");
+    ag_arena_use(prev);
+    ag_arena_free(a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        T(test_arena_rewind_keep_moves_the_result_to_the_mark),
         T(test_empty_has_contiguous_strides_and_requested_shape),
         T(test_zeros_ones_full_fill_every_dtype),
         T(test_zero_size_dims_are_allowed),

@@ -60,7 +60,9 @@ static eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v
     int64_t tokens = 0, W = 2 * (int64_t)b.max_tgt_len + 8;
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(128 * W));
     bool grad = ag_set_grad_enabled(false);
-    ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
+    /* in the caller's arena (training's, between steps): evaluation reuses that memory */
+    ag_arena *arena = ag_arena_current();
+    ag_arena_mark mark = ag_arena_get_mark(arena);
     int shown = 0;
     for (int64_t k = 0; k < b.nbatches && (max_pairs <= 0 || r.sentences < max_pairs); k++) {
         tr_batcher_get(&b, d, k, &bt);
@@ -84,10 +86,8 @@ static eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v
             }
         }
         r.sentences += bt.B;
-        ag_arena_reset(arena);
+        ag_arena_rewind(arena, mark);
     }
-    ag_arena_use(prev);
-    ag_arena_free(arena);
     ag_set_grad_enabled(grad);
     free(hyp);
     tr_batch_free(&bt);
