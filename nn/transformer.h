@@ -114,6 +114,29 @@ ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_
 ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
                                           const ag_transformer_args *args);
 
+/* ---- incremental decoding ------------------------------------------------------------------- */
+/* The decoder stack run one target position at a time, as in generation (fairseq's incremental
+ * state): each layer's self-attention keys and values are cached, the cross-attention keys and
+ * values of the memory computed once. Step t gives the decoder's output at position t for the
+ * prefix fed so far, as the full forward with a causal target mask does (no target padding mask:
+ * a generated prefix has none), at a cost per step that does not grow with the prefix beyond
+ * attending over it. Grad mode must be off. Batch first: memory (N,S,E), steps (N,E). Layers
+ * with separate q/k/v projections or bias_k/bias_v are not supported (the Transformer's are not). */
+typedef struct ag_decoder_cache ag_decoder_cache;
+/* A cache for up to max_len positions, in the current arena (it lives as long as the arena's
+ * contents; rewinding to a mark taken after this call keeps it). memory_key_padding_mask (N,S)
+ * bool or float, or NULL. */
+ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_tensor *memory,
+                                       ag_tensor *memory_key_padding_mask, int64_t max_len);
+/* x (N,E): the embedded target token at the next position  ->  (N,E), after the stack's final
+ * norm if it has one. Reports (and returns NULL) with grad mode on or past max_len. */
+ag_tensor *ag_decoder_step(const ag_transformer_decoder_t *m, ag_decoder_cache *c, ag_tensor *x);
+/* Row r of the cache becomes row rows[r] of it (beam search keeping, copying or dropping beams);
+ * rows (N) i64. The positions fed so far stay. */
+void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows);
+/* positions fed so far */
+int64_t ag_decoder_cache_len(const ag_decoder_cache *c);
+
 /* ---- nn.Transformer ------------------------------------------------------------------------ */
 typedef struct {
     ag_transformer_encoder_t encoder; /* "encoder.layers.N.*", "encoder.norm.*" */

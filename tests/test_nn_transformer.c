@@ -303,6 +303,66 @@ static void test_no_grad_layers_keep_only_their_output(void **s) {
     ag_params_free(p);
 }
 
+/* ==== incremental decoding ==================================================================== */
+
+/* Feeding a target one position at a time through the cache gives, at every position, what the
+ * full decoder stack gives there with a causal mask: post- and pre-norm, relu and gelu, with a
+ * final norm and a memory padding mask. */
+static void test_decoder_steps_equal_the_full_causal_forward(void **s) {
+    for (int k = 0; k < 2; k++) {
+        ag_params *p = ag_params_new(AG_F64);
+        ag_transformer_config c = small_config(k == 1, k == 1 ? AG_ACTIVATION_GELU : AG_ACTIVATION_RELU, true);
+        ag_transformer_decoder_t m = ag_transformer_decoder_new(p, "", &c, 2, true, NULL);
+        fill_params(p);
+        int64_t N = 3, T = 5, S = 4;
+        ag_tensor *tgt = wave(AG_F64, AG_SHAPE(N, T, 4), 0.3), *mem = wave(AG_F64, AG_SHAPE(N, S, 4), 1.1);
+        ag_tensor *kpm = bools(AG_SHAPE(N, S), "000000110001");
+        ag_transformer_args a = {.tgt_is_causal = true, .memory_key_padding_mask = kpm};
+        bool prev = ag_set_grad_enabled(false);
+        ag_tensor *full = ag_transformer_decoder_forward(&m, tgt, mem, &a);
+        ag_decoder_cache *cache = ag_decoder_cache_new(&m, mem, kpm, T);
+        for (int64_t t = 0; t < T; t++) {
+            ag_tensor *y = ag_decoder_step(&m, cache, ag_contiguous(ag_select(tgt, 1, t)));
+            tu_assert_shape(y, N, 4);
+            assert_close(y, ag_select(full, 1, t), 1e-12);
+        }
+        assert_int_equal(ag_decoder_cache_len(cache), T);
+        assert_null(ag_decoder_step(&m, cache, ag_contiguous(ag_select(tgt, 1, 0))));
+        tu_assert_error("ag_decoder_step", "position 5", "max_len 5");
+        ag_set_grad_enabled(prev);
+        ag_params_free(p);
+    }
+}
+
+/* Beam search moves rows: after reordering, the cache continues as if row r had always been fed
+ * row rows[r]'s prefix and memory. */
+static void test_decoder_cache_reorder_continues_the_chosen_rows(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
+    ag_transformer_decoder_t m = ag_transformer_decoder_new(p, "", &c, 2, false, NULL);
+    fill_params(p);
+    int64_t N = 3, T = 4, S = 4;
+    ag_tensor *tgt = wave(AG_F64, AG_SHAPE(N, T, 4), 0.7), *mem = wave(AG_F64, AG_SHAPE(N, S, 4), 0.2);
+    ag_tensor *kpm = bools(AG_SHAPE(N, S), "000100000011");
+    ag_tensor *rows = tu_tensor(AG_I64, AG_SHAPE(3), 2, 2, 0);
+    bool prev = ag_set_grad_enabled(false);
+    /* reordered after two positions; the other cache is fed the reordered inputs from the start */
+    ag_decoder_cache *a = ag_decoder_cache_new(&m, mem, kpm, T);
+    ag_decoder_cache *b = ag_decoder_cache_new(&m, ag_index_select(mem, 0, rows), ag_index_select(kpm, 0, rows), T);
+    ag_tensor *tr = ag_index_select(tgt, 0, rows);
+    for (int64_t t = 0; t < T; t++) {
+        ag_tensor *ya = ag_decoder_step(&m, a, ag_contiguous(ag_select(t < 2 ? tgt : tr, 1, t)));
+        ag_tensor *yb = ag_decoder_step(&m, b, ag_contiguous(ag_select(tr, 1, t)));
+        if (t == 1) ag_decoder_cache_reorder(a, rows);
+        if (t >= 2) assert_close(ya, yb, 1e-12);
+    }
+    tu_assert_values(kpm, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1); /* the caller's mask is untouched */
+    ag_set_grad_enabled(prev);
+    assert_null(ag_decoder_cache_new(&m, mem, NULL, T));
+    tu_assert_error("ag_decoder_cache_new", "grad mode is on");
+    ag_params_free(p);
+}
+
 /* ==== layouts ================================================================================= */
 
 static void test_batch_first_and_unbatched_inputs_give_the_seq_first_results(void **s) {
@@ -637,6 +697,8 @@ int main(void) {
         T(test_encoder_layer_post_norm_matches_torch_for_contiguous_and_transposed_input),
         T(test_decoder_layer_norm_first_gelu_causal_matches_torch_with_sliced_memory),
         T(test_no_grad_layers_keep_only_their_output),
+        T(test_decoder_steps_equal_the_full_causal_forward),
+        T(test_decoder_cache_reorder_continues_the_chosen_rows),
         T(test_batch_first_and_unbatched_inputs_give_the_seq_first_results),
         T(test_training_draws_dropout_at_torchs_positions_and_same_seed_repeats),
         T(test_eval_mode_draws_nothing_and_equals_training_with_dropout_zero),
