@@ -5,8 +5,9 @@
  * GRUCell decoder that reads [previous word; context] where the context is additive (Bahdanau)
  * attention over the encoder outputs with the previous decoder state as query; the generator
  * reads [state; context].
- * Both are an encode step and a teacher-forced decode step, which training, decoding (the
- * prefix is decoded again at every step: sentences are short) and the attention pictures share. */
+ * Both are an encode step and a teacher-forced decode step, which training and the attention
+ * pictures share; translation decodes one position at a time from an incremental state (the
+ * Transformer decoder's key/value cache, the GRU's hidden state). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -106,11 +107,11 @@ void model_free(model *m) {
 ag_params *model_params(model *m) { return m->params; }
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 
-/* ids (B,L) → embedding·√d + positions, dropout: (B,L,d) */
-static ag_tensor *embed(model *m, const ag_embedding_t *e, ag_tensor *ids, bool training, ag_rng *rng) {
+/* ids (B,L) at positions first.. → embedding·√d + positions, dropout: (B,L,d) */
+static ag_tensor *embed(model *m, const ag_embedding_t *e, ag_tensor *ids, int64_t first, bool training, ag_rng *rng) {
     int64_t L = ids->shape[1];
     ag_tensor *x = ag_mul_scalar(ag_embedding_forward(e, ids), sqrt((double)m->cfg.d_model));
-    x = ag_add_(x, ag_narrow(m->pos, 0, 0, L)); /* in place: the products are read by no backward */
+    x = ag_add_(x, ag_narrow(m->pos, 0, first, L)); /* in place: the products are read by no backward */
     return ag_dropout_(x, m->cfg.dropout, training, rng);
 }
 
@@ -120,7 +121,7 @@ static encoded encode(model *m, ag_tensor *src, bool training, ag_rng *rng) {
     encoded e = {.src_pad = pad_mask(src)};
     if (m->cfg.kind == MODEL_TRANSFORMER) {
         ag_transformer_args a = {.src_key_padding_mask = e.src_pad, .training = training, .rng = rng};
-        e.memory = ag_transformer_encoder_forward(&m->tf.encoder, embed(m, &m->src_embed, src, training, rng), &a);
+        e.memory = ag_transformer_encoder_forward(&m->tf.encoder, embed(m, &m->src_embed, src, 0, training, rng), &a);
         return e;
     }
     int64_t B = src->shape[0], H = m->cfg.hidden;
@@ -136,6 +137,17 @@ static encoded encode(model *m, ag_tensor *src, bool training, ag_rng *rng) {
     return e;
 }
 
+/* One GRU decoder step: ids (B) → logits (B,V); *h (B,H) moves on; *w (optional) receives the
+ * (B,S) attention weights */
+static ag_tensor *gru_step(model *m, const encoded *e, ag_tensor **h, ag_tensor *ids, bool training, ag_rng *rng,
+                           ag_tensor **w) {
+    ag_tensor *ctx = ag_additive_attention_forward(&m->attention, *h, e->memory, e->keys_proj, e->src_pad, w);
+    ag_tensor *emb = ag_dropout(ag_embedding_forward(&m->tgt_embed, ids), m->cfg.dropout, training, rng);
+    *h = ag_gru_cell_forward(&m->decoder, ag_cat(2, (ag_tensor *[]){emb, ctx}, 1), *h);
+    ag_tensor *out = ag_dropout(ag_cat(2, (ag_tensor *[]){*h, ctx}, 1), m->cfg.dropout, training, rng);
+    return ag_linear_forward(&m->generator, out);
+}
+
 /* Teacher-forced logits (B,T,V) for tgt_in (B,T). GRU: with probability 1 - teacher_forcing a
  * step reads the model's own previous prediction instead of the reference (drawn from rng, one
  * draw per step); attn (optional, GRU) receives the (B,T,S) attention weights. */
@@ -147,7 +159,7 @@ static ag_tensor *decode(model *m, const encoded *e, ag_tensor *tgt_in, bool tra
                                  .tgt_is_causal = true,
                                  .training = training,
                                  .rng = rng};
-        ag_tensor *y = ag_transformer_decoder_forward(&m->tf.decoder, embed(m, &m->tgt_embed, tgt_in, training, rng),
+        ag_tensor *y = ag_transformer_decoder_forward(&m->tf.decoder, embed(m, &m->tgt_embed, tgt_in, 0, training, rng),
                                                       e->memory, &a);
         return ag_linear_forward(&m->generator, y);
     }
@@ -163,11 +175,7 @@ static ag_tensor *decode(model *m, const encoded *e, ag_tensor *tgt_in, bool tra
             if (u >= teacher_forcing) ids = ag_argmax(prev, -1, false); /* its own guess: no gradient */
         }
         ag_tensor *w = NULL;
-        ag_tensor *ctx = ag_additive_attention_forward(&m->attention, h, e->memory, e->keys_proj, e->src_pad, &w);
-        ag_tensor *emb = ag_dropout(ag_embedding_forward(&m->tgt_embed, ids), m->cfg.dropout, training, rng);
-        h = ag_gru_cell_forward(&m->decoder, ag_cat(2, (ag_tensor *[]){emb, ctx}, 1), h);
-        ag_tensor *out = ag_dropout(ag_cat(2, (ag_tensor *[]){h, ctx}, 1), m->cfg.dropout, training, rng);
-        logits[t] = prev = ag_linear_forward(&m->generator, out);
+        logits[t] = prev = gru_step(m, e, &h, ids, training, rng, &w);
         if (ws) ws[t] = w;
     }
     if (attn) *attn = ag_stack((int)T, ws, 1);
@@ -194,11 +202,43 @@ ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smooth
 
 /* ---- decoding ---- */
 
-/* log-probabilities of the next token for every row of ys (R,t): (R,V) */
-static void next_logprobs(model *m, ag_tensor *ys, const encoded *e, double *out) {
-    ag_tensor *logits = decode(m, e, ys, false, 1.0, NULL, NULL);
-    ag_tensor *lp = ag_log_softmax(ag_select(logits, 1, ys->shape[1] - 1), -1);
-    ag_to_buffer(lp, AG_F64, out);
+/* Decoding one position at a time: the Transformer decoder's key/value cache, or the GRU's
+ * hidden state. Rows are sentences (or beams). */
+typedef struct {
+    encoded e;
+    ag_decoder_cache *cache; /* Transformer */
+    ag_tensor *h;            /* GRU: (R,H) */
+    int64_t t;               /* positions fed */
+} stepper;
+
+static stepper stepper_new(model *m, ag_tensor *src, int64_t max_len) {
+    stepper st = {.e = encode(m, src, false, NULL)};
+    if (m->cfg.kind == MODEL_TRANSFORMER) st.cache = ag_decoder_cache_new(&m->tf.decoder, st.e.memory, st.e.src_pad, max_len);
+    else st.h = st.e.h0;
+    return st;
+}
+
+/* feed ids (R) at the next position: log-probabilities of the token after it into out (R,V) */
+static void stepper_next(model *m, stepper *st, ag_tensor *ids, double *out) {
+    ag_tensor *logits;
+    if (m->cfg.kind == MODEL_TRANSFORMER) {
+        ag_tensor *x = embed(m, &m->tgt_embed, ag_unsqueeze(ids, 1), st->t, false, NULL); /* (R,1,d) */
+        logits = ag_linear_forward(&m->generator, ag_decoder_step(&m->tf.decoder, st->cache, ag_squeeze(x, 1)));
+    } else {
+        logits = gru_step(m, &st->e, &st->h, ids, false, NULL, NULL);
+    }
+    st->t++;
+    ag_to_buffer(ag_log_softmax(logits, -1), AG_F64, out);
+}
+
+/* row r continues row rows[r] (beam search); then forget this step's tensors (back to mark) */
+static void stepper_end_step(model *m, stepper *st, ag_tensor *rows, ag_arena *arena, ag_arena_mark mark) {
+    if (m->cfg.kind == MODEL_TRANSFORMER) {
+        if (rows) ag_decoder_cache_reorder(st->cache, rows);
+        ag_arena_rewind(arena, mark);
+    } else { /* the state survives the rewind, moved down to the mark */
+        st->h = ag_arena_rewind_keep(arena, mark, rows ? ag_index_select(st->h, 0, rows) : st->h);
+    }
 }
 
 static double length_penalty(int64_t len, double alpha) { return alpha == 0 ? 1.0 : pow((5.0 + (double)len) / 6.0, alpha); }
@@ -216,7 +256,10 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
     /* every sentence repeated K times: rows b*K .. b*K+K-1 */
     ag_tensor *rows = ag_empty(AG_I64, AG_SHAPE(R));
     for (int64_t r = 0; r < R; r++) ((int64_t *)rows->data)[r] = r / K;
-    encoded e = encode(m, ag_index_select(src, 0, rows), false, NULL);
+    stepper st = stepper_new(m, ag_index_select(src, 0, rows), max_len);
+    /* each row's last token, and the row each new beam continues */
+    ag_tensor *last = ag_empty(AG_I64, AG_SHAPE(R)), *parent = ag_empty(AG_I64, AG_SHAPE(R));
+    int64_t *lastp = (int64_t *)last->data, *parentp = (int64_t *)parent->data;
     /* each step's tensors are dropped once its log-probabilities are read */
     ag_arena *arena = ag_arena_current();
     ag_arena_mark mark = ag_arena_get_mark(arena);
@@ -247,10 +290,9 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
         bool live = false;
         for (int64_t r = 0; r < R; r++) live |= !h[r].done && h[r].score > -INFINITY;
         if (!live) break;
-        ag_tensor *ys = ag_empty(AG_I64, AG_SHAPE(R, t));
-        for (int64_t r = 0; r < R; r++) memcpy((int64_t *)ys->data + r * t, tok + r * W, sizeof(int64_t) * (size_t)t);
-        next_logprobs(m, ys, &e, lp);
-        ag_arena_rewind(arena, mark);
+        for (int64_t r = 0; r < R; r++) lastp[r] = tok[r * W + t - 1];
+        stepper_next(m, &st, last, lp);
+        bool moved = false;
         for (int64_t b = 0; b < B; b++) {
             int64_t n = 0;
             bool over = t > limit[b]; /* its beams end here, as finished ones do */
@@ -266,6 +308,8 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
                 for (int64_t i = 0; i < n; i++)
                     if (c[i].score > -INFINITY && (best < 0 || c[i].score > c[best].score)) best = i;
                 int64_t j = b * K + k;
+                parentp[j] = best < 0 ? j : c[best].row;
+                moved |= parentp[j] != j;
                 if (best < 0) {
                     nh[j] = (hyp){-INFINITY, 0, true};
                     continue;
@@ -284,6 +328,7 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
         hyp *th = h;
         h = nh;
         nh = th;
+        stepper_end_step(m, &st, moved ? parent : NULL, arena, mark);
     }
     for (int64_t b = 0; b < B; b++) {
         int64_t best = b * K;
@@ -326,7 +371,7 @@ const double *model_attention(model *m, ag_tensor *src, ag_tensor *tgt_in, int *
         w[0] = ag_unsqueeze(a, 1); /* (1,1,T,S) */
     } else {
         ag_transformer_args a = {.memory_key_padding_mask = e.src_pad, .tgt_is_causal = true, .cross_attn_weights = w};
-        ag_transformer_decoder_forward(&m->tf.decoder, embed(m, &m->tgt_embed, tgt_in, false, NULL), e.memory, &a);
+        ag_transformer_decoder_forward(&m->tf.decoder, embed(m, &m->tgt_embed, tgt_in, 0, false, NULL), e.memory, &a);
     }
     double *out = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(L * H * T * S));
     for (int l = 0; l < L; l++) ag_to_buffer(ag_select(w[l], 0, 0), AG_F64, out + (int64_t)l * H * T * S);

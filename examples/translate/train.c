@@ -395,8 +395,12 @@ static int train_run(const train_opts *given) {
         }
     }
     tr_progress_finish(&prog);
-    ag_arena_use(prev);
-    ag_arena_free(arena);
+    /* the training model and its optimizer state are saved: the best checkpoint takes over, and
+     * the test evaluation runs in the training arena (already grown, touched and reset) */
+    ag_optim_free(opt);
+    model_free(m);
+    opt = NULL;
+    m = NULL;
     if (interrupted) {
         fprintf(stderr, "attograd-translate: interrupted at step %lld; saved %s (continue with --resume)\n",
                 (long long)st.global_step, last_path);
@@ -439,6 +443,8 @@ static int train_run(const train_opts *given) {
            curves_path);
     trained_free(&best_model);
 out_loop:
+    ag_arena_use(prev);
+    ag_arena_free(arena);
     curves_free(&cv);
     tr_batch_free(&bt);
     tr_batcher_free(&b);
