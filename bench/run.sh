@@ -4,8 +4,8 @@
 # data, thread count and repetitions, in alternating rounds, and prints one table
 # (bench/report.py). Raw RESULT lines are kept in $BENCH_OUT (default build dir/bench.txt).
 #
-# usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train]
-#   --quick   fewer repetitions and one round (a smoke run, ~1 minute)
+# usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train|translate]
+#   --quick   fewer repetitions and one round, a 300-step translation run (a smoke run, ~3 minutes)
 #   --rounds  rounds per benchmark (default 3): the table shows the best round's median
 # env: BUILD (build dir, default build-bench), PYTHON (default /usr/bin/python3)
 set -euo pipefail
@@ -18,13 +18,13 @@ while [ $# -gt 0 ]; do
     --quick) quick=(--quick); rounds=1 ;;
     --rounds) rounds=$2; shift ;;
     --only) only=$2; shift ;;
-    *) echo "usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train]" >&2; exit 2 ;;
+    *) echo "usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train|translate]" >&2; exit 2 ;;
   esac
   shift
 done
 
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" -Dbuildtype=release >/dev/null
-targets=(bench/bench_sgemm bench/bench_mha)
+targets=(bench/bench_sgemm bench/bench_mha examples/translate/attograd-translate)
 [ -f bench/bench_train.c ] && targets+=(bench/bench_train)
 ninja -C "$BUILD" "${targets[@]}" >/dev/null
 
@@ -56,6 +56,21 @@ for r in $(seq "$rounds"); do
     pair 1 bench_train bench_train.py --config small
     for t in 1 2; do pair $t bench_train bench_train.py --config large; done
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --rss
+  fi
+  # peak RSS of the whole translation training run (./run.sh's, both sides at 1 thread): once
+  if [ "$r" = 1 ] && { [ -z "$only" ] || [ "$only" = translate ]; }; then
+    steps=2000
+    [ ${#quick[@]} -gt 0 ] && steps=300
+    data=examples/translate/data/num-en-fr tmp=$(mktemp -d) log="$BUILD/translate_run.log"
+    echo "translation runs of $steps steps (output in $log) ..." >&2
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$PYTHON" bench/peak_rss.py attograd translate_run_rss \
+      "num-en-fr,${steps}steps" 1 ru_maxrss -- "$BUILD/examples/translate/attograd-translate" train \
+      --train $data/train.tsv --test $data/test.tsv --out "$tmp" --steps $steps --eval-every 250 --threads 1 \
+      >>"$OUT" 2>"$log"
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$PYTHON" bench/peak_rss.py pytorch translate_run_rss \
+      "num-en-fr,${steps}steps" 1 ru_maxrss -- "$PYTHON" bench/torch_translate.py --steps $steps --eval-every 250 \
+      --stop-at 2 --threads 1 >>"$OUT" 2>>"$log"
+    rm -rf "$tmp"
   fi
 done
 "$PYTHON" bench/report.py "$OUT"
