@@ -1,0 +1,231 @@
+/* The fused small-attention kernels (nn/attention_small.h). Layout: the keys of a query row
+ * are the 16 lanes of a vector, so
+ *   scores  s_i = Σ_d Q[i][d] · Kᵀ[d]        (Kᵀ: K transposed once per head, 16 lanes a row)
+ *   softmax over the lanes of s_i            (two horizontal reductions per row)
+ *   output  O[i] = Σ_j P[i][j] · V[j]        (V's rows as they lie, 16 columns a vector)
+ * with 8 query rows in flight to cover the FMA latency. Backward likewise: dP_i = Σ_d dO[i][d]
+ * · Vᵀ[d], dS_i in registers, dQ[i] = α Σ_j dS[i][j] K[j], and dK, dV summed over the query
+ * rows with one accumulator per key. Every sum runs in a fixed order per (b,h), so results
+ * do not depend on the thread count. */
+#include "attention_small.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../tensor/gemm.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define KEYS AG_ATTN_SMALL_KEYS
+#define RB 8 /* query rows per block */
+
+bool ag__attn_small_available(void) { return ag__sgemm_native(); }
+
+#define TARGET __attribute__((target("avx512f,fma")))
+
+static inline TARGET __mmask16 first(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
+/* 16×16 transpose of r in registers */
+static inline TARGET void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* r[4i+c] holds, in 128-bit block k, column 4k+c of rows 4i..4i+3 */
+    for (int c = 0; c < 4; c++) {
+        __m512 t0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), t1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+        __m512 t2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+        __m512 t3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+        t[c] = _mm512_shuffle_f32x4(t0, t2, 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(t0, t2, 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(t1, t3, 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(t1, t3, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* xt[d·16 + j] = X[j][d] for d < D, j < 16, zero for j >= n (X: n rows, ld apart, D columns) */
+static TARGET void transpose_rows(const float *x, int64_t ld, int64_t n, int64_t D, float *xt) {
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        __mmask16 cm = first(D - d0);
+        __m512 r[16];
+        for (int64_t j = 0; j < 16; j++) r[j] = j < n ? _mm512_maskz_loadu_ps(cm, x + j * ld + d0) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int64_t d = 0; d < 16 && d0 + d < D; d++) _mm512_store_ps(xt + (d0 + d) * 16, r[d]);
+    }
+}
+
+/* ag__expf (tensor/fastmath.h) on 16 lanes, the same steps: 0 below -87.33 (and for -inf) */
+static inline TARGET __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.3762626647949f);
+    const __m512 shift = _mm512_set1_ps(12582912.0f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __m512 xc = _mm512_mask_blend_ps(under, x, lo);
+    xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(xc, hi, _CMP_GT_OQ), xc, hi);
+    __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), shift);
+    __m512 n = _mm512_sub_ps(t, shift);
+    __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_slli_epi32(_mm512_and_si512(_mm512_add_epi32(ni, _mm512_set1_epi32(127)),
+                                                      _mm512_set1_epi32(0xFF)), 23);
+    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    return _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
+}
+
+TARGET void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
+    float kt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(64)));
+    float pb[RB * KEYS] __attribute__((aligned(64)));
+    int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv;
+    transpose_rows(t->k, t->ldk, n, Dh, kt);
+    const __m512 al = _mm512_set1_ps(t->alpha), ninf = _mm512_set1_ps(-INFINITY);
+    const __mmask16 off = (__mmask16)~first(n), pst = first(ldp);
+    for (int64_t i0 = 0; i0 < L; i0 += RB) {
+        int64_t mr = L - i0 < RB ? L - i0 : RB;
+        const float *qr[RB];
+        __m512 s[RB];
+        for (int r = 0; r < RB; r++) {
+            qr[r] = t->q + (i0 + (r < mr ? r : mr - 1)) * t->ldq; /* spare rows repeat the last */
+            s[r] = _mm512_setzero_ps();
+        }
+        for (int64_t d = 0; d < Dh; d++) {
+            __m512 kd = _mm512_load_ps(kt + d * KEYS);
+            for (int r = 0; r < RB; r++) s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), kd, s[r]);
+        }
+        for (int r = 0; r < RB; r++) {
+            if (r >= mr) { /* spare rows: zeros, so P·V below reads defined numbers */
+                _mm512_store_ps(pb + r * KEYS, _mm512_setzero_ps());
+                continue;
+            }
+            int64_t i = i0 + r;
+            __m512 x = t->madd ? _mm512_fmadd_ps(s[r], al, _mm512_loadu_ps(t->madd + i * t->madd_ld))
+                               : _mm512_mul_ps(s[r], al);
+            __mmask16 dead = off | (t->dead ? t->dead[i * t->dead_ld] : 0);
+            x = _mm512_mask_mov_ps(x, dead, ninf);
+            float mx = _mm512_reduce_max_ps(x);
+            __m512 pr = _mm512_setzero_ps();
+            if (mx != -INFINITY) { /* else nothing may be attended: zeros, not 0/0 */
+                __m512 e = exp16(_mm512_sub_ps(x, _mm512_set1_ps(mx)));
+                pr = _mm512_mul_ps(e, _mm512_set1_ps(1 / _mm512_reduce_add_ps(e)));
+            }
+            _mm512_store_ps(pb + r * KEYS, pr);
+            _mm512_mask_storeu_ps(p + i * ldp, pst, pr);
+            if (ldp > KEYS) memset(p + i * ldp + KEYS, 0, sizeof(float) * (size_t)(ldp - KEYS));
+        }
+        for (int64_t c = 0; c < Dv; c += 16) {
+            __mmask16 cm = first(Dv - c);
+            __m512 acc[RB];
+            for (int r = 0; r < RB; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < n; j++) {
+                __m512 vj = _mm512_maskz_loadu_ps(cm, t->v + j * t->ldv + c);
+                for (int r = 0; r < RB; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r * KEYS + j]), vj, acc[r]);
+            }
+            for (int r = 0; r < RB; r++) {
+                if (r >= mr) break;
+                _mm512_mask_storeu_ps(o + (i0 + r) * ldo + c, cm, acc[r]);
+            }
+        }
+    }
+}
+
+/* dst[j][c..] (+)= alpha·acc[j] for the n live keys j (dst rows ld apart, columns masked by cm) */
+static inline TARGET void store_keys(const __m512 *acc, int64_t n, __m512 al, __mmask16 cm, float *dst, int64_t ld) {
+    for (int64_t j = 0; j < n; j++) {
+        float *d = dst + j * ld;
+        _mm512_mask_storeu_ps(d, cm, _mm512_fmadd_ps(acc[j], al, _mm512_maskz_loadu_ps(cm, d)));
+    }
+}
+
+/* acc[j] = Σ_i w[i·16 + j] · X[i][c..] over the L rows of X, for all 16 lanes j */
+static inline TARGET void sum_rows(const float *w, const float *x, int64_t ld, int64_t L, __mmask16 cm,
+                                   __m512 acc[KEYS]) {
+    for (int j = 0; j < KEYS; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < L; i++) {
+        __m512 xi = _mm512_maskz_loadu_ps(cm, x + i * ld);
+        for (int j = 0; j < KEYS; j++) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(w[i * KEYS + j]), xi, acc[j]);
+    }
+}
+
+TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
+                               float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv) {
+    float vt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(64)));
+    float pp[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(64)));
+    float ds[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(64)));
+    int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv;
+    const __m512 al = _mm512_set1_ps(t->alpha), one = _mm512_set1_ps(1.0f);
+    const __mmask16 live = first(n);
+    for (int64_t i = 0; i < L; i++) _mm512_store_ps(pp + i * KEYS, _mm512_maskz_loadu_ps(live, p + i * ldp));
+    __m512 acc[KEYS];
+    if (dv)
+        for (int64_t c = 0; c < Dv; c += 16) {
+            sum_rows(pp, dout + c, lddo, L, first(Dv - c), acc);
+            store_keys(acc, n, one, first(Dv - c), dv + c, lddv);
+        }
+    if (!dq && !dk) return;
+    transpose_rows(t->v, t->ldv, n, Dv, vt);
+    for (int64_t i0 = 0; i0 < L; i0 += RB) {
+        int64_t mr = L - i0 < RB ? L - i0 : RB;
+        const float *gr[RB];
+        __m512 g[RB];
+        for (int r = 0; r < RB; r++) {
+            gr[r] = dout + (i0 + (r < mr ? r : mr - 1)) * lddo;
+            g[r] = _mm512_setzero_ps();
+        }
+        for (int64_t d = 0; d < Dv; d++) {
+            __m512 vd = _mm512_load_ps(vt + d * KEYS);
+            for (int r = 0; r < RB; r++) g[r] = _mm512_fmadd_ps(_mm512_set1_ps(gr[r][d]), vd, g[r]);
+        }
+        for (int r = 0; r < RB; r++) {
+            if (r >= mr) break;
+            __m512 y = _mm512_load_ps(pp + (i0 + r) * KEYS);
+            float dot = _mm512_reduce_add_ps(_mm512_mul_ps(g[r], y));
+            _mm512_store_ps(ds + (i0 + r) * KEYS, _mm512_mul_ps(y, _mm512_sub_ps(g[r], _mm512_set1_ps(dot))));
+        }
+        if (!dq) continue;
+        for (int64_t c = 0; c < Dh; c += 16) {
+            __mmask16 cm = first(Dh - c);
+            __m512 a[RB];
+            for (int r = 0; r < RB; r++) a[r] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < n; j++) {
+                __m512 kj = _mm512_maskz_loadu_ps(cm, t->k + j * t->ldk + c);
+                for (int r = 0; r < RB; r++)
+                    a[r] = _mm512_fmadd_ps(_mm512_set1_ps(ds[(i0 + (r < mr ? r : 0)) * KEYS + j]), kj, a[r]);
+            }
+            for (int r = 0; r < RB; r++) {
+                if (r >= mr) break;
+                float *d = dq + (i0 + r) * lddq + c;
+                _mm512_mask_storeu_ps(d, cm, _mm512_fmadd_ps(a[r], al, _mm512_maskz_loadu_ps(cm, d)));
+            }
+        }
+    }
+    if (dk)
+        for (int64_t c = 0; c < Dh; c += 16) {
+            sum_rows(ds, t->q + c, t->ldq, L, first(Dh - c), acc);
+            store_keys(acc, n, al, first(Dh - c), dk + c, lddk);
+        }
+}
+
+#else /* no AVX-512 kernels on this platform: nn/attention.c never calls them */
+
+bool ag__attn_small_available(void) { return false; }
+void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {}
+void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
+                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv) {}
+#endif
