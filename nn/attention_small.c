@@ -145,39 +145,50 @@ TARGET void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, fl
     }
 }
 
-/* dst[j][c..] (+)= alpha·acc[j] for the n live keys j (dst rows ld apart, columns masked by cm) */
-static inline TARGET void store_keys(const __m512 *acc, int64_t n, __m512 al, __mmask16 cm, float *dst, int64_t ld) {
-    for (int64_t j = 0; j < n; j++) {
-        float *d = dst + j * ld;
-        _mm512_mask_storeu_ps(d, cm, _mm512_fmadd_ps(acc[j], al, _mm512_maskz_loadu_ps(cm, d)));
+/* acc[d] = Σ_i X[i][c+d] · w_i over the L rows, w_i the 16-lane row i of W (ldw apart, lanes
+ * masked by wm): the transpose of a key-by-column block, built from vector loads of W and
+ * broadcasts of X. Columns from c + dc on repeat the last one (computed, never stored). */
+static inline TARGET void sum_outer(const float *w, int64_t ldw, __mmask16 wm, const float *x, int64_t ld, int64_t L,
+                                    int64_t dc, __m512 acc[16]) {
+    for (int d = 0; d < 16; d++) acc[d] = _mm512_setzero_ps();
+    if (dc == 16) {
+        for (int64_t i = 0; i < L; i++) {
+            __m512 wi = _mm512_maskz_loadu_ps(wm, w + i * ldw);
+            for (int d = 0; d < 16; d++) acc[d] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ld + d]), wi, acc[d]);
+        }
+    } else {
+        for (int64_t i = 0; i < L; i++) {
+            __m512 wi = _mm512_maskz_loadu_ps(wm, w + i * ldw);
+            for (int d = 0; d < 16; d++)
+                acc[d] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ld + (d < dc ? d : dc - 1)]), wi, acc[d]);
+        }
     }
 }
 
-/* acc[j] = Σ_i w[i·16 + j] · X[i][c..] over the L rows of X, for all 16 lanes j */
-static inline TARGET void sum_rows(const float *w, const float *x, int64_t ld, int64_t L, __mmask16 cm,
-                                   __m512 acc[KEYS]) {
-    for (int j = 0; j < KEYS; j++) acc[j] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < L; i++) {
-        __m512 xi = _mm512_maskz_loadu_ps(cm, x + i * ld);
-        for (int j = 0; j < KEYS; j++) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(w[i * KEYS + j]), xi, acc[j]);
+/* dst[j][c..] += scale · Σ_i W[i][j] X[i][c..] for the n live keys j, in chunks of 16 columns */
+static TARGET void keys_by_columns(const float *w, int64_t ldw, __mmask16 wm, const float *x, int64_t ld, int64_t L,
+                                   int64_t D, int64_t n, __m512 scale, float *dst, int64_t ldd) {
+    for (int64_t c = 0; c < D; c += 16) {
+        int64_t dc = D - c < 16 ? D - c : 16;
+        __mmask16 cm = first(dc);
+        __m512 acc[16];
+        sum_outer(w, ldw, wm, x + c, ld, L, dc, acc);
+        transpose16(acc);
+        for (int64_t j = 0; j < n; j++) {
+            float *d = dst + j * ldd + c;
+            _mm512_mask_storeu_ps(d, cm, _mm512_fmadd_ps(acc[j], scale, _mm512_maskz_loadu_ps(cm, d)));
+        }
     }
 }
 
 TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
                                float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv) {
     float vt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(64)));
-    float pp[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(64)));
     float ds[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(64)));
     int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv;
-    const __m512 al = _mm512_set1_ps(t->alpha), one = _mm512_set1_ps(1.0f);
+    const __m512 al = _mm512_set1_ps(t->alpha);
     const __mmask16 live = first(n);
-    for (int64_t i = 0; i < L; i++) _mm512_store_ps(pp + i * KEYS, _mm512_maskz_loadu_ps(live, p + i * ldp));
-    __m512 acc[KEYS];
-    if (dv)
-        for (int64_t c = 0; c < Dv; c += 16) {
-            sum_rows(pp, dout + c, lddo, L, first(Dv - c), acc);
-            store_keys(acc, n, one, first(Dv - c), dv + c, lddv);
-        }
+    if (dv) keys_by_columns(p, ldp, live, dout, lddo, L, Dv, n, _mm512_set1_ps(1.0f), dv, lddv);
     if (!dq && !dk) return;
     transpose_rows(t->v, t->ldv, n, Dv, vt);
     for (int64_t i0 = 0; i0 < L; i0 += RB) {
@@ -194,7 +205,7 @@ TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t l
         }
         for (int r = 0; r < RB; r++) {
             if (r >= mr) break;
-            __m512 y = _mm512_load_ps(pp + (i0 + r) * KEYS);
+            __m512 y = _mm512_maskz_loadu_ps(live, p + (i0 + r) * ldp);
             float dot = _mm512_reduce_add_ps(_mm512_mul_ps(g[r], y));
             _mm512_store_ps(ds + (i0 + r) * KEYS, _mm512_mul_ps(y, _mm512_sub_ps(g[r], _mm512_set1_ps(dot))));
         }
@@ -215,11 +226,7 @@ TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t l
             }
         }
     }
-    if (dk)
-        for (int64_t c = 0; c < Dh; c += 16) {
-            sum_rows(ds, t->q + c, t->ldq, L, first(Dh - c), acc);
-            store_keys(acc, n, al, first(Dh - c), dk + c, lddk);
-        }
+    if (dk) keys_by_columns(ds, KEYS, 0xFFFF, t->q, t->ldq, L, Dh, n, al, dk, lddk);
 }
 
 #else /* no AVX-512 kernels on this platform: nn/attention.c never calls them */
