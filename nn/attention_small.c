@@ -90,57 +90,88 @@ static inline TARGET __m512 exp16(__m512 x) {
     return _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
 }
 
+/* Forward, 16 query rows at a time, in transposed form: with Kᵀ and the block's Qᵀ, the
+ * scores of key j over the 16 rows are one vector, xᵀ[j] = Σ_d Kᵀ[d][j] · Qᵀ[d], so the mask
+ * is a per-lane select and max, exp, sum and scale are vertical operations (no horizontal
+ * chain per row). Oᵀ = Σ_j V[j]ᵀ · Pᵀ[j] with broadcasts of V; P and O are transposed back. */
 TARGET void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
     float kt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(64)));
-    float pb[RB * KEYS] __attribute__((aligned(64)));
+    float qt[AG_ATTN_SMALL_DIM * 16] __attribute__((aligned(64)));
+    float mt[KEYS * 16] __attribute__((aligned(64))); /* the additive mask, transposed */
+    float pt[KEYS * 16] __attribute__((aligned(64))); /* Pᵀ of the block: key j's 16 rows at pt + 16j */
+    uint32_t dd[16] __attribute__((aligned(64)));
     int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv;
     transpose_rows(t->k, t->ldk, n, Dh, kt);
-    const __m512 al = _mm512_set1_ps(t->alpha), ninf = _mm512_set1_ps(-INFINITY);
-    const __mmask16 off = (__mmask16)~first(n), pst = first(ldp);
-    for (int64_t i0 = 0; i0 < L; i0 += RB) {
-        int64_t mr = L - i0 < RB ? L - i0 : RB;
-        const float *qr[RB];
-        __m512 s[RB];
-        for (int r = 0; r < RB; r++) {
-            qr[r] = t->q + (i0 + (r < mr ? r : mr - 1)) * t->ldq; /* spare rows repeat the last */
-            s[r] = _mm512_setzero_ps();
-        }
+    const __m512 al = _mm512_set1_ps(t->alpha), ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    const __mmask16 pst = first(ldp);
+    for (int64_t i0 = 0; i0 < L; i0 += 16) {
+        int64_t mr = L - i0 < 16 ? L - i0 : 16;
+        transpose_rows(t->q + i0 * t->ldq, t->ldq, mr, Dh, qt);
+        __m512 x[16];
+        for (int j = 0; j < 16; j++) x[j] = zero;
         for (int64_t d = 0; d < Dh; d++) {
-            __m512 kd = _mm512_load_ps(kt + d * KEYS);
-            for (int r = 0; r < RB; r++) s[r] = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][d]), kd, s[r]);
+            __m512 qd = _mm512_load_ps(qt + d * 16);
+            const float *kd = kt + d * KEYS;
+            for (int j = 0; j < 16; j++) x[j] = _mm512_fmadd_ps(_mm512_set1_ps(kd[j]), qd, x[j]);
         }
-        for (int r = 0; r < RB; r++) {
-            if (r >= mr) { /* spare rows: zeros, so P·V below reads defined numbers */
-                _mm512_store_ps(pb + r * KEYS, _mm512_setzero_ps());
-                continue;
-            }
-            int64_t i = i0 + r;
-            __m512 x = t->madd ? _mm512_fmadd_ps(s[r], al, _mm512_loadu_ps(t->madd + i * t->madd_ld))
-                               : _mm512_mul_ps(s[r], al);
-            __mmask16 dead = off | (t->dead ? t->dead[i * t->dead_ld] : 0);
-            x = _mm512_mask_mov_ps(x, dead, ninf);
-            float mx = _mm512_reduce_max_ps(x);
-            __m512 pr = _mm512_setzero_ps();
-            if (mx != -INFINITY) { /* else nothing may be attended: zeros, not 0/0 */
-                __m512 e = exp16(_mm512_sub_ps(x, _mm512_set1_ps(mx)));
-                pr = _mm512_mul_ps(e, _mm512_set1_ps(1 / _mm512_reduce_add_ps(e)));
-            }
-            _mm512_store_ps(pb + r * KEYS, pr);
-            _mm512_mask_storeu_ps(p + i * ldp, pst, pr);
-            if (ldp > KEYS) memset(p + i * ldp + KEYS, 0, sizeof(float) * (size_t)(ldp - KEYS));
+        if (t->madd) { /* transposed in registers, then added to the scaled scores */
+            __m512 m[16];
+            for (int r = 0; r < 16; r++) m[r] = r < mr ? _mm512_loadu_ps(t->madd + (i0 + r) * t->madd_ld) : zero;
+            transpose16(m);
+            for (int j = 0; j < 16; j++) _mm512_store_ps(mt + j * 16, m[j]);
+            for (int j = 0; j < 16; j++) x[j] = _mm512_fmadd_ps(x[j], al, _mm512_load_ps(mt + j * 16));
+        } else {
+            for (int j = 0; j < 16; j++) x[j] = _mm512_mul_ps(x[j], al);
+        }
+        for (int r = 0; r < 16; r++) dd[r] = r < mr && t->dead ? t->dead[(i0 + r) * t->dead_ld] : 0;
+        __m512i dead = _mm512_load_si512(dd);
+        __mmask16 spare = (__mmask16)~first(mr); /* rows past L: all masked */
+        for (int j = 0; j < 16; j++) {
+            __mmask16 dj = j >= n ? (__mmask16)0xFFFF : spare | _mm512_test_epi32_mask(dead, _mm512_set1_epi32(1 << j));
+            x[j] = _mm512_mask_mov_ps(x[j], dj, ninf);
+        }
+        __m512 mx = x[0];
+        for (int j = 1; j < 16; j++) mx = _mm512_max_ps(mx, x[j]);
+        /* a row with nothing to attend (max -inf) gets zeros, not 0/0 */
+        __mmask16 none = _mm512_cmp_ps_mask(mx, ninf, _CMP_EQ_OQ);
+        mx = _mm512_mask_mov_ps(mx, none, zero);
+        __m512 sum = zero;
+        for (int j = 0; j < 16; j++) {
+            x[j] = exp16(_mm512_sub_ps(x[j], mx));
+            sum = _mm512_add_ps(sum, x[j]);
+        }
+        __m512 inv = _mm512_maskz_div_ps((__mmask16)~none, _mm512_set1_ps(1.0f), sum);
+        for (int j = 0; j < 16; j++) {
+            x[j] = _mm512_mul_ps(x[j], inv);
+            _mm512_store_ps(pt + j * 16, x[j]);
+        }
+        transpose16(x); /* back to rows */
+        for (int r = 0; r < mr; r++) {
+            float *pr = p + (i0 + r) * ldp;
+            _mm512_mask_storeu_ps(pr, pst, x[r]);
+            if (ldp > KEYS) memset(pr + KEYS, 0, sizeof(float) * (size_t)(ldp - KEYS));
         }
         for (int64_t c = 0; c < Dv; c += 16) {
-            __mmask16 cm = first(Dv - c);
-            __m512 acc[RB];
-            for (int r = 0; r < RB; r++) acc[r] = _mm512_setzero_ps();
-            for (int64_t j = 0; j < n; j++) {
-                __m512 vj = _mm512_maskz_loadu_ps(cm, t->v + j * t->ldv + c);
-                for (int r = 0; r < RB; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pb[r * KEYS + j]), vj, acc[r]);
+            int64_t dc = Dv - c < 16 ? Dv - c : 16;
+            __m512 acc[16];
+            for (int d = 0; d < 16; d++) acc[d] = zero;
+            if (dc == 16) {
+                for (int64_t j = 0; j < n; j++) {
+                    __m512 pj = _mm512_load_ps(pt + j * 16);
+                    const float *vj = t->v + j * t->ldv + c;
+                    for (int d = 0; d < 16; d++) acc[d] = _mm512_fmadd_ps(_mm512_set1_ps(vj[d]), pj, acc[d]);
+                }
+            } else { /* columns from dc on repeat the last (computed, never stored) */
+                for (int64_t j = 0; j < n; j++) {
+                    __m512 pj = _mm512_load_ps(pt + j * 16);
+                    const float *vj = t->v + j * t->ldv + c;
+                    for (int d = 0; d < 16; d++)
+                        acc[d] = _mm512_fmadd_ps(_mm512_set1_ps(vj[d < dc ? d : dc - 1]), pj, acc[d]);
+                }
             }
-            for (int r = 0; r < RB; r++) {
-                if (r >= mr) break;
-                _mm512_mask_storeu_ps(o + (i0 + r) * ldo + c, cm, acc[r]);
-            }
+            transpose16(acc);
+            __mmask16 cm = first(dc);
+            for (int r = 0; r < mr; r++) _mm512_mask_storeu_ps(o + (i0 + r) * ldo + c, cm, acc[r]);
         }
     }
 }
