@@ -105,8 +105,12 @@ static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k,
         for (int64_t j0 = 0; j0 < n; j0 += COLS) {                                                                \
             int64_t nj = n - j0 < COLS ? n - j0 : COLS;                                                           \
             double acc[COLS] = {0};                                                                               \
-            for (int64_t i = 0; i < m; i++)                                                                       \
-                for (int64_t j = 0; j < nj; j++) acc[j] += g[i * n + j0 + j];                                     \
+            if (nj == COLS) /* a constant bound keeps acc in registers; the same sums */                         \
+                for (int64_t i = 0; i < m; i++)                                                                   \
+                    for (int64_t j = 0; j < COLS; j++) acc[j] += g[i * n + j0 + j];                               \
+            else                                                                                                  \
+                for (int64_t i = 0; i < m; i++)                                                                   \
+                    for (int64_t j = 0; j < nj; j++) acc[j] += g[i * n + j0 + j];                                 \
             for (int64_t j = 0; j < nj; j++) out[(j0 + j) * os] += (T)acc[j];                                     \
         }                                                                                                         \
     }
