@@ -326,9 +326,23 @@ typedef struct {
     mat dout, dq, dk, dv;     /* dq, dk, dv with base NULL when not needed */
     char *ds;                 /* (B,H,L,S) dscores */
     bool mask_grad;
+    bool zero_head;           /* dq, dk, dv are new buffers: each head zeroes its blocks first */
 } attn;
 
 static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b * m->sb + h * m->sh; }
+
+/* A head's blocks of dq (L rows), dk and dv (S rows) set to zero just before it accumulates
+ * into them: for new gradient buffers whose every element belongs to exactly one head, this
+ * replaces a zeroing pass over the whole buffer. */
+static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
+    const mat *g[3] = {&a->dq, &a->dk, &a->dv};
+    int64_t rows[3] = {a->L, a->S, a->S}, cols[3] = {a->Dh, a->Dh, a->Dv};
+    for (int i = 0; i < 3; i++) {
+        if (!g[i]->base) continue;
+        char *p = (char *)at(g[i], b, h);
+        for (int64_t r = 0; r < rows[i]; r++) memset(p + r * g[i]->ld * (int64_t)es, 0, (size_t)cols[i] * es);
+    }
+}
 
 #define GEMM_f32 ag__sgemm
 #define GEMM_f64 ag__dgemm
@@ -384,6 +398,7 @@ static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b *
         const T *P = (const T *)a->p + bh * LS, *dO = (const T *)at(&a->dout, b, h);                                \
         T *W = (T *)a->ds + bh * LS, sc = (T)a->keep_scale, alpha = (T)a->alpha;                                    \
         const uint8_t *kp = a->keep ? a->keep + bh * LS : NULL;                                                     \
+        if (a->zero_head) zero_head_grads(a, b, h, sizeof(T));                                                      \
         const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
         int64_t n = live_keys_##S_(a, m);                                                                           \
         if (a->dv.base) {                                                                                           \
@@ -470,7 +485,7 @@ static void attn_bwd_small(const attn *a, int64_t bh) {
     float *d[3];
     for (int i = 0; i < 3; i++) d[i] = g[i]->base ? (float *)at(g[i], b, h) : NULL;
     ag__attn_small_bwd(&t, (const float *)a->p + bh * a->L * a->S, a->S, (const float *)at(&a->dout, b, h),
-                       a->dout.ld, d[0], a->dq.ld, d[1], a->dk.ld, d[2], a->dv.ld);
+                       a->dout.ld, d[0], a->dq.ld, d[1], a->dk.ld, d[2], a->dv.ld, a->zero_head ? a->S : 0);
 }
 
 /* Above the threshold each (b,h) is one thread's work (its GEMMs run on that thread alone:
@@ -512,13 +527,43 @@ static void attention_backward(ag_node *n) {
 }
 static const ag_op ATTENTION = {"ag_attention", attention_backward};
 
+/* true when the column ranges [off[i], off[i] + width[i]) of the roles i whose input is t tile
+ * t's width exactly (no gap, no overlap): every element of t's gradient then belongs to
+ * exactly one head */
+static bool heads_tile(const ag_node *n, const ag_tensor *t, const int64_t *width) {
+    int64_t lo[3], hi[3], reach = 0;
+    int k = 0;
+    for (int i = 0; i < 3; i++)
+        if (n->in[i] == t) lo[k] = n->ctx.i[i], hi[k] = n->ctx.i[i] + width[i], k++;
+    for (int used = 0; used < k; used++) { /* the next range must start where the covered part ends */
+        int next = -1;
+        for (int j = 0; j < k; j++)
+            if (lo[j] == reach && hi[j] > reach) next = j;
+        if (next < 0) return false;
+        reach = hi[next];
+        lo[next] = -1;
+    }
+    return k > 0 && t->ndim == 3 && reach == t->shape[2];
+}
+
 static void heads_backward(ag_node *n) {
     attn a = *(const attn *)n->extra;
     mat *dm[3] = {&a.dq, &a.dk, &a.dv};
+    ag_tensor *g[3] = {NULL, NULL, NULL};
+    bool fresh[3] = {false, false, false}, per_head = true;
+    int64_t width[3] = {a.H * a.Dh, a.H * a.Dh, a.H * a.Dv};
     for (int i = 0; i < 3; i++) { /* tq, tk, tv may be one tensor: one buffer, three column ranges */
-        ag_tensor *g = ag_grad_buffer(n->in[i]);
-        *dm[i] = g ? head_mat(g, n->ctx.i[i], i < 2 ? a.Dh : a.Dv) : (mat){0};
+        int same = n->in[i] == n->in[0] ? 0 : n->in[i] == n->in[1] ? 1 : i;
+        if (same < i) g[i] = g[same], fresh[i] = fresh[same];
+        else g[i] = ag__grad_buffer_to_write(n->in[i], &fresh[i]);
+        *dm[i] = g[i] ? head_mat(g[i], n->ctx.i[i], i < 2 ? a.Dh : a.Dv) : (mat){0};
+        if (g[i] && !(fresh[i] && heads_tile(n, n->in[i], width))) per_head = false;
     }
+    per_head = per_head && a.L > 0 && a.S > 0;
+    for (int i = 0; i < 3; i++) /* else new buffers are zeroed whole, as ag_grad_buffer does */
+        if (fresh[i] && !per_head && (i == 0 || g[i] != g[0]) && (i < 2 || g[i] != g[1]))
+            memset(g[i]->data, 0, (size_t)ag_numel(g[i]) * ag_dtype_size(g[i]->dtype));
+    a.zero_head = per_head;
     a.dout = head_mat(n->out->grad, 0, a.Dv);
     attn_backward(n, &a);
 }

@@ -196,9 +196,10 @@ static inline TARGET void sum_outer(const float *w, int64_t ldw, __mmask16 wm, c
     }
 }
 
-/* dst[j][c..] += scale · Σ_i W[i][j] X[i][c..] for the n live keys j, in chunks of 16 columns */
+/* dst[j][c..] += scale · Σ_i W[i][j] X[i][c..] for the n live keys j, in chunks of 16 columns;
+ * with assign_S > 0 = instead, and zeros in rows n..assign_S-1 */
 static TARGET void keys_by_columns(const float *w, int64_t ldw, __mmask16 wm, const float *x, int64_t ld, int64_t L,
-                                   int64_t D, int64_t n, __m512 scale, float *dst, int64_t ldd) {
+                                   int64_t D, int64_t n, __m512 scale, float *dst, int64_t ldd, int64_t assign_S) {
     for (int64_t c = 0; c < D; c += 16) {
         int64_t dc = D - c < 16 ? D - c : 16;
         __mmask16 cm = first(dc);
@@ -207,19 +208,22 @@ static TARGET void keys_by_columns(const float *w, int64_t ldw, __mmask16 wm, co
         transpose16(acc);
         for (int64_t j = 0; j < n; j++) {
             float *d = dst + j * ldd + c;
-            _mm512_mask_storeu_ps(d, cm, _mm512_fmadd_ps(acc[j], scale, _mm512_maskz_loadu_ps(cm, d)));
+            _mm512_mask_storeu_ps(d, cm, assign_S ? _mm512_mul_ps(acc[j], scale)
+                                                  : _mm512_fmadd_ps(acc[j], scale, _mm512_maskz_loadu_ps(cm, d)));
         }
+        for (int64_t j = n; j < assign_S; j++) _mm512_mask_storeu_ps(dst + j * ldd + c, cm, _mm512_setzero_ps());
     }
 }
 
 TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
-                               float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv) {
+                               float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv,
+                               int64_t assign_S) {
     float vt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(64)));
     float ds[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(64)));
     int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv;
     const __m512 al = _mm512_set1_ps(t->alpha);
     const __mmask16 live = first(n);
-    if (dv) keys_by_columns(p, ldp, live, dout, lddo, L, Dv, n, _mm512_set1_ps(1.0f), dv, lddv);
+    if (dv) keys_by_columns(p, ldp, live, dout, lddo, L, Dv, n, _mm512_set1_ps(1.0f), dv, lddv, assign_S);
     if (!dq && !dk) return;
     transpose_rows(t->v, t->ldv, n, Dv, vt);
     for (int64_t i0 = 0; i0 < L; i0 += RB) {
@@ -253,11 +257,12 @@ TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t l
             for (int r = 0; r < RB; r++) {
                 if (r >= mr) break;
                 float *d = dq + (i0 + r) * lddq + c;
-                _mm512_mask_storeu_ps(d, cm, _mm512_fmadd_ps(a[r], al, _mm512_maskz_loadu_ps(cm, d)));
+                _mm512_mask_storeu_ps(d, cm, assign_S ? _mm512_mul_ps(a[r], al)
+                                                      : _mm512_fmadd_ps(a[r], al, _mm512_maskz_loadu_ps(cm, d)));
             }
         }
     }
-    if (dk) keys_by_columns(ds, KEYS, 0xFFFF, t->q, t->ldq, L, Dh, n, al, dk, lddk);
+    if (dk) keys_by_columns(ds, KEYS, 0xFFFF, t->q, t->ldq, L, Dh, n, al, dk, lddk, assign_S);
 }
 
 #else /* no AVX-512 kernels on this platform: nn/attention.c never calls them */
@@ -265,5 +270,5 @@ TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t l
 bool ag__attn_small_available(void) { return false; }
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {}
 void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
-                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv) {}
+                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {}
 #endif

@@ -37,7 +37,9 @@ bool ag__attn_small_available(void);
  * + mask), a row with no live key all zeros; O (L,Dv), ldo = P V */
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);
 /* from P (as written above) and dO (L,Dv): dV += Pᵀ dO, dS = P*(dO Vᵀ - rowsum(P * dO Vᵀ)),
- * dQ += alpha dS K, dK += alpha dSᵀ Q; each of dq, dk, dv NULL when not wanted */
+ * dQ += alpha dS K, dK += alpha dSᵀ Q; each of dq, dk, dv NULL when not wanted. With assign_S
+ * > 0 they are assigned (=, old contents never read) instead, and rows n..assign_S-1 of dK
+ * and dV (the masked keys) set to zero. */
 void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
-                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv);
+                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S);
 #endif

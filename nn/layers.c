@@ -75,14 +75,16 @@ static ag_tensor *operand(ag_tensor *t, int64_t m, int64_t k, mat *out) {
     return t;
 }
 
-/* C (m×n, row-major, rows ldc apart) += op(A) op(B), op(A) m×k, op(B) k×n */
-static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k, char *c, int64_t ldc) {
-    if (m == 0 || n == 0 || k == 0) return;
+/* C (m×n, row-major, rows ldc apart) += op(A) op(B), op(A) m×k, op(B) k×n; = when assign
+ * (C's old contents never read, zeros for k = 0) */
+static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k, char *c, int64_t ldc, bool assign) {
+    if (m == 0 || n == 0 || (k == 0 && !assign)) return;
+    double beta = assign ? 0.0 : 1.0;
     if (dt == AG_F32)
-        ag__sgemm(a.trans, b.trans, m, n, k, 1.0f, (const float *)a.p, a.ld, (const float *)b.p, b.ld, 1.0f,
+        ag__sgemm(a.trans, b.trans, m, n, k, 1.0f, (const float *)a.p, a.ld, (const float *)b.p, b.ld, (float)beta,
                   (float *)c, ldc);
     else
-        ag__dgemm(a.trans, b.trans, m, n, k, 1.0, (const double *)a.p, a.ld, (const double *)b.p, b.ld, 1.0,
+        ag__dgemm(a.trans, b.trans, m, n, k, 1.0, (const double *)a.p, a.ld, (const double *)b.p, b.ld, beta,
                   (double *)c, ldc);
 }
 
@@ -121,9 +123,11 @@ static void linear_backward(ag_node *n) { /* dx += dy w ; dw += dyᵀ x ; db += 
     ag_dtype dt = dy->dtype;
     int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
     mat g = {ag__ptr(dy), false, max1(out)}, xm = as_matrix(x, m, in), wm = as_matrix(w, out, in);
-    ag_tensor *dx = ag_grad_buffer(n->in[0]), *dw = ag_grad_buffer(n->in[1]), *db = ag_grad_buffer(b);
-    if (dx) gemm_acc(dt, g, wm, m, in, out, ag__ptr(dx), max1(in));
-    if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, ag__ptr(dw), max1(in));
+    bool dx_fresh; /* dx is written whole: a new buffer is assigned, never zeroed first */
+    ag_tensor *dx = ag__grad_buffer_to_write(n->in[0], &dx_fresh), *dw = ag_grad_buffer(n->in[1]);
+    ag_tensor *db = ag_grad_buffer(b);
+    if (dx) gemm_acc(dt, g, wm, m, in, out, ag__ptr(dx), max1(in), dx_fresh);
+    if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, ag__ptr(dw), max1(in), false);
     if (db) (dt == AG_F32 ? add_col_sums_f32 : add_col_sums_f64)(ag__ptr(dy), m, out, ag__ptr(db), 1);
 }
 static const ag_op LINEAR = {"ag_linear", linear_backward};
@@ -158,7 +162,7 @@ ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
                        b ? (const float *)ag__ptr(b) : NULL, (float *)ag__ptr(y), max1(out));
     } else {
         (dt == AG_F32 ? fill_rows_f32 : fill_rows_f64)(ag__ptr(y), m, out, b ? ag__ptr(b) : NULL, b ? b->stride[0] : 0);
-        gemm_acc(dt, xm, transposed(wm), m, out, in, ag__ptr(y), max1(out));
+        gemm_acc(dt, xm, transposed(wm), m, out, in, ag__ptr(y), max1(out), false);
     }
     ag_node *n = ag_finish(&LINEAR, y, 3, (ag_tensor *[]){x, w, b});
     if (n) {

@@ -54,6 +54,19 @@ ag_tensor *ag_grad_buffer(ag_tensor *t) {
     return t->grad;
 }
 
+ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh) {
+    *fresh = false;
+    if (!t || !t->requires_grad) return NULL;
+    if (!t->grad) {
+        t->grad = ag__new(t->dtype, t->ndim, t->shape);
+        *fresh = true;
+    } else if (t->node && t->grad_pass != ag__grad_pass) {
+        *fresh = true;
+    }
+    t->grad_pass = ag__grad_pass;
+    return t->grad;
+}
+
 void ag_accum_grad(ag_tensor *t, ag_tensor *g) {
     ag_tensor *buf = ag_grad_buffer(t);
     if (!buf || !g) return;

@@ -160,7 +160,17 @@ static float *fill(int64_t count, uint32_t *seed) {
     return x;
 }
 
-/* number of elements of P, O, dQ, dK, dV off the double reference (or touched where they must not be) */
+static float *nans(int64_t count) {
+    float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+    for (int64_t i = 0; i < count; i++) x[i] = NAN;
+    return x;
+}
+
+static int off(float got, double want, double mag) { return !(fabs(got - want) <= 1e-6 * (1 + mag)); }
+
+/* number of elements of P, O, dQ, dK, dV off the double reference (or touched where they must
+ * not be); the backward both accumulating into old values and assigning into NaN (three more
+ * masked key rows, which must become zeros) */
 static int check_attn(attn_case c, uint32_t seed) {
     int64_t L = c.L, n = c.n, Dh = c.Dh, Dv = c.Dv, ldp = c.ldp, K = AG_ATTN_SMALL_KEYS;
     int64_t ldq = Dh + 3, ldk = Dh + 1, ldv = Dv + 2, ldo = Dv + 1;
@@ -190,7 +200,9 @@ static int check_attn(attn_case c, uint32_t seed) {
                        .ldv = ldv, .alpha = alpha, .madd = c.mask >= 2 ? madd : NULL, .madd_ld = c.mask == 3 ? 0 : K,
                        .dead = c.mask == 1 ? dead : NULL, .dead_ld = 1};
     ag__attn_small_fwd(&t, p, ldp, o, ldo);
-    ag__attn_small_bwd(&t, p, ldp, dout, ldo, dq, ldq, dk, ldk, dv, ldv);
+    ag__attn_small_bwd(&t, p, ldp, dout, ldo, dq, ldq, dk, ldk, dv, ldv, 0);
+    float *dq2 = nans(L * ldq), *dk2 = nans((n + 3) * ldk), *dv2 = nans((n + 3) * ldv);
+    ag__attn_small_bwd(&t, p, ldp, dout, ldo, dq2, ldq, dk2, ldk, dv2, ldv, n + 3);
     int bad = 0;
     double *pr = malloc(sizeof(double) * (size_t)(L * K)), *ds = malloc(sizeof(double) * (size_t)(L * K));
     for (int64_t i = 0; i < L; i++) {
@@ -226,32 +238,35 @@ static int check_attn(attn_case c, uint32_t seed) {
     }
     for (int64_t i = 0; i < L; i++)
         for (int64_t d = 0; d < ldq; d++) {
-            double want = dq0[i * ldq + d], mag = fabs(want);
+            double g = 0, mag = 0, old = dq0[i * ldq + d];
             for (int64_t j = 0; d < Dh && j < n; j++) {
-                want += alpha * ds[i * K + j] * k[j * ldk + d];
+                g += alpha * ds[i * K + j] * k[j * ldk + d];
                 mag += fabs(ds[i * K + j] * k[j * ldk + d]);
             }
-            if (!(fabs(dq[i * ldq + d] - want) <= 1e-6 * (1 + mag))) bad++;
+            bad += off(dq[i * ldq + d], old + g, mag + fabs(old));
+            bad += d < Dh ? off(dq2[i * ldq + d], g, mag) : !isnan(dq2[i * ldq + d]);
         }
-    for (int64_t j = 0; j < n; j++) {
+    for (int64_t j = 0; j < n + 3; j++) {
         for (int64_t d = 0; d < ldk; d++) {
-            double want = dk0[j * ldk + d], mag = fabs(want);
-            for (int64_t i = 0; d < Dh && i < L; i++) {
-                want += alpha * ds[i * K + j] * q[i * ldq + d];
+            double g = 0, mag = 0;
+            for (int64_t i = 0; j < n && d < Dh && i < L; i++) {
+                g += alpha * ds[i * K + j] * q[i * ldq + d];
                 mag += fabs(ds[i * K + j] * q[i * ldq + d]);
             }
-            if (!(fabs(dk[j * ldk + d] - want) <= 1e-6 * (1 + mag))) bad++;
+            if (j < n) bad += off(dk[j * ldk + d], dk0[j * ldk + d] + g, mag + fabs(dk0[j * ldk + d]));
+            bad += d < Dh ? off(dk2[j * ldk + d], g, mag) || (j >= n && dk2[j * ldk + d] != 0) : !isnan(dk2[j * ldk + d]);
         }
         for (int64_t d = 0; d < ldv; d++) {
-            double want = dv0[j * ldv + d], mag = fabs(want);
-            for (int64_t i = 0; d < Dv && i < L; i++) {
-                want += (double)p[i * ldp + j] * dout[i * ldo + d];
+            double g = 0, mag = 0;
+            for (int64_t i = 0; j < n && d < Dv && i < L; i++) {
+                g += (double)p[i * ldp + j] * dout[i * ldo + d];
                 mag += fabs(p[i * ldp + j] * dout[i * ldo + d]);
             }
-            if (!(fabs(dv[j * ldv + d] - want) <= 1e-6 * (1 + mag))) bad++;
+            if (j < n) bad += off(dv[j * ldv + d], dv0[j * ldv + d] + g, mag + fabs(dv0[j * ldv + d]));
+            bad += d < Dv ? off(dv2[j * ldv + d], g, mag) || (j >= n && dv2[j * ldv + d] != 0) : !isnan(dv2[j * ldv + d]);
         }
     }
-    float *all[] = {q, k, v, madd, dout, dq, dk, dv, dq0, dk0, dv0, p, o};
+    float *all[] = {q, k, v, madd, dout, dq, dk, dv, dq0, dk0, dv0, dq2, dk2, dv2, p, o};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(dead);
     free(pr);

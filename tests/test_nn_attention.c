@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../nn/nn_internal.h"
 #include "test_util.h"
 
 #define NINF (-INFINITY)
@@ -502,6 +503,48 @@ static void test_attention_short_keys_results_do_not_depend_on_the_thread_count(
     for (int i = 0; i < 3; i++) assert_memory_equal(g1[i], g2[i], n);
 }
 
+/* Packed heads (ag__attention_heads, as ag_mha_forward uses them) write their new gradient
+ * buffer without zeroing it first when the heads tile its columns; when they do not (here a
+ * fourth block of columns no head reads), the buffer is zeroed whole. Both must give the same
+ * gradient where heads read, and exact zeros elsewhere. The arena is filled with NaN first, so
+ * an element nobody writes shows. Returns the gradient as (N·L, W) doubles (malloc'd). */
+static double *run_packed(ag_dtype dt, int64_t W) {
+    const int64_t N = 2, L = 20, H = 2, E = 16; /* L = 20: the GEMM path; with the mask, 12 keys: fused */
+    ag_arena *prev = ag_arena_current(), *ar = ag_arena_new(1 << 20);
+    ag_arena_use(ar);
+    ag_full(AG_F64, AG_SHAPE(1 << 16), NAN);
+    ag_arena_reset(ar);
+    ag_tensor *t = tu_seq(dt, AG_SHAPE(N, L, 3 * E), 0.37, 0.1);
+    if (W > 3 * E) /* the same q, k, v columns, then columns no head reads */
+        t = ag_cat(2, (ag_tensor *[]){t, tu_seq(dt, AG_SHAPE(N, L, W - 3 * E), 0.53, 0.7)}, -1);
+    t = tu_leaf(t);
+    ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(N, 1, 1, L));
+    for (int64_t j = 12; j < L; j++) ((uint8_t *)kpm->data)[L + j] = 1; /* second sequence: 12 live keys */
+    ag_tensor *o = ag__attention_heads(t, 0, t, E, t, 2 * E, E, H, kpm, false, 0, NULL, false, NULL);
+    ag_backward(o, tu_seq(dt, o->ndim, o->shape, 0.61, 0.4));
+    double *g = malloc(sizeof(double) * (size_t)(N * L * W));
+    ag_to_buffer(t->grad, AG_F64, g);
+    ag_arena_use(prev);
+    ag_arena_free(ar);
+    return g;
+}
+
+static void test_packed_heads_gradient_is_zero_in_columns_no_head_reads(void **s) {
+    ag_dtype dts[2] = {AG_F32, AG_F64};
+    for (int d = 0; d < 2; d++) {
+        double *a = run_packed(dts[d], 48), *b = run_packed(dts[d], 64);
+        for (int64_t r = 0; r < 2 * 20; r++) {
+            for (int64_t c = 0; c < 48; c++)
+                if (a[r * 48 + c] != b[r * 64 + c] || isnan(a[r * 48 + c]))
+                    fail_msg("%s row %lld col %lld: %.9g (tiled) vs %.9g", ag_dtype_name(dts[d]), (long long)r,
+                             (long long)c, a[r * 48 + c], b[r * 64 + c]);
+            for (int64_t c = 48; c < 64; c++) assert_true(b[r * 64 + c] == 0);
+        }
+        free(a);
+        free(b);
+    }
+}
+
 /* ---- gradcheck ---- */
 
 typedef struct {
@@ -603,6 +646,7 @@ int main(void) {
         T(test_attention_results_do_not_depend_on_the_thread_count),
         T(test_attention_f32_short_keys_match_the_f64_path_for_each_mask),
         T(test_attention_short_keys_results_do_not_depend_on_the_thread_count),
+        T(test_packed_heads_gradient_is_zero_in_columns_no_head_reads),
         T(test_attention_passes_gradcheck_for_each_mask_kind_and_layout),
         T(test_shape_and_argument_errors_name_the_op_and_shapes),
     };
