@@ -11,6 +11,7 @@
 #include "../tensor/gemm.h"
 #include "../tensor/internal.h"
 #include "attention.h"
+#include "attention_small.h"
 #include "nn_internal.h"
 
 enum { MASK_NONE, MASK_BOOL, MASK_ADD };
@@ -325,9 +326,23 @@ typedef struct {
     mat dout, dq, dk, dv;     /* dq, dk, dv with base NULL when not needed */
     char *ds;                 /* (B,H,L,S) dscores */
     bool mask_grad;
+    bool zero_head;           /* dq, dk, dv are new buffers: each head zeroes its blocks first */
 } attn;
 
 static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b * m->sb + h * m->sh; }
+
+/* A head's blocks of dq (L rows), dk and dv (S rows) set to zero just before it accumulates
+ * into them: for new gradient buffers whose every element belongs to exactly one head, this
+ * replaces a zeroing pass over the whole buffer. */
+static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
+    const mat *g[3] = {&a->dq, &a->dk, &a->dv};
+    int64_t rows[3] = {a->L, a->S, a->S}, cols[3] = {a->Dh, a->Dh, a->Dv};
+    for (int i = 0; i < 3; i++) {
+        if (!g[i]->base) continue;
+        char *p = (char *)at(g[i], b, h);
+        for (int64_t r = 0; r < rows[i]; r++) memset(p + r * g[i]->ld * (int64_t)es, 0, (size_t)cols[i] * es);
+    }
+}
 
 #define GEMM_f32 ag__sgemm
 #define GEMM_f64 ag__dgemm
@@ -383,6 +398,7 @@ static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b *
         const T *P = (const T *)a->p + bh * LS, *dO = (const T *)at(&a->dout, b, h);                                \
         T *W = (T *)a->ds + bh * LS, sc = (T)a->keep_scale, alpha = (T)a->alpha;                                    \
         const uint8_t *kp = a->keep ? a->keep + bh * LS : NULL;                                                     \
+        if (a->zero_head) zero_head_grads(a, b, h, sizeof(T));                                                      \
         const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
         int64_t n = live_keys_##S_(a, m);                                                                           \
         if (a->dv.base) {                                                                                           \
@@ -411,6 +427,67 @@ static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b *
     }
 AG_FLOAT_TYPES(ATTN_KERNELS)
 
+/* The fused kernels (nn/attention_small.c) for f32 heads with 1..16 live keys; a head with
+ * more (or none) takes the GEMM path above. The mask of the head becomes per-row bits of dead
+ * keys and additive values: one row for all queries unless it varies by row or is causal. */
+static bool small_fits(const attn *a) {
+    return ag__attn_small_available() && !a->q.trans && !a->k.trans && !a->v.trans && !a->keep &&
+           a->L <= AG_ATTN_SMALL_ROWS && a->Dh >= 1 && a->Dh <= AG_ATTN_SMALL_DIM && a->Dv >= 1 &&
+           a->Dv <= AG_ATTN_SMALL_DIM;
+}
+
+static ag__attn_tile small_tile(const attn *a, int64_t b, int64_t h, int64_t n) {
+    return (ag__attn_tile){.L = a->L, .n = n, .Dh = a->Dh, .Dv = a->Dv, .q = (const float *)at(&a->q, b, h),
+                           .k = (const float *)at(&a->k, b, h), .v = (const float *)at(&a->v, b, h),
+                           .ldq = a->q.ld, .ldk = a->k.ld, .ldv = a->v.ld, .alpha = (float)a->alpha};
+}
+
+static void attn_fwd_small(const attn *a, int64_t bh) {
+    int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S;
+    const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;
+    int64_t n = live_keys_f32(a, m);
+    if (n < 1 || n > AG_ATTN_SMALL_KEYS) {
+        attn_fwd_f32(a, bh);
+        return;
+    }
+    float madd[AG_ATTN_SMALL_ROWS * AG_ATTN_SMALL_KEYS];
+    uint16_t dead[AG_ATTN_SMALL_ROWS];
+    bool by_row = a->causal || (m && a->mst[2]);
+    for (int64_t i = 0; i < (by_row ? L : 1); i++) {
+        float *ad = madd + i * AG_ATTN_SMALL_KEYS;
+        dead[i] = 0;
+        for (int64_t j = 0; j < AG_ATTN_SMALL_KEYS; j++) {
+            const char *e = m ? m + i * a->mst[2] + j * a->mst[3] : NULL;
+            ad[j] = 0;
+            if (j >= n) continue;
+            if ((a->causal && j > i) || (a->mk == MASK_BOOL && *e)) dead[i] |= (uint16_t)(1u << j);
+            else if (a->mk == MASK_ADD) ad[j] = *(const float *)e;
+        }
+    }
+    ag__attn_tile t = small_tile(a, b, h, n);
+    t.madd = a->mk == MASK_ADD ? madd : NULL;
+    t.madd_ld = by_row ? AG_ATTN_SMALL_KEYS : 0;
+    t.dead = dead;
+    t.dead_ld = by_row;
+    ag__attn_small_fwd(&t, (float *)a->p + bh * L * S, S, (float *)at(&a->o, b, h), a->o.ld);
+}
+
+static void attn_bwd_small(const attn *a, int64_t bh) {
+    int64_t b = bh / a->H, h = bh % a->H;
+    const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;
+    int64_t n = live_keys_f32(a, m);
+    if (n < 1 || n > AG_ATTN_SMALL_KEYS) {
+        attn_bwd_f32(a, bh);
+        return;
+    }
+    ag__attn_tile t = small_tile(a, b, h, n);
+    const mat *g[3] = {&a->dq, &a->dk, &a->dv};
+    float *d[3];
+    for (int i = 0; i < 3; i++) d[i] = g[i]->base ? (float *)at(g[i], b, h) : NULL;
+    ag__attn_small_bwd(&t, (const float *)a->p + bh * a->L * a->S, a->S, (const float *)at(&a->dout, b, h),
+                       a->dout.ld, d[0], a->dq.ld, d[1], a->dk.ld, d[2], a->dv.ld, a->zero_head ? a->S : 0);
+}
+
 /* Above the threshold each (b,h) is one thread's work (its GEMMs run on that thread alone:
  * tensor/gemm.h), so results never depend on the thread count. */
 static void for_each_head(void (*fn)(const attn *, int64_t), const attn *a) {
@@ -431,7 +508,9 @@ static void attn_backward(ag_node *n, attn *a) {
     if (!a->dq.base && !a->dk.base && !a->dv.base && !a->mask_grad) return;
     ag_tensor *ds = ag__new(n->out->dtype, 4, (int64_t[]){a->B, a->H, a->L, a->S});
     a->ds = ag__ptr(ds);
-    if (a->L > 0 && a->S > 0) for_each_head(n->out->dtype == AG_F32 ? attn_bwd_f32 : attn_bwd_f64, a);
+    if (a->L > 0 && a->S > 0)
+        for_each_head(n->out->dtype == AG_F64 ? attn_bwd_f64 : !a->mask_grad && small_fits(a) ? attn_bwd_small : attn_bwd_f32,
+                      a);
     if (a->mask_grad) ag_accum_grad(mask, ds);
 }
 
@@ -448,13 +527,43 @@ static void attention_backward(ag_node *n) {
 }
 static const ag_op ATTENTION = {"ag_attention", attention_backward};
 
+/* true when the column ranges [off[i], off[i] + width[i]) of the roles i whose input is t tile
+ * t's width exactly (no gap, no overlap): every element of t's gradient then belongs to
+ * exactly one head */
+static bool heads_tile(const ag_node *n, const ag_tensor *t, const int64_t *width) {
+    int64_t lo[3], hi[3], reach = 0;
+    int k = 0;
+    for (int i = 0; i < 3; i++)
+        if (n->in[i] == t) lo[k] = n->ctx.i[i], hi[k] = n->ctx.i[i] + width[i], k++;
+    for (int used = 0; used < k; used++) { /* the next range must start where the covered part ends */
+        int next = -1;
+        for (int j = 0; j < k; j++)
+            if (lo[j] == reach && hi[j] > reach) next = j;
+        if (next < 0) return false;
+        reach = hi[next];
+        lo[next] = -1;
+    }
+    return k > 0 && t->ndim == 3 && reach == t->shape[2];
+}
+
 static void heads_backward(ag_node *n) {
     attn a = *(const attn *)n->extra;
     mat *dm[3] = {&a.dq, &a.dk, &a.dv};
+    ag_tensor *g[3] = {NULL, NULL, NULL};
+    bool fresh[3] = {false, false, false}, per_head = true;
+    int64_t width[3] = {a.H * a.Dh, a.H * a.Dh, a.H * a.Dv};
     for (int i = 0; i < 3; i++) { /* tq, tk, tv may be one tensor: one buffer, three column ranges */
-        ag_tensor *g = ag_grad_buffer(n->in[i]);
-        *dm[i] = g ? head_mat(g, n->ctx.i[i], i < 2 ? a.Dh : a.Dv) : (mat){0};
+        int same = n->in[i] == n->in[0] ? 0 : n->in[i] == n->in[1] ? 1 : i;
+        if (same < i) g[i] = g[same], fresh[i] = fresh[same];
+        else g[i] = ag__grad_buffer_to_write(n->in[i], &fresh[i]);
+        *dm[i] = g[i] ? head_mat(g[i], n->ctx.i[i], i < 2 ? a.Dh : a.Dv) : (mat){0};
+        if (g[i] && !(fresh[i] && heads_tile(n, n->in[i], width))) per_head = false;
     }
+    per_head = per_head && a.L > 0 && a.S > 0;
+    for (int i = 0; i < 3; i++) /* else new buffers are zeroed whole, as ag_grad_buffer does */
+        if (fresh[i] && !per_head && (i == 0 || g[i] != g[0]) && (i < 2 || g[i] != g[1]))
+            memset(g[i]->data, 0, (size_t)ag_numel(g[i]) * ag_dtype_size(g[i]->dtype));
+    a.zero_head = per_head;
     a.dout = head_mat(n->out->grad, 0, a.Dv);
     attn_backward(n, &a);
 }
@@ -497,7 +606,7 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
         a->pd = (*pd)->data;
         a->keep_scale = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;
     }
-    if (a->L > 0) for_each_head(dt == AG_F32 ? attn_fwd_f32 : attn_fwd_f64, a);
+    if (a->L > 0) for_each_head(dt == AG_F64 ? attn_fwd_f64 : small_fits(a) ? attn_fwd_small : attn_fwd_f32, a);
     return true;
 }
 

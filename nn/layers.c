@@ -75,14 +75,16 @@ static ag_tensor *operand(ag_tensor *t, int64_t m, int64_t k, mat *out) {
     return t;
 }
 
-/* C (m×n, row-major, rows ldc apart) += op(A) op(B), op(A) m×k, op(B) k×n */
-static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k, char *c, int64_t ldc) {
-    if (m == 0 || n == 0 || k == 0) return;
+/* C (m×n, row-major, rows ldc apart) += op(A) op(B), op(A) m×k, op(B) k×n; = when assign
+ * (C's old contents never read, zeros for k = 0) */
+static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k, char *c, int64_t ldc, bool assign) {
+    if (m == 0 || n == 0 || (k == 0 && !assign)) return;
+    double beta = assign ? 0.0 : 1.0;
     if (dt == AG_F32)
-        ag__sgemm(a.trans, b.trans, m, n, k, 1.0f, (const float *)a.p, a.ld, (const float *)b.p, b.ld, 1.0f,
+        ag__sgemm(a.trans, b.trans, m, n, k, 1.0f, (const float *)a.p, a.ld, (const float *)b.p, b.ld, (float)beta,
                   (float *)c, ldc);
     else
-        ag__dgemm(a.trans, b.trans, m, n, k, 1.0, (const double *)a.p, a.ld, (const double *)b.p, b.ld, 1.0,
+        ag__dgemm(a.trans, b.trans, m, n, k, 1.0, (const double *)a.p, a.ld, (const double *)b.p, b.ld, beta,
                   (double *)c, ldc);
 }
 
@@ -105,8 +107,12 @@ static void gemm_acc(ag_dtype dt, mat a, mat b, int64_t m, int64_t n, int64_t k,
         for (int64_t j0 = 0; j0 < n; j0 += COLS) {                                                                \
             int64_t nj = n - j0 < COLS ? n - j0 : COLS;                                                           \
             double acc[COLS] = {0};                                                                               \
-            for (int64_t i = 0; i < m; i++)                                                                       \
-                for (int64_t j = 0; j < nj; j++) acc[j] += g[i * n + j0 + j];                                     \
+            if (nj == COLS) /* a constant bound keeps acc in registers; the same sums */                         \
+                for (int64_t i = 0; i < m; i++)                                                                   \
+                    for (int64_t j = 0; j < COLS; j++) acc[j] += g[i * n + j0 + j];                               \
+            else                                                                                                  \
+                for (int64_t i = 0; i < m; i++)                                                                   \
+                    for (int64_t j = 0; j < nj; j++) acc[j] += g[i * n + j0 + j];                                 \
             for (int64_t j = 0; j < nj; j++) out[(j0 + j) * os] += (T)acc[j];                                     \
         }                                                                                                         \
     }
@@ -120,16 +126,17 @@ static void linear_fwd(ag_dtype dt, mat xm, mat wm, const ag_tensor *b, int64_t 
                        b ? (const float *)ag__ptr(b) : NULL, (float *)y, max1(out));
     } else {
         (dt == AG_F32 ? fill_rows_f32 : fill_rows_f64)(y, m, out, b ? ag__ptr(b) : NULL, b ? b->stride[0] : 0);
-        gemm_acc(dt, xm, transposed(wm), m, out, in, y, max1(out));
+        gemm_acc(dt, xm, transposed(wm), m, out, in, y, max1(out), false);
     }
 }
 
-/* dx += dy w ; dw += dyᵀ x ; db += Σ_rows dy (each skipped when NULL; all contiguous); dy m×out */
+/* dx += dy w (dx = dy w when dx_assign) ; dw += dyᵀ x ; db += Σ_rows dy (each skipped when NULL;
+ * all contiguous); dy m×out */
 static void linear_bwd(ag_dtype dt, const char *dy, mat xm, mat wm, int64_t m, int64_t in, int64_t out, char *dx,
-                       char *dw, char *db) {
+                       bool dx_assign, char *dw, char *db) {
     mat g = {dy, false, max1(out)};
-    if (dx) gemm_acc(dt, g, wm, m, in, out, dx, max1(in));
-    if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, dw, max1(in));
+    if (dx) gemm_acc(dt, g, wm, m, in, out, dx, max1(in), dx_assign);
+    if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, dw, max1(in), false);
     if (db) (dt == AG_F32 ? add_col_sums_f32 : add_col_sums_f64)(dy, m, out, db, 1);
 }
 
@@ -142,8 +149,10 @@ static char *grad_ptr(ag_tensor *t) {
 static void linear_backward(ag_node *n) {
     ag_tensor *x = n->saved[0], *w = n->saved[1], *dy = n->out->grad;
     int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
-    linear_bwd(dy->dtype, ag__ptr(dy), as_matrix(x, m, in), as_matrix(w, out, in), m, in, out, grad_ptr(n->in[0]),
-               grad_ptr(n->in[1]), grad_ptr(n->in[2]));
+    bool fresh; /* dx is written whole: a new buffer is assigned (beta = 0), never zeroed first */
+    ag_tensor *dx = ag__grad_buffer_to_write(n->in[0], &fresh);
+    linear_bwd(dy->dtype, ag__ptr(dy), as_matrix(x, m, in), as_matrix(w, out, in), m, in, out, dx ? ag__ptr(dx) : NULL,
+               fresh, grad_ptr(n->in[1]), grad_ptr(n->in[2]));
 }
 static const ag_op LINEAR = {"ag_linear", linear_backward};
 
@@ -609,7 +618,10 @@ static void feed_forward_backward(ag_node *n) {
     operand(x, m, d, &xm);
     operand(w1, ff, d, &w1m);
     operand(w2, out, ff, &w2m);
-    char *dx = grad_ptr(x), *dw1 = grad_ptr(w1), *db1 = grad_ptr(b1), *dw2 = grad_ptr(w2), *db2 = grad_ptr(n->in[4]);
+    bool fresh; /* x's gradient rows are each written by one block: a new buffer is assigned */
+    ag_tensor *gx = ag__grad_buffer_to_write(x, &fresh);
+    char *dx = gx ? ag__ptr(gx) : NULL, *dw1 = grad_ptr(w1), *db1 = grad_ptr(b1), *dw2 = grad_ptr(w2);
+    char *db2 = grad_ptr(n->in[4]);
     ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff)), *da = ag__new(dt, a->ndim, a->shape);
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
         int64_t r = m - r0 < rows ? m - r0 : rows;
@@ -617,11 +629,10 @@ static void feed_forward_backward(ag_node *n) {
         const char *gr = ag__ptr(g) + (size_t)(r0 * out) * es;
         linear_fwd(dt, xr, w1m, b1, r, d, ff, ag__ptr(a));
         drop_apply(dt, ag__ptr(a), ag__ptr(a), r * ff, r0 * ff, p, true, 0, 0, bits, true);
-        memset(ag__ptr(da), 0, (size_t)(r * ff) * es);
-        linear_bwd(dt, gr, (mat){ag__ptr(a), false, max1(ff)}, w2m, r, ff, out, ag__ptr(da), dw2, db2);
+        linear_bwd(dt, gr, (mat){ag__ptr(a), false, max1(ff)}, w2m, r, ff, out, ag__ptr(da), true, dw2, db2);
         if (dt == AG_F32) drop_bwd_f32(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, (float)scale);
         else drop_bwd_f64(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, scale);
-        linear_bwd(dt, ag__ptr(da), xr, w1m, r, d, ff, dx ? dx + (size_t)(r0 * d) * es : NULL, dw1, db1);
+        linear_bwd(dt, ag__ptr(da), xr, w1m, r, d, ff, dx ? dx + (size_t)(r0 * d) * es : NULL, fresh, dw1, db1);
     }
 }
 static const ag_op FEED_FORWARD = {"ag_feed_forward", feed_forward_backward};

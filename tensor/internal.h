@@ -56,6 +56,11 @@ void ag__bcast_bstrides(const ag_tensor *t, int ndim, const int64_t *shape, int6
  * summed down to dst's shape). dst may be a strided view. No grad recorded. */
 void ag__add_into(ag_tensor *dst, const ag_tensor *src);
 
+/* ag_grad_buffer for a backward that writes every element of t's gradient: when the buffer is
+ * new in this pass, *fresh is set and its contents are undefined (no zeroing pass), and the
+ * caller must assign (=, beta = 0) instead of accumulating; else exactly ag_grad_buffer. */
+ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
+
 /* Check that t is non-NULL and of a float dtype; reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);
 bool ag__check_not_null(const char *op, const ag_tensor *t);

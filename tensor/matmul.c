@@ -241,16 +241,26 @@ static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, 
                        int64_t npan, bool beta_one) {
     float *ap = grow(&abuf, &acap, (size_t)(MC * KC));
     float tile[MR * NR] __attribute__((aligned(64)));
+    /* The kernel only broadcasts A's elements, so A can be read where it lies: packing costs a
+     * strided copy that only pays off when many B panels reuse it and A is transposed (rows of
+     * op(A) a long stride apart, which alias in L1). Same sums either way. */
+    int64_t ars = g->ta ? 1 : g->lda, aks = g->ta ? g->lda : 1;
+    bool inplace = !g->ta || nc <= 4 * NR;
     for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
         int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
         bool add = k0 > 0 || beta_one;
-        pack_a(g->a, g->lda, g->ta, i0, mc, k0, kc, ap);
+        if (!inplace) pack_a(g->a, g->lda, g->ta, i0, mc, k0, kc, ap);
         for (int64_t jr = 0; jr < nc; jr += NR) {
             int64_t nr = nc - jr < NR ? nc - jr : NR;
             const float *b = bp + k0 * npan * NR + (j0 + jr) / NR * NR * kc;
             for (int64_t ir = 0; ir < mc; ir += MR) {
                 int64_t mr = mc - ir < MR ? mc - ir : MR;
                 float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
+                if (inplace) {
+                    kernel_small(kc, g->a + (i0 + ir) * ars + k0 * aks, ars, aks, mr, b, NR, nr, c, g->ldc, g->alpha,
+                                 add, add || !g->bias ? NULL : g->bias + j0 + jr);
+                    continue;
+                }
                 if (mr == MR && nr == NR) {
                     kernel_avx512(kc, ap + ir * kc, b, c, g->ldc, g->alpha, add,
                                   add || !g->bias ? NULL : g->bias + j0 + jr);

@@ -65,7 +65,8 @@ static int pool_class(size_t bytes, size_t *rounded) {
     return 4 * k + (int)sub;
 }
 
-static ag_tensor *pool_get(const ag_tensor *like) {
+/* a chunk holding a gradient buffer shaped like like: zeroed, or left as it is */
+static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
     size_t data, elsize = ag_dtype_size(like->dtype);
     int c = pool_class((size_t)ag_numel(like) * elsize, &data), from = c;
     while (from < POOL_CLASSES - 1 && from - c < POOL_BORROW && !pool_free[from]) from++;
@@ -85,7 +86,7 @@ static ag_tensor *pool_get(const ag_tensor *like) {
     memcpy(g->shape, like->shape, sizeof g->shape);
     ag__contiguous_strides(g->ndim, g->shape, g->stride);
     g->data = chunk + POOL_HEADER;
-    memset(g->data, 0, (size_t)ag_numel(g) * elsize);
+    if (zero) memset(g->data, 0, (size_t)ag_numel(g) * elsize);
     return g;
 }
 
@@ -102,7 +103,21 @@ ag_tensor *ag_grad_buffer(ag_tensor *t) {
     if (!t->node) {
         if (!t->grad) t->grad = ag_zeros(t->dtype, t->ndim, t->shape);
     } else if (!t->grad || t->grad_pass != ag__grad_pass) {
-        t->grad = pool_get(t); /* an earlier pass's buffer was released or belongs to the arena */
+        t->grad = pool_get(t, true); /* an earlier pass's buffer was released or belongs to the arena */
+    }
+    t->grad_pass = ag__grad_pass;
+    return t->grad;
+}
+
+ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh) {
+    *fresh = false;
+    if (!t || !t->requires_grad) return NULL;
+    if (!t->node && !t->grad) {
+        t->grad = ag__new(t->dtype, t->ndim, t->shape);
+        *fresh = true;
+    } else if (t->node && (!t->grad || t->grad_pass != ag__grad_pass)) {
+        t->grad = pool_get(t, false);
+        *fresh = true;
     }
     t->grad_pass = ag__grad_pass;
     return t->grad;

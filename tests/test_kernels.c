@@ -3,13 +3,16 @@
  * transpose combination, sizes around the kernel's tile and block edges, padded leading
  * dimensions, alpha and beta (beta 0 must ignore NaN in C), checked element by element
  * against a double-precision triple loop (the witness) with a bound from Σ|a||b|. Also the
- * thread-count independence the library promises: 1 and 2 OpenMP threads give the same bits. */
+ * thread-count independence the library promises: 1 and 2 OpenMP threads give the same bits.
+ * The fused small-attention kernels (nn/attention_small.h) against a double-precision softmax
+ * attention and its backward, around their tile edges (8-row blocks, 16-lane head chunks). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../tensor/fastmath.h"
+#include "../nn/attention_small.h"
 #include "../tensor/gemm.h"
 #include "test_util.h"
 
@@ -144,6 +147,149 @@ static void test_sgemm_results_do_not_depend_on_thread_count(void **s) {
     free(c2);
 }
 
+/* ---- fused small attention ---- */
+
+typedef struct {
+    int64_t L, n, Dh, Dv, ldp;
+    int mask; /* 0 none, 1 dead bits per row (some rows all dead), 2 additive rows with -inf, 3 one shared additive row */
+} attn_case;
+
+static float *fill(int64_t count, uint32_t *seed) {
+    float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+    for (int64_t i = 0; i < count; i++) x[i] = val(seed);
+    return x;
+}
+
+static float *nans(int64_t count) {
+    float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+    for (int64_t i = 0; i < count; i++) x[i] = NAN;
+    return x;
+}
+
+static int off(float got, double want, double mag) { return !(fabs(got - want) <= 1e-6 * (1 + mag)); }
+
+/* number of elements of P, O, dQ, dK, dV off the double reference (or touched where they must
+ * not be); the backward both accumulating into old values and assigning into NaN (three more
+ * masked key rows, which must become zeros) */
+static int check_attn(attn_case c, uint32_t seed) {
+    int64_t L = c.L, n = c.n, Dh = c.Dh, Dv = c.Dv, ldp = c.ldp, K = AG_ATTN_SMALL_KEYS;
+    int64_t ldq = Dh + 3, ldk = Dh + 1, ldv = Dv + 2, ldo = Dv + 1;
+    float *q = fill(L * ldq, &seed), *k = fill(n * ldk, &seed), *v = fill(n * ldv, &seed);
+    float *madd = fill(L * K, &seed), *dout = fill(L * ldo, &seed);
+    float *dq = fill(L * ldq, &seed), *dk = fill(n * ldk, &seed), *dv = fill(n * ldv, &seed);
+    float *dq0 = malloc(sizeof(float) * (size_t)(L * ldq)), *dk0 = malloc(sizeof(float) * (size_t)(n * ldk));
+    float *dv0 = malloc(sizeof(float) * (size_t)(n * ldv));
+    memcpy(dq0, dq, sizeof(float) * (size_t)(L * ldq));
+    memcpy(dk0, dk, sizeof(float) * (size_t)(n * ldk));
+    memcpy(dv0, dv, sizeof(float) * (size_t)(n * ldv));
+    uint16_t *dead = malloc(sizeof(uint16_t) * (size_t)L);
+    for (int64_t i = 0; i < L; i++) {
+        uint32_t b1 = (uint32_t)((val(&seed) + 1) * 32768), b2 = (uint32_t)((val(&seed) + 1) * 32768);
+        dead[i] = (uint16_t)(b1 & b2); /* ~1/4 of the keys */
+        if (i % 5 == 3) dead[i] = 0xFFFF;                                                  /* nothing to attend */
+        for (int64_t j = 0; j < K; j++)
+            if (c.mask == 2 && (i + 2 * j) % 7 == 0) madd[i * K + j] = -INFINITY;
+        if (c.mask == 2 && i % 6 == 4)
+            for (int64_t j = 0; j < K; j++) madd[i * K + j] = -INFINITY;
+    }
+    float *p = malloc(sizeof(float) * (size_t)(L * ldp)), *o = malloc(sizeof(float) * (size_t)(L * ldo));
+    for (int64_t i = 0; i < L * ldp; i++) p[i] = NAN;
+    for (int64_t i = 0; i < L * ldo; i++) o[i] = 1234.5f;
+    float alpha = 1.0f / sqrtf((float)Dh);
+    ag__attn_tile t = {.L = L, .n = n, .Dh = Dh, .Dv = Dv, .q = q, .k = k, .v = v, .ldq = ldq, .ldk = ldk,
+                       .ldv = ldv, .alpha = alpha, .madd = c.mask >= 2 ? madd : NULL, .madd_ld = c.mask == 3 ? 0 : K,
+                       .dead = c.mask == 1 ? dead : NULL, .dead_ld = 1};
+    ag__attn_small_fwd(&t, p, ldp, o, ldo);
+    ag__attn_small_bwd(&t, p, ldp, dout, ldo, dq, ldq, dk, ldk, dv, ldv, 0);
+    float *dq2 = nans(L * ldq), *dk2 = nans((n + 3) * ldk), *dv2 = nans((n + 3) * ldv);
+    ag__attn_small_bwd(&t, p, ldp, dout, ldo, dq2, ldq, dk2, ldk, dv2, ldv, n + 3);
+    int bad = 0;
+    double *pr = malloc(sizeof(double) * (size_t)(L * K)), *ds = malloc(sizeof(double) * (size_t)(L * K));
+    for (int64_t i = 0; i < L; i++) {
+        double sc[16], mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t d = 0; d < Dh; d++) s += (double)q[i * ldq + d] * k[j * ldk + d];
+            s *= alpha;
+            if (t.madd) s += t.madd[i * t.madd_ld + j];
+            if (t.dead && (t.dead[i] >> j & 1)) s = -INFINITY;
+            sc[j] = s;
+            mx = s > mx ? s : mx;
+        }
+        for (int64_t j = 0; j < n; j++) sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+        for (int64_t j = 0; j < ldp; j++) {
+            double want = j < n && mx != -INFINITY && sc[j] != -INFINITY ? exp(sc[j] - mx) / sum : 0;
+            if (j < K) pr[i * K + j] = want;
+            if (want == 0 ? p[i * ldp + j] != 0 : !(fabs(p[i * ldp + j] - want) <= 2e-6)) bad++;
+        }
+        for (int64_t d = 0; d < ldo; d++) {
+            double want = 0, mag = 0;
+            for (int64_t j = 0; j < n; j++) want += pr[i * K + j] * v[j * ldv + d], mag += fabs(v[j * ldv + d]);
+            if (d >= Dv ? o[i * ldo + d] != 1234.5f : !(fabs(o[i * ldo + d] - want) <= 2e-6 * (1 + mag))) bad++;
+        }
+        /* backward from the kernel's own P */
+        double dp[16], dot = 0;
+        for (int64_t j = 0; j < n; j++) {
+            dp[j] = 0;
+            for (int64_t d = 0; d < Dv; d++) dp[j] += (double)dout[i * ldo + d] * v[j * ldv + d];
+            dot += dp[j] * p[i * ldp + j];
+        }
+        for (int64_t j = 0; j < n; j++) ds[i * K + j] = p[i * ldp + j] * (dp[j] - dot);
+    }
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t d = 0; d < ldq; d++) {
+            double g = 0, mag = 0, old = dq0[i * ldq + d];
+            for (int64_t j = 0; d < Dh && j < n; j++) {
+                g += alpha * ds[i * K + j] * k[j * ldk + d];
+                mag += fabs(ds[i * K + j] * k[j * ldk + d]);
+            }
+            bad += off(dq[i * ldq + d], old + g, mag + fabs(old));
+            bad += d < Dh ? off(dq2[i * ldq + d], g, mag) : !isnan(dq2[i * ldq + d]);
+        }
+    for (int64_t j = 0; j < n + 3; j++) {
+        for (int64_t d = 0; d < ldk; d++) {
+            double g = 0, mag = 0;
+            for (int64_t i = 0; j < n && d < Dh && i < L; i++) {
+                g += alpha * ds[i * K + j] * q[i * ldq + d];
+                mag += fabs(ds[i * K + j] * q[i * ldq + d]);
+            }
+            if (j < n) bad += off(dk[j * ldk + d], dk0[j * ldk + d] + g, mag + fabs(dk0[j * ldk + d]));
+            bad += d < Dh ? off(dk2[j * ldk + d], g, mag) || (j >= n && dk2[j * ldk + d] != 0) : !isnan(dk2[j * ldk + d]);
+        }
+        for (int64_t d = 0; d < ldv; d++) {
+            double g = 0, mag = 0;
+            for (int64_t i = 0; j < n && d < Dv && i < L; i++) {
+                g += (double)p[i * ldp + j] * dout[i * ldo + d];
+                mag += fabs(p[i * ldp + j] * dout[i * ldo + d]);
+            }
+            if (j < n) bad += off(dv[j * ldv + d], dv0[j * ldv + d] + g, mag + fabs(dv0[j * ldv + d]));
+            bad += d < Dv ? off(dv2[j * ldv + d], g, mag) || (j >= n && dv2[j * ldv + d] != 0) : !isnan(dv2[j * ldv + d]);
+        }
+    }
+    float *all[] = {q, k, v, madd, dout, dq, dk, dv, dq0, dk0, dv0, dq2, dk2, dv2, p, o};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    free(dead);
+    free(pr);
+    free(ds);
+    return bad;
+}
+
+static void test_small_attention_matches_double_reference_around_tile_edges(void **s) {
+    if (!ag__attn_small_available()) skip();
+    const int64_t Ls[] = {1, 2, 7, 8, 9, 16, 17, 33, 40, 64}, ns[] = {1, 5, 8, 12, 15, 16};
+    uint32_t seed = 77;
+    for (int il = 0; il < 10; il++)
+        for (int in = 0; in < 6; in++)
+            for (int64_t Dh = 1; Dh <= 33; Dh++) {
+                int64_t n = ns[in];
+                attn_case c = {Ls[il], n, Dh, Dh % 3 ? Dh : 49 - Dh, Dh % 2 ? n : n + 9, (int)(Dh % 4)};
+                int bad = check_attn(c, seed++);
+                if (bad)
+                    fail_msg("L=%lld n=%lld Dh=%lld Dv=%lld ldp=%lld mask=%d: %d elements off", (long long)c.L,
+                             (long long)c.n, (long long)c.Dh, (long long)c.Dv, (long long)c.ldp, c.mask, bad);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expf_within_two_ulp_of_libm_and_zero_below_the_normal_range),
@@ -151,6 +297,7 @@ int main(void) {
         cmocka_unit_test(test_sgemm_spans_several_k_slices_and_row_blocks_with_alpha_and_beta),
         cmocka_unit_test(test_sgemm_bias_adds_the_row_to_the_plain_product),
         cmocka_unit_test(test_sgemm_results_do_not_depend_on_thread_count),
+        cmocka_unit_test(test_small_attention_matches_double_reference_around_tile_edges),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../nn/nn_internal.h"
 #include "test_util.h"
 
 #define NINF (-INFINITY)
@@ -428,6 +429,122 @@ static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
     for (int i = 0; i < 3; i++) assert_memory_equal(g1[i], g2[i], n);
 }
 
+/* ---- the fused small-head kernels (f32, at most 16 live keys: nn/attention_small.c) ---- */
+
+typedef struct {
+    ag_tensor *o, *g[3];
+} attn_run;
+
+/* attention of q, k, v = tu_seq in dt of shapes (B,H,L,D), (B,H,S,D), (B,H,S,D), backward of
+ * a tu_seq output gradient; everything back as f64 */
+static attn_run run_attn(ag_dtype dt, int64_t B, int64_t H, int64_t L, int64_t S, int64_t D, ag_tensor *mask,
+                         bool causal) {
+    ag_tensor *in[3] = {tu_leaf(tu_seq(dt, AG_SHAPE(B, H, L, D), 0.37, 0.1)),
+                        tu_leaf(tu_seq(dt, AG_SHAPE(B, H, S, D), 0.53, 0.7)),
+                        tu_leaf(tu_seq(dt, AG_SHAPE(B, H, S, D), 0.29, 1.1))};
+    ag_tensor *o = ag_attention(in[0], in[1], in[2], mask, causal, 0, NULL, false, NULL);
+    ag_backward(o, tu_seq(dt, o->ndim, o->shape, 0.61, 0.4));
+    attn_run r = {.o = ag_to(o, AG_F64)};
+    for (int i = 0; i < 3; i++) r.g[i] = ag_to(in[i]->grad, AG_F64);
+    return r;
+}
+
+static void assert_close(const ag_tensor *got, const ag_tensor *want, double tol) {
+    tu_assert_values_(__FILE__, __LINE__, got, values(want), ag_numel(want), tol);
+}
+
+static void test_attention_f32_short_keys_match_the_f64_path_for_each_mask(void **s) {
+    /* B=4 sequences padded to S=16 keys with 16, 11, 0 (all padded) and 5 live; L around the 8-row block */
+    const int64_t B = 4, H = 2, S = 16, live[] = {16, 11, 0, 5};
+    const int64_t Ls[] = {1, 9, 16, 20}, Ds[] = {3, 16, 17, 33};
+    for (int t = 0; t < 4; t++) {
+        int64_t L = Ls[t], D = Ds[t];
+        ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(B, 1, 1, S));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = live[b]; j < S; j++) ((uint8_t *)kpm->data)[b * S + j] = 1;
+        ag_tensor *rowm = ag_zeros(AG_BOOL, AG_SHAPE(L, S)); /* varies by query row; row 2 sees nothing */
+        for (int64_t i = 0; i < L; i++)
+            for (int64_t j = 0; j < S; j++) ((uint8_t *)rowm->data)[i * S + j] = (i + j) % 3 == 0 || i == 2;
+        ag_tensor *addm = ag_where(rowm, ag_scalar(AG_F64, -INFINITY), tu_seq(AG_F64, AG_SHAPE(L, S), 0.9, 0.2));
+        ag_tensor *masks[] = {NULL, kpm, rowm, addm, kpm};
+        for (int mi = 0; mi < 5; mi++) {
+            ag_tensor *m64 = masks[mi], *m32 = m64 && m64->dtype == AG_F64 ? ag_to(m64, AG_F32) : m64;
+            bool causal = mi == 4;
+            attn_run want = run_attn(AG_F64, B, H, L, S, D, m64, causal);
+            attn_run got = run_attn(AG_F32, B, H, L, S, D, m32, causal);
+            assert_close(got.o, want.o, 2e-6);
+            for (int i = 0; i < 3; i++) assert_close(got.g[i], want.g[i], 1e-5);
+            if (mi == 1) { /* the all-padded sequence: zero output, zero gradients */
+                double *o = values(got.o), *dq = values(got.g[0]);
+                for (int64_t e = 2 * H * L * D; e < 3 * H * L * D; e++) assert_true(o[e] == 0 && dq[e] == 0);
+            }
+        }
+    }
+}
+
+static void run_small(int threads, double **out, double **grads) {
+    omp_set_num_threads(threads);
+    ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(8, 1, 1, 16));
+    for (int64_t b = 0; b < 8; b++)
+        for (int64_t j = 12; j < 16; j++) ((uint8_t *)kpm->data)[b * 16 + j] = 1;
+    attn_run r = run_attn(AG_F32, 8, 4, 16, 16, 16, kpm, false);
+    *out = values(r.o);
+    for (int i = 0; i < 3; i++) grads[i] = values(r.g[i]);
+}
+
+static void test_attention_short_keys_results_do_not_depend_on_the_thread_count(void **s) {
+    int prev = omp_get_max_threads();
+    double *o1, *o2, *g1[3], *g2[3];
+    run_small(1, &o1, g1);
+    run_small(2, &o2, g2);
+    omp_set_num_threads(prev);
+    size_t n = sizeof(double) * 8 * 4 * 16 * 16;
+    assert_memory_equal(o1, o2, n);
+    for (int i = 0; i < 3; i++) assert_memory_equal(g1[i], g2[i], n);
+}
+
+/* Packed heads (ag__attention_heads, as ag_mha_forward uses them) write their new gradient
+ * buffer without zeroing it first when the heads tile its columns; when they do not (here a
+ * fourth block of columns no head reads), the buffer is zeroed whole. Both must give the same
+ * gradient where heads read, and exact zeros elsewhere. The arena is filled with NaN first, so
+ * an element nobody writes shows. Returns the gradient as (N·L, W) doubles (malloc'd). */
+static double *run_packed(ag_dtype dt, int64_t W) {
+    const int64_t N = 2, L = 20, H = 2, E = 16; /* L = 20: the GEMM path; with the mask, 12 keys: fused */
+    ag_arena *prev = ag_arena_current(), *ar = ag_arena_new(1 << 20);
+    ag_arena_use(ar);
+    ag_full(AG_F64, AG_SHAPE(1 << 16), NAN);
+    ag_arena_reset(ar);
+    ag_tensor *t = tu_seq(dt, AG_SHAPE(N, L, 3 * E), 0.37, 0.1);
+    if (W > 3 * E) /* the same q, k, v columns, then columns no head reads */
+        t = ag_cat(2, (ag_tensor *[]){t, tu_seq(dt, AG_SHAPE(N, L, W - 3 * E), 0.53, 0.7)}, -1);
+    t = tu_leaf(t);
+    ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(N, 1, 1, L));
+    for (int64_t j = 12; j < L; j++) ((uint8_t *)kpm->data)[L + j] = 1; /* second sequence: 12 live keys */
+    ag_tensor *o = ag__attention_heads(t, 0, t, E, t, 2 * E, E, H, kpm, false, 0, NULL, false, NULL);
+    ag_backward(o, tu_seq(dt, o->ndim, o->shape, 0.61, 0.4));
+    double *g = malloc(sizeof(double) * (size_t)(N * L * W));
+    ag_to_buffer(t->grad, AG_F64, g);
+    ag_arena_use(prev);
+    ag_arena_free(ar);
+    return g;
+}
+
+static void test_packed_heads_gradient_is_zero_in_columns_no_head_reads(void **s) {
+    ag_dtype dts[2] = {AG_F32, AG_F64};
+    for (int d = 0; d < 2; d++) {
+        double *a = run_packed(dts[d], 48), *b = run_packed(dts[d], 64);
+        for (int64_t r = 0; r < 2 * 20; r++) {
+            for (int64_t c = 0; c < 48; c++)
+                if (a[r * 48 + c] != b[r * 64 + c] || isnan(a[r * 48 + c]))
+                    fail_msg("%s row %lld col %lld: %.9g (tiled) vs %.9g", ag_dtype_name(dts[d]), (long long)r,
+                             (long long)c, a[r * 48 + c], b[r * 64 + c]);
+            for (int64_t c = 48; c < 64; c++) assert_true(b[r * 64 + c] == 0);
+        }
+        free(a);
+        free(b);
+    }
+}
+
 /* ---- gradcheck ---- */
 
 typedef struct {
@@ -527,6 +644,9 @@ int main(void) {
         T(test_attention_accepts_heads_split_by_view_transpose_and_other_strides),
         T(test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_eval),
         T(test_attention_results_do_not_depend_on_the_thread_count),
+        T(test_attention_f32_short_keys_match_the_f64_path_for_each_mask),
+        T(test_attention_short_keys_results_do_not_depend_on_the_thread_count),
+        T(test_packed_heads_gradient_is_zero_in_columns_no_head_reads),
         T(test_attention_passes_gradcheck_for_each_mask_kind_and_layout),
         T(test_shape_and_argument_errors_name_the_op_and_shapes),
     };
