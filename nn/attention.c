@@ -321,6 +321,7 @@ typedef struct {
     int64_t mst[4];           /* mask byte strides broadcast to (B,H,L,S) */
     bool causal;
     char *p, *pd;             /* (B,H,L,S) probabilities, after dropout (NULL without) */
+    bool pd_per_thread;       /* pd is one L×S block per thread (nobody wants the weights) */
     const uint8_t *keep;      /* dropout keep mask (NULL without) */
     /* backward only */
     mat dout, dq, dk, dv;     /* dq, dk, dv with base NULL when not needed */
@@ -382,7 +383,7 @@ static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
         }                                                                                                           \
         const T *Pu = P;                                                                                            \
         if (a->pd) {                                                                                                \
-            T *Pd = (T *)a->pd + bh * LS, sc = (T)a->keep_scale;                                                    \
+            T *Pd = (T *)a->pd + (a->pd_per_thread ? omp_get_thread_num() : bh) * LS, sc = (T)a->keep_scale;        \
             const uint8_t *kp = a->keep + bh * LS;                                                                  \
             for (int64_t i = 0; i < LS; i++) Pd[i] = kp[i] ? P[i] * sc : 0;                                         \
             Pu = Pd;                                                                                                \
@@ -580,9 +581,11 @@ static void draw_keep(ag_rng *rng, double p, uint8_t *keep, int64_t n) {
 }
 
 /* Checks the mask and dropout_p, then computes out (a->o's storage) into a; the probabilities
- * and the dropout mask are returned in *p and *keep for backward and weights_out. */
+ * and the dropout mask are returned in *p and *keep for backward and weights_out, and the
+ * probabilities after dropout in *pd when weights are wanted (else they are only scratch: one
+ * L×S block per thread, never the whole (B,H,L,S), since backward recomputes them). */
 static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, double dropout_p, ag_rng *rng,
-                         bool training, ag_tensor **p, ag_tensor **keep, ag_tensor **pd) {
+                         bool training, bool want_weights, ag_tensor **p, ag_tensor **keep, ag_tensor **pd) {
     int64_t sshape[4] = {a->B, a->H, a->L, a->S};
     if (!(dropout_p >= 0 && dropout_p <= 1)) {
         ag_error(op, "dropout_p %g: must be in [0, 1]", dropout_p);
@@ -600,7 +603,8 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
     a->p = ag__ptr(*p);
     if (training && dropout_p > 0) {
         *keep = ag__new(AG_BOOL, 4, sshape);
-        *pd = ag__new(dt, 4, sshape);
+        a->pd_per_thread = !want_weights;
+        *pd = want_weights ? ag__new(dt, 4, sshape) : ag__new(dt, 3, (int64_t[]){omp_get_max_threads(), a->L, a->S});
         draw_keep(rng, dropout_p, (uint8_t *)(*keep)->data, ag_numel(*keep));
         a->keep = (const uint8_t *)(*keep)->data;
         a->pd = (*pd)->data;
@@ -667,7 +671,7 @@ ag_tensor *ag_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mas
     as_mat(k, &a.k);
     as_mat(v, &a.v);
     a.o = dense_mat(out);
-    if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, &p, &keep, &pd)) return NULL;
+    if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, weights_out != NULL, &p, &keep, &pd)) return NULL;
     attn_finish(&ATTENTION, &a, out, (ag_tensor *[]){q, k, v, mask}, p, keep, pd, NULL, weights_out);
     return out;
 }
@@ -701,7 +705,7 @@ ag_tensor *ag__attention_heads(ag_tensor *tq, int64_t qo, ag_tensor *tk, int64_t
         *m[i] = head_mat(in[i], off[i], D);
     }
     a.o = head_mat(out, 0, D);
-    if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, &p, &keep, &pd)) return NULL;
+    if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, weights_out != NULL, &p, &keep, &pd)) return NULL;
     attn_finish(&ATTENTION_HEADS, &a, out, (ag_tensor *[]){tq, tk, tv, mask}, p, keep, pd, off, weights_out);
     return out;
 }

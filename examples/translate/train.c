@@ -244,6 +244,11 @@ static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed
         c->dev_eval = c->dev_rest; /* all of dev */
         memset(&c->dev_rest, 0, sizeof c->dev_rest);
     }
+    /* training reads token ids only: the text and the copies the splits were made from go */
+    tr_corpus_free(&c->train_c);
+    tr_corpus_free(&c->dev_c);
+    tr_dataset_free(&c->all);
+    tr_dataset_free(&c->dev_rest);
     return true;
 fail:
     fprintf(stderr, "attograd-translate: %s\n", err);
