@@ -43,13 +43,16 @@ typedef struct {
 } eval_result;
 
 /* Evaluate on up to max_pairs pairs of d (0: all); prints `samples` translations to f. */
+/* pairs per evaluation batch: training's batch size, so evaluating needs no more memory */
+#define EVAL_BATCH 64
+
 static eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const tr_vocab *tgt_v,
                             tr_tok_mode mode, int beam, int64_t max_pairs, int samples, FILE *f) {
     eval_result r = {0};
     char err[TR_ERR_SIZE];
     tr_batcher b;
     tr_batch bt;
-    if (tr_batcher_init(&b, d, 128, 0, false, err, sizeof err) != 0 || tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
+    if (tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 || tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
         fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
         r.loss = NAN;
         return r;
