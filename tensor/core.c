@@ -92,6 +92,17 @@ void ag_xfree(void *p) { free(p); }
  * twice the last) when full. Reset coalesces several blocks into one of their total size, so
  * after the first reset a step of the same shape runs in one block with no allocation. */
 
+/* Under AddressSanitizer an arena's free space is poisoned: a tensor used after the reset or
+ * rewind that forgot it, or read past its end, is reported where it happens. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 typedef struct block {
     struct block *next;
     size_t size, used;
@@ -109,6 +120,7 @@ static block *block_new(size_t size) {
     b->size = size;
     b->used = 0;
     b->mem = ag_xmalloc(size);
+    POISON(b->mem, size);
     return b;
 }
 
@@ -122,6 +134,7 @@ ag_arena *ag_arena_new(size_t initial_bytes) {
 static void free_blocks(block *b) {
     while (b) {
         block *n = b->next;
+        UNPOISON(b->mem, b->size);
         ag_xfree(b->mem);
         ag_xfree(b);
         b = n;
@@ -141,13 +154,14 @@ void ag_arena_reset(ag_arena *a) {
         free_blocks(a->first);
         a->first = block_new(total);
     }
+    POISON(a->first->mem, a->first->used);
     a->first->used = 0;
     a->cur = a->first;
     a->total_used = 0;
 }
 
-void *ag_arena_alloc(ag_arena *a, size_t bytes) {
-    bytes = (bytes + 63) & ~(size_t)63;
+void *ag_arena_alloc(ag_arena *a, size_t asked) {
+    size_t bytes = (asked + 63) & ~(size_t)63;
     block *b = a->cur;
     while (b->used + bytes > b->size && b->next) b = a->cur = b->next; /* blocks kept by a rewind */
     if (b->used + bytes > b->size) {
@@ -156,6 +170,7 @@ void *ag_arena_alloc(ag_arena *a, size_t bytes) {
         b = a->cur = b->next;
     }
     void *p = b->mem + b->used;
+    UNPOISON(p, asked);
     b->used += bytes;
     a->total_used += bytes;
     return p;
@@ -167,10 +182,27 @@ ag_arena_mark ag_arena_get_mark(const ag_arena *a) { return (ag_arena_mark){a->c
 
 void ag_arena_rewind(ag_arena *a, ag_arena_mark m) {
     block *b = m.block;
+    POISON(b->mem + m.used, b->used - m.used);
     b->used = m.used;
-    for (block *n = b->next; n; n = n->next) n->used = 0; /* later blocks stay for reuse */
+    for (block *n = b->next; n; n = n->next) { /* later blocks stay for reuse */
+        POISON(n->mem, n->used);
+        n->used = 0;
+    }
     a->cur = b;
     a->total_used = m.total;
+}
+
+void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes) {
+    ag_arena_rewind(a, m);
+    /* The destination is the first block with room, at its first free byte; src's own block has
+     * room at a position no later than src, so dst <= src within one block (or another block):
+     * memmove copies overlapping memory correctly. src is read after the rewind poisoned it. */
+    UNPOISON(src, bytes);
+    char *dst = ag_arena_alloc(a, bytes);
+    memmove(dst, src, bytes);
+    POISON(src, bytes);
+    UNPOISON(dst, bytes);
+    return dst;
 }
 
 static ag_arena *current_arena, *default_arena;

@@ -61,6 +61,10 @@ void ag__add_into(ag_tensor *dst, const ag_tensor *src);
  * caller must assign (=, beta = 0) instead of accumulating; else exactly ag_grad_buffer. */
 ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
 
+/* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
+ * where they are now. */
+void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
+
 /* Check that t is non-NULL and of a float dtype; reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);
 bool ag__check_not_null(const char *op, const ag_tensor *t);

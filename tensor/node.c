@@ -44,6 +44,15 @@ ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *i
 
 /* ---- gradient pool ---- */
 
+#if defined(__SANITIZE_ADDRESS__) /* a released buffer is poisoned until handed out again */
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 enum { POOL_CLASSES = 4 * 64 };
 static ag_arena *pool_arena;           /* never reset: chunks live on in the free lists */
 static void *pool_free[POOL_CLASSES];  /* singly linked through each free chunk's first word */
@@ -56,6 +65,12 @@ static size_t pool_bytes;
 #define POOL_BORROW 8
 
 /* class of a request and the bytes it rounds up to: 2^k·{1, 1.25, 1.5, 1.75} (≤ 25 % slack) */
+/* the data bytes a chunk of class c holds */
+static size_t class_bytes(int c) {
+    size_t base = (size_t)1 << (c / 4);
+    return base + (size_t)(c % 4) * (base >> 2);
+}
+
 static int pool_class(size_t bytes, size_t *rounded) {
     if (bytes < 64) bytes = 64;
     int k = 63 - __builtin_clzll((unsigned long long)bytes);
@@ -79,6 +94,9 @@ static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
         CHUNK_CLASS(chunk) = c;
         pool_bytes += POOL_HEADER + data;
     }
+    size_t need = (size_t)ag_numel(like) * elsize;
+    POISON(chunk + POOL_HEADER, class_bytes(CHUNK_CLASS(chunk))); /* the slack past need too */
+    UNPOISON(chunk + POOL_HEADER, need);
     ag_tensor *g = (ag_tensor *)chunk;
     memset(g, 0, sizeof *g);
     g->dtype = like->dtype;
@@ -86,12 +104,13 @@ static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
     memcpy(g->shape, like->shape, sizeof g->shape);
     ag__contiguous_strides(g->ndim, g->shape, g->stride);
     g->data = chunk + POOL_HEADER;
-    if (zero) memset(g->data, 0, (size_t)ag_numel(g) * elsize);
+    if (zero) memset(g->data, 0, need);
     return g;
 }
 
 static void pool_put(ag_tensor *g) {
     int c = CHUNK_CLASS(g);
+    POISON((char *)g + POOL_HEADER, class_bytes(c));
     *(void **)g = pool_free[c];
     pool_free[c] = g;
 }

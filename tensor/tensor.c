@@ -174,12 +174,7 @@ ag_tensor *ag_arena_rewind_keep(ag_arena *a, ag_arena_mark m, ag_tensor *t) {
     memcpy(shape, c->shape, sizeof shape);
     const char *src = ag__ptr(c);
     size_t bytes = (size_t)ag__shape_numel(nd, shape) * ag_dtype_size(dt);
-    ag_arena_rewind(a, m);
-    /* The data first, moved before anything else is allocated: it lands at or below src (the
-     * first block with room, at its first free byte, and src's own block has room at a position
-     * no later than src), so memmove copies within overlapping memory correctly. */
-    char *data = ag_arena_alloc(a, bytes);
-    memmove(data, src, bytes);
+    char *data = ag__arena_rewind_move(a, m, src, bytes); /* the data first, then its header */
     ag_arena *prev = ag_arena_use(a);
     ag_tensor *k = ag_wrap(dt, nd, shape, data);
     ag_arena_use(prev);
