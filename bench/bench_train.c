@@ -61,8 +61,9 @@ typedef struct {
 } model;
 
 static ag_tensor *embed(const model *m, const ag_embedding_t *e, ag_tensor *ids) {
-    ag_tensor *x = ag_mul_scalar(ag_embedding_forward(e, ids), sqrt((double)m->c->d));
-    return ag_add_(x, m->pe); /* in place: the products are read by no backward */
+    /* in place: the embedding rows and their products are read by no backward */
+    ag_tensor *x = ag_mul_scalar_(ag_embedding_forward(e, ids), sqrt((double)m->c->d));
+    return ag_add_(x, m->pe);
 }
 
 /* mean cross entropy of one batch */

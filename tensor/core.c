@@ -92,16 +92,7 @@ void ag_xfree(void *p) { free(p); }
  * twice the last) when full. Reset coalesces several blocks into one of their total size, so
  * after the first reset a step of the same shape runs in one block with no allocation. */
 
-/* Under AddressSanitizer an arena's free space is poisoned: a tensor used after the reset or
- * rewind that forgot it, or read past its end, is reported where it happens. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define POISON(p, n) ((void)(p), (void)(n))
-#define UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
+/* Under AddressSanitizer the free space is poisoned (AG_POISON): see internal.h. */
 
 typedef struct block {
     struct block *next;
@@ -120,7 +111,7 @@ static block *block_new(size_t size) {
     b->size = size;
     b->used = 0;
     b->mem = ag_xmalloc(size);
-    POISON(b->mem, size);
+    AG_POISON(b->mem, size);
     return b;
 }
 
@@ -134,7 +125,7 @@ ag_arena *ag_arena_new(size_t initial_bytes) {
 static void free_blocks(block *b) {
     while (b) {
         block *n = b->next;
-        UNPOISON(b->mem, b->size);
+        AG_UNPOISON(b->mem, b->size);
         ag_xfree(b->mem);
         ag_xfree(b);
         b = n;
@@ -154,7 +145,7 @@ void ag_arena_reset(ag_arena *a) {
         free_blocks(a->first);
         a->first = block_new(total);
     }
-    POISON(a->first->mem, a->first->used);
+    AG_POISON(a->first->mem, a->first->used);
     a->first->used = 0;
     a->cur = a->first;
     a->total_used = 0;
@@ -170,7 +161,7 @@ void *ag_arena_alloc(ag_arena *a, size_t asked) {
         b = a->cur = b->next;
     }
     void *p = b->mem + b->used;
-    UNPOISON(p, asked);
+    AG_UNPOISON(p, asked);
     b->used += bytes;
     a->total_used += bytes;
     return p;
@@ -182,10 +173,10 @@ ag_arena_mark ag_arena_get_mark(const ag_arena *a) { return (ag_arena_mark){a->c
 
 void ag_arena_rewind(ag_arena *a, ag_arena_mark m) {
     block *b = m.block;
-    POISON(b->mem + m.used, b->used - m.used);
+    AG_POISON(b->mem + m.used, b->used - m.used);
     b->used = m.used;
     for (block *n = b->next; n; n = n->next) { /* later blocks stay for reuse */
-        POISON(n->mem, n->used);
+        AG_POISON(n->mem, n->used);
         n->used = 0;
     }
     a->cur = b;
@@ -197,11 +188,11 @@ void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_
     /* The destination is the first block with room, at its first free byte; src's own block has
      * room at a position no later than src, so dst <= src within one block (or another block):
      * memmove copies overlapping memory correctly. src is read after the rewind poisoned it. */
-    UNPOISON(src, bytes);
+    AG_UNPOISON(src, bytes);
     char *dst = ag_arena_alloc(a, bytes);
     memmove(dst, src, bytes);
-    POISON(src, bytes);
-    UNPOISON(dst, bytes);
+    AG_POISON(src, bytes);
+    AG_UNPOISON(dst, bytes);
     return dst;
 }
 

@@ -284,9 +284,26 @@ ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b) { return binary_op(&MUL, &MUL_K, a
 ag_tensor *ag_div(ag_tensor *a, ag_tensor *b) { return binary_op(&DIV, &DIV_K, a, b); }
 ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b) { return binary_op(&POW, &POW_K, a, b); }
 
+/* an in-place op may change a: not a leaf that requires grad (as torch) */
+static bool check_in_place(const char *op, const ag_tensor *a) {
+    if (!a->requires_grad || a->node) return true;
+    char b[128];
+    ag_error(op, "%s is a leaf that requires grad: it cannot be changed in place", ag_shape_str(a, b));
+    return false;
+}
+
+ag_tensor *ag_mul_scalar_(ag_tensor *a, double s) {
+    if (!ag__check_float("ag_mul_scalar_", a) || !check_in_place("ag_mul_scalar_", a)) return NULL;
+    unary_run(a->dtype == AG_F32 ? mul_scalar_fwd_f32 : mul_scalar_fwd_f64, a, a, NULL, NULL, s);
+    ag_tensor *y = ag__alias(a);
+    ag_node *n = ag_finish(&mul_scalar_OP, y, 1, &a); /* its backward reads neither x nor y */
+    if (n) n->ctx.d[0] = s;
+    return y;
+}
+
 ag_tensor *ag_add_(ag_tensor *a, ag_tensor *b) {
     const char *op = "ag_add_";
-    if (!ag__check_float(op, a) || !ag__check_float(op, b)) return NULL;
+    if (!ag__check_float(op, a) || !ag__check_float(op, b) || !check_in_place(op, a)) return NULL;
     char b1[128], b2[128];
     int64_t shape[AG_MAX_DIMS];
     int nd = ag_broadcast_shape(op, a, b, shape);
@@ -294,10 +311,6 @@ ag_tensor *ag_add_(ag_tensor *a, ag_tensor *b) {
     if (nd != a->ndim || memcmp(shape, a->shape, sizeof(int64_t) * (size_t)nd) != 0 || a->dtype != b->dtype) {
         ag_error(op, "%s %s += %s %s: b must have a's dtype and broadcast to a's shape", ag_shape_str(a, b1),
                  ag_dtype_name(a->dtype), ag_shape_str(b, b2), ag_dtype_name(b->dtype));
-        return NULL;
-    }
-    if (a->requires_grad && !a->node) {
-        ag_error(op, "%s is a leaf that requires grad: it cannot be changed in place", ag_shape_str(a, b1));
         return NULL;
     }
     ag__add_into(a, b); /* the same a + b per element as ag_add */

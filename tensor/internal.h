@@ -61,6 +61,18 @@ void ag__add_into(ag_tensor *dst, const ag_tensor *src);
  * caller must assign (=, beta = 0) instead of accumulating; else exactly ag_grad_buffer. */
 ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
 
+/* Under AddressSanitizer, memory the library holds but nobody may use (an arena's free space,
+ * a released gradient buffer) is poisoned, so a use after the rewind that forgot it is reported
+ * where it happens. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define AG_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define AG_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define AG_POISON(p, n) ((void)(p), (void)(n))
+#define AG_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);

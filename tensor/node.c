@@ -44,15 +44,6 @@ ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *i
 
 /* ---- gradient pool ---- */
 
-#if defined(__SANITIZE_ADDRESS__) /* a released buffer is poisoned until handed out again */
-#include <sanitizer/asan_interface.h>
-#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define POISON(p, n) ((void)(p), (void)(n))
-#define UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
 enum { POOL_CLASSES = 4 * 64 };
 static ag_arena *pool_arena;           /* never reset: chunks live on in the free lists */
 static void *pool_free[POOL_CLASSES];  /* singly linked through each free chunk's first word */
@@ -64,39 +55,36 @@ static size_t pool_bytes;
  * in all, since the sizes live at any moment of a backward pass change from op to op */
 #define POOL_BORROW 8
 
-/* class of a request and the bytes it rounds up to: 2^k·{1, 1.25, 1.5, 1.75} (≤ 25 % slack) */
-/* the data bytes a chunk of class c holds */
+/* Class c holds 2^(c/4)·(1 + (c%4)/4) data bytes: 4 classes per power of two, ≤ 25 % slack. */
 static size_t class_bytes(int c) {
     size_t base = (size_t)1 << (c / 4);
     return base + (size_t)(c % 4) * (base >> 2);
 }
 
-static int pool_class(size_t bytes, size_t *rounded) {
+/* the smallest class that holds bytes */
+static int pool_class(size_t bytes) {
     if (bytes < 64) bytes = 64;
     int k = 63 - __builtin_clzll((unsigned long long)bytes);
     size_t base = (size_t)1 << k, step = base >> 2;
-    size_t sub = (bytes - base + step - 1) / step; /* 0..4 */
-    *rounded = base + sub * step;
-    return 4 * k + (int)sub;
+    return 4 * k + (int)((bytes - base + step - 1) / step); /* sub-class 4 is the next power's 0 */
 }
 
 /* a chunk holding a gradient buffer shaped like like: zeroed, or left as it is */
 static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
-    size_t data, elsize = ag_dtype_size(like->dtype);
-    int c = pool_class((size_t)ag_numel(like) * elsize, &data), from = c;
+    size_t elsize = ag_dtype_size(like->dtype), need = (size_t)ag_numel(like) * elsize;
+    int c = pool_class(need), from = c;
     while (from < POOL_CLASSES - 1 && from - c < POOL_BORROW && !pool_free[from]) from++;
     char *chunk = pool_free[from];
     if (chunk) {
         pool_free[from] = *(void **)chunk;
     } else {
         if (!pool_arena) pool_arena = ag_arena_new((size_t)1 << 20);
-        chunk = ag_arena_alloc(pool_arena, POOL_HEADER + data);
+        chunk = ag_arena_alloc(pool_arena, POOL_HEADER + class_bytes(c));
         CHUNK_CLASS(chunk) = c;
-        pool_bytes += POOL_HEADER + data;
+        pool_bytes += POOL_HEADER + class_bytes(c);
     }
-    size_t need = (size_t)ag_numel(like) * elsize;
-    POISON(chunk + POOL_HEADER, class_bytes(CHUNK_CLASS(chunk))); /* the slack past need too */
-    UNPOISON(chunk + POOL_HEADER, need);
+    AG_POISON(chunk + POOL_HEADER, class_bytes(CHUNK_CLASS(chunk))); /* the slack past need too */
+    AG_UNPOISON(chunk + POOL_HEADER, need);
     ag_tensor *g = (ag_tensor *)chunk;
     memset(g, 0, sizeof *g);
     g->dtype = like->dtype;
@@ -110,7 +98,7 @@ static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
 
 static void pool_put(ag_tensor *g) {
     int c = CHUNK_CLASS(g);
-    POISON((char *)g + POOL_HEADER, class_bytes(c));
+    AG_POISON((char *)g + POOL_HEADER, class_bytes(c));
     *(void **)g = pool_free[c];
     pool_free[c] = g;
 }

@@ -452,6 +452,25 @@ static void test_add_in_place_writes_into_a_and_routes_gradients_to_both(void **
     tu_assert_values(b->grad, 0, 5, 7, 9); /* summed over the broadcast rows */
 }
 
+static void test_mul_scalar_in_place_scales_a_and_its_gradient(void **state) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(3), 1, -2, 4));
+    ag_tensor *a = ag_add_scalar(x, 1), *y = ag_mul_scalar_(a, 0.5);
+    assert_ptr_equal(y->data, a->data);
+    tu_assert_values(y, 0, 1, -0.5, 2.5);
+    ag_backward(y, tu_tensor(AG_F32, AG_SHAPE(3), 2, 4, 6));
+    tu_assert_values(x->grad, 0, 1, 2, 3);
+    assert_null(ag_mul_scalar_(x, 2));
+    tu_assert_error("ag_mul_scalar_", "(3)", "leaf");
+}
+
+/* on a product (whose backward reads its inputs, not its output: the condition for in place) */
+static ag_tensor *f_mul_scalar_(int n, ag_tensor **in, void *ctx) { return ag_mul_scalar_(ag_mul(in[0], in[0]), -1.7); }
+
+static void test_mul_scalar_in_place_gradcheck(void **state) {
+    ag_tensor *x = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.4, 0.3));
+    tu_assert_gradcheck(f_mul_scalar_, NULL, 1, &x);
+}
+
 static ag_tensor *f_add_(int n, ag_tensor **in, void *ctx) { return ag_add_(ag_mul(in[0], in[0]), in[1]); }
 
 static void test_add_in_place_gradcheck(void **state) {
@@ -477,6 +496,8 @@ int main(void) {
         T(test_add_in_place_writes_into_a_and_routes_gradients_to_both),
         T(test_add_in_place_gradcheck),
         T(test_add_in_place_refuses_leaves_and_growing_shapes),
+        T(test_mul_scalar_in_place_scales_a_and_its_gradient),
+        T(test_mul_scalar_in_place_gradcheck),
         T(test_pow_values_including_zero_base),
         T(test_integer_arithmetic_keeps_the_dtype_and_records_nothing),
         T(test_scalar_ops_values),

@@ -110,8 +110,9 @@ const model_config *model_cfg(const model *m) { return &m->cfg; }
 /* ids (B,L) at positions first.. → embedding·√d + positions, dropout: (B,L,d) */
 static ag_tensor *embed(model *m, const ag_embedding_t *e, ag_tensor *ids, int64_t first, bool training, ag_rng *rng) {
     int64_t L = ids->shape[1];
-    ag_tensor *x = ag_mul_scalar(ag_embedding_forward(e, ids), sqrt((double)m->cfg.d_model));
-    x = ag_add_(x, ag_narrow(m->pos, 0, first, L)); /* in place: the products are read by no backward */
+    /* in place: the embedding rows and their products are read by no backward */
+    ag_tensor *x = ag_mul_scalar_(ag_embedding_forward(e, ids), sqrt((double)m->cfg.d_model));
+    x = ag_add_(x, ag_narrow(m->pos, 0, first, L));
     return ag_dropout_(x, m->cfg.dropout, training, rng);
 }
 

@@ -195,6 +195,10 @@ def family_nn_layers(f):
     a, c = leaf(torch.randn(2, 3, 4)), leaf(torch.randn(3, 1))
     write_case(f, "add_inplace_broadcast", "add_", "f32", [a, c], [(a * 1.0).add_(c)],
                "(x * 1).add_(b), b (3,1) broadcast to (2,3,4)", grad_outputs="random")
+    e = leaf(torch.randn(3, 4))
+    write_case(f, "mul_scalar_inplace", "mul_scalar_", "f32", [e], [(e * 1.0).mul_(11.3137)],
+               "(x * 1).mul_(s), s = sqrt(128) as the Transformer's embedding scale", {"scalar": 11.3137},
+               grad_outputs="random")
 
 
 def family_nn_loss(f):

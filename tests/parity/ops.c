@@ -117,6 +117,11 @@ static int add_(parity_case *c, ag_tensor **out) {
     return 1;
 }
 
+static int mul_scalar_(parity_case *c, ag_tensor **out) {
+    out[0] = ag_mul_scalar_(ag_mul_scalar(pc_in(c, 0), 1.0), pc_double(c, "scalar", 1.0));
+    return 1;
+}
+
 static int cross_entropy(parity_case *c, ag_tensor **out) {
     out[0] = ag_cross_entropy(pc_in(c, 0), pc_in(c, 1), pc_int(c, "ignore_index", -100),
                               pc_double(c, "label_smoothing", 0), reduction(c));
@@ -210,6 +215,7 @@ const parity_op parity_nn_ops[] = {
     {"feed_forward", feed_forward},
     {"relu_dropout_", relu_dropout_},
     {"add_", add_},
+    {"mul_scalar_", mul_scalar_},
     {"cross_entropy", cross_entropy},
     {"nll_loss", nll_loss},
     {"mse_loss", mse_loss},
