@@ -7,6 +7,9 @@
  * and commits with memcpy only when the load as a whole succeeds. */
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <hdf5.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -356,6 +359,11 @@ static bool save_atomic(const char *path, const char *tmp, const ag_params *p, c
     bool ok = write_all(f, p, o, s) >= 0 && H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0;
     c = ag__ck_cause();
     ok = H5Fclose(f) >= 0 && ok;
+#ifdef __GLIBC__
+    /* HDF5's chunk and filter buffers, freed, would stay in the heap for the rest of a training
+     * run (6-9 MiB after each save of the translation model): give them back */
+    malloc_trim(0);
+#endif
     if (!ok) {
         ag__ck_problem(r, IO, "writing '%s' failed: %s", tmp, c.desc);
         unlink(tmp);
