@@ -108,5 +108,5 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
 }
 
 void ag_params_zero_grad(ag_params *p) {
-    if (p->grad) memset(p->grad, 0, (size_t)p->numel * ag_dtype_size(p->dtype));
+    if (p->grad) ag__zero(p->grad, (size_t)p->numel * ag_dtype_size(p->dtype));
 }

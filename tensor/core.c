@@ -87,6 +87,20 @@ void *ag_xmalloc(size_t bytes) {
 
 void ag_xfree(void *p) { free(p); }
 
+void ag__zero(void *p, size_t bytes) {
+    enum { PIECE = 1 << 18 }; /* 256 KiB per task */
+    int64_t pieces = (int64_t)((bytes + PIECE - 1) / PIECE), par_work = (int64_t)bytes / 4;
+    if (pieces < 2) {
+        memset(p, 0, bytes);
+        return;
+    }
+    AG_PAR_FOR
+    for (int64_t i = 0; i < pieces; i++) {
+        size_t off = (size_t)i * PIECE;
+        memset((char *)p + off, 0, bytes - off < PIECE ? bytes - off : PIECE);
+    }
+}
+
 /* ---- arena ----
  * A list of blocks; allocation bumps within the last block and opens a new block (at least
  * twice the last) when full. Reset coalesces several blocks into one of their total size, so

@@ -73,6 +73,9 @@ ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
 #define AG_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
+/* memset(p, 0, bytes), split over the OpenMP threads when large (gradient buffers, slabs) */
+void ag__zero(void *p, size_t bytes);
+
 /* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);

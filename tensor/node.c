@@ -92,7 +92,7 @@ static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
     memcpy(g->shape, like->shape, sizeof g->shape);
     ag__contiguous_strides(g->ndim, g->shape, g->stride);
     g->data = chunk + POOL_HEADER;
-    if (zero) memset(g->data, 0, need);
+    if (zero) ag__zero(g->data, need);
     return g;
 }
 

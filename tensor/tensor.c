@@ -110,7 +110,7 @@ ag_tensor *ag_empty(ag_dtype dt, int ndim, const int64_t *shape) {
 ag_tensor *ag_zeros(ag_dtype dt, int ndim, const int64_t *shape) {
     if (!check_shape("ag_zeros", ndim, shape)) return NULL;
     ag_tensor *t = ag__new(dt, ndim, shape);
-    memset(t->data, 0, (size_t)ag_numel(t) * ag_dtype_size(dt));
+    ag__zero(t->data, (size_t)ag_numel(t) * ag_dtype_size(dt));
     return t;
 }
 
