@@ -418,15 +418,19 @@ static void run_big(int threads, double **out, double **grads) {
     grads[0] = values(q->grad), grads[1] = values(k->grad), grads[2] = values(v->grad);
 }
 
-static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
+/* run(threads, &output, grads) at 1 and 2 threads: the same bits, n doubles each */
+static void assert_thread_count_independent(void (*run)(int, double **, double **), size_t n) {
     int prev = omp_get_max_threads();
     double *o1, *o2, *g1[3], *g2[3];
-    run_big(1, &o1, g1);
-    run_big(2, &o2, g2);
+    run(1, &o1, g1);
+    run(2, &o2, g2);
     omp_set_num_threads(prev);
-    size_t n = sizeof(double) * 4 * 4 * 32 * 16;
-    assert_memory_equal(o1, o2, n);
-    for (int i = 0; i < 3; i++) assert_memory_equal(g1[i], g2[i], n);
+    assert_memory_equal(o1, o2, n * sizeof(double));
+    for (int i = 0; i < 3; i++) assert_memory_equal(g1[i], g2[i], n * sizeof(double));
+}
+
+static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
+    assert_thread_count_independent(run_big, 4 * 4 * 32 * 16);
 }
 
 /* ---- the fused small-head kernels (f32, at most 16 live keys: nn/attention_small.c) ---- */
@@ -493,14 +497,7 @@ static void run_small(int threads, double **out, double **grads) {
 }
 
 static void test_attention_short_keys_results_do_not_depend_on_the_thread_count(void **s) {
-    int prev = omp_get_max_threads();
-    double *o1, *o2, *g1[3], *g2[3];
-    run_small(1, &o1, g1);
-    run_small(2, &o2, g2);
-    omp_set_num_threads(prev);
-    size_t n = sizeof(double) * 8 * 4 * 16 * 16;
-    assert_memory_equal(o1, o2, n);
-    for (int i = 0; i < 3; i++) assert_memory_equal(g1[i], g2[i], n);
+    assert_thread_count_independent(run_small, 8 * 4 * 16 * 16);
 }
 
 /* Packed heads (ag__attention_heads, as ag_mha_forward uses them) write their new gradient

@@ -465,36 +465,37 @@ static void ff_inputs(ag_dtype dt, int64_t m, int64_t d, int64_t ff, ag_tensor *
     for (int i = 1; i < 5; i++) in[i] = tu_leaf(ag_detach(in[i]));
 }
 
+/* The same inputs (seed) into the composed ops (a, outputs y[0]) and ag_feed_forward (b, y[1]),
+ * both backpropagated from one random output gradient. */
+static void ff_both_ways(ag_dtype dt, int64_t m, int64_t d, int64_t ff, double p, uint64_t seed, ag_tensor **a,
+                         ag_tensor **b, ag_tensor **y) {
+    ff_case cc = {p, false}, fc = {p, true};
+    ff_inputs(dt, m, d, ff, a, seed);
+    ff_inputs(dt, m, d, ff, b, seed);
+    y[0] = f_feed_forward(5, a, &cc);
+    y[1] = f_feed_forward(5, b, &fc);
+    ag_rng r = ag_rng_new(4);
+    ag_tensor *g = ag_randn(&r, dt, y[0]->ndim, y[0]->shape);
+    ag_backward(y[0], g);
+    ag_backward(y[1], g);
+}
+
 static void test_feed_forward_equals_linear_relu_dropout_linear_bit_for_bit(void **s) {
     /* one block of rows in backward: the same kernels in the same order as the composed ops */
     for (int k = 0; k < 3; k++) {
-        ff_case fc = {(double[]){0.0, 0.3, 1.0}[k], true}, cc = {fc.p, false};
-        ag_tensor *a[5], *b[5];
-        ff_inputs(AG_F32, 10, 6, 12, a, 3);
-        ff_inputs(AG_F32, 10, 6, 12, b, 3);
-        ag_tensor *y1 = f_feed_forward(5, a, &cc), *y2 = f_feed_forward(5, b, &fc);
-        ag_rng r = ag_rng_new(4);
-        ag_tensor *g = ag_randn(&r, AG_F32, y1->ndim, y1->shape);
-        assert_memory_equal(raw(y1), raw(y2), (size_t)ag_numel(y1) * sizeof(float));
-        ag_backward(y1, g);
-        ag_backward(y2, g);
+        ag_tensor *a[5], *b[5], *y[2];
+        ff_both_ways(AG_F32, 10, 6, 12, (double[]){0.0, 0.3, 1.0}[k], 3, a, b, y);
+        assert_memory_equal(raw(y[0]), raw(y[1]), (size_t)ag_numel(y[0]) * sizeof(float));
         for (int i = 0; i < 5; i++)
             assert_memory_equal(raw(a[i]->grad), raw(b[i]->grad), (size_t)ag_numel(a[i]) * sizeof(float));
     }
 }
 
 static void test_feed_forward_in_several_row_blocks_matches_composed_ops(void **s) {
-    /* 600 rows x 512 hidden: backward recomputes 256 rows at a time, summing weight gradients
+    /* 600 rows x 512 hidden: backward recomputes 512 rows, then 88, summing weight gradients
      * block by block (a different order from one GEMM: equal to rounding) */
-    ff_case fc = {0.2, true}, cc = {0.2, false};
-    ag_tensor *a[5], *b[5];
-    ff_inputs(AG_F64, 600, 16, 512, a, 6);
-    ff_inputs(AG_F64, 600, 16, 512, b, 6);
-    ag_tensor *y1 = f_feed_forward(5, a, &cc), *y2 = f_feed_forward(5, b, &fc);
-    ag_rng r = ag_rng_new(4);
-    ag_tensor *g = ag_randn(&r, AG_F64, y1->ndim, y1->shape);
-    ag_backward(y1, g);
-    ag_backward(y2, g);
+    ag_tensor *a[5], *b[5], *y[2];
+    ff_both_ways(AG_F64, 600, 16, 512, 0.2, 6, a, b, y);
     for (int i = 0; i < 5; i++) {
         int64_t n = ag_numel(a[i]);
         const double *u = raw(a[i]->grad), *v = raw(b[i]->grad);

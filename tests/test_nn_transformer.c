@@ -258,49 +258,55 @@ static void test_encoder_layer_post_norm_matches_torch_for_contiguous_and_transp
         0.017130678025732343, -1.111292642004028, -0.9534160769955073, -1.271015315625212, -0.980051723629872,    \
         -1.337387239799772, -0.31374498446110444, 0.00991809269849997, 0.6611884983715672
 
-static void test_decoder_layer_norm_first_gelu_causal_matches_torch_with_sliced_memory(void **s) {
-    ag_params *p = ag_params_new(AG_F64);
+/* the DEC_OUT case: a norm_first gelu decoder layer, its inputs and masks */
+typedef struct {
+    ag_params *p;
+    ag_transformer_decoder_layer_t m;
+    ag_tensor *tgt, *mem;
+    ag_transformer_args a;
+} dec_case;
+
+static dec_case dec_case_new(void) {
+    dec_case d = {.p = ag_params_new(AG_F64)};
     ag_transformer_config c = small_config(true, AG_ACTIVATION_GELU, true);
-    ag_transformer_decoder_layer_t m = ag_transformer_decoder_layer_new(p, "", &c, NULL);
-    fill_params(p);
-    ag_tensor *tgt = wave(AG_F64, AG_SHAPE(2, 3, 4), 0.3);
-    ag_tensor *mem = wave(AG_F64, AG_SHAPE(2, 4, 4), 1.1);
-    ag_transformer_args a = {.tgt_mask = ag_square_subsequent_mask(3, AG_F64),
-                             .memory_key_padding_mask = bools(AG_SHAPE(2, 4), "00000011")};
-    ag_tensor *y = ag_transformer_decoder_layer_forward(&m, tgt, mem, &a);
+    d.m = ag_transformer_decoder_layer_new(d.p, "", &c, NULL);
+    fill_params(d.p);
+    d.tgt = wave(AG_F64, AG_SHAPE(2, 3, 4), 0.3);
+    d.mem = wave(AG_F64, AG_SHAPE(2, 4, 4), 1.1);
+    d.a = (ag_transformer_args){.tgt_mask = ag_square_subsequent_mask(3, AG_F64),
+                                .memory_key_padding_mask = bools(AG_SHAPE(2, 4), "00000011")};
+    return d;
+}
+
+static void test_decoder_layer_norm_first_gelu_causal_matches_torch_with_sliced_memory(void **s) {
+    dec_case d = dec_case_new();
+    ag_tensor *y = ag_transformer_decoder_layer_forward(&d.m, d.tgt, d.mem, &d.a);
     tu_assert_shape(y, 2, 3, 4);
     tu_assert_values(y, 1e-12, DEC_OUT);
     /* memory as every other row of a (2,8,4) tensor holding it at even rows */
     ag_tensor *big = ag_zeros(AG_F64, AG_SHAPE(2, 8, 4));
     ag_tensor *sl = ag_slice(big, 1, 0, 8, 2);
-    ag_copy_(sl, mem);
+    ag_copy_(sl, d.mem);
     assert_false(ag_is_contiguous(sl));
-    tu_assert_values(ag_transformer_decoder_layer_forward(&m, tgt, sl, &a), 1e-12, DEC_OUT);
+    tu_assert_values(ag_transformer_decoder_layer_forward(&d.m, d.tgt, sl, &d.a), 1e-12, DEC_OUT);
     /* tgt_is_causal stands for the same mask */
-    ag_transformer_args flag = {.tgt_is_causal = true, .memory_key_padding_mask = a.memory_key_padding_mask};
-    tu_assert_values(ag_transformer_decoder_layer_forward(&m, tgt, mem, &flag), 1e-12, DEC_OUT);
-    ag_params_free(p);
+    ag_transformer_args flag = {.tgt_is_causal = true, .memory_key_padding_mask = d.a.memory_key_padding_mask};
+    tu_assert_values(ag_transformer_decoder_layer_forward(&d.m, d.tgt, d.mem, &flag), 1e-12, DEC_OUT);
+    ag_params_free(d.p);
 }
 
 /* Without grad a layer forgets its intermediates: the arena then holds only the output, and
  * the values are those computed with grad on (the torch fixture). */
 static void test_no_grad_layers_keep_only_their_output(void **s) {
-    ag_params *p = ag_params_new(AG_F64);
-    ag_transformer_config c = small_config(true, AG_ACTIVATION_GELU, true);
-    ag_transformer_decoder_layer_t m = ag_transformer_decoder_layer_new(p, "", &c, NULL);
-    fill_params(p);
-    ag_tensor *tgt = wave(AG_F64, AG_SHAPE(2, 3, 4), 0.3);
-    ag_tensor *mem = wave(AG_F64, AG_SHAPE(2, 4, 4), 1.1);
-    ag_transformer_args a = {.tgt_mask = ag_square_subsequent_mask(3, AG_F64),
-                             .memory_key_padding_mask = bools(AG_SHAPE(2, 4), "00000011")};
+    dec_case d = dec_case_new();
     bool prev = ag_set_grad_enabled(false);
     ag_arena *arena = ag_arena_current();
     size_t before = ag_arena_used(arena);
-    ag_tensor *y = ag_transformer_decoder_layer_forward(&m, tgt, mem, &a);
+    ag_tensor *y = ag_transformer_decoder_layer_forward(&d.m, d.tgt, d.mem, &d.a);
     assert_true(ag_arena_used(arena) - before <= 256 + 256); /* 2x3x4 doubles and a header */
     tu_assert_values(y, 1e-12, DEC_OUT);
     ag_set_grad_enabled(prev);
-    ag_params_free(p);
+    ag_params_free(d.p);
 }
 
 /* ==== incremental decoding ==================================================================== */
