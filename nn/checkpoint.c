@@ -348,8 +348,14 @@ static bool save_atomic(const char *path, const char *tmp, const ag_params *p, c
     hid_t fapl = ag__ck_fapl_new();
     /* 1.8 file format: checksummed metadata, readable by any HDF5 >= 1.8 */
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    /* Every dataset is one chunk, so its chunk index (a v1 B-tree) needs room for 1 entry, not
+     * the default 64: HDF5 keeps each index node in memory until the file closes, and at the
+     * default rank they made up most of a save's memory (3.3 of 6 MiB for the translation model). */
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+    H5Pset_istore_k(fcpl, 1);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl);
     cause_t c = ag__ck_cause(); /* before the next HDF5 call clears the error stack */
+    H5Pclose(fcpl);
     H5Pclose(fapl);
     if (f < 0) {
         ag__ck_problem(r, IO, "HDF5 cannot create '%s': %s", tmp, c.desc);
