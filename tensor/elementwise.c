@@ -284,12 +284,14 @@ ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b) { return binary_op(&MUL, &MUL_K, a
 ag_tensor *ag_div(ag_tensor *a, ag_tensor *b) { return binary_op(&DIV, &DIV_K, a, b); }
 ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b) { return binary_op(&POW, &POW_K, a, b); }
 
-/* an in-place op may change a: not a leaf that requires grad (as torch) */
+/* an in-place op may change a: not a leaf that requires grad (as torch), not an expanded view */
 static bool check_in_place(const char *op, const ag_tensor *a) {
-    if (!a->requires_grad || a->node) return true;
     char b[128];
-    ag_error(op, "%s is a leaf that requires grad: it cannot be changed in place", ag_shape_str(a, b));
-    return false;
+    if (a->requires_grad && !a->node) {
+        ag_error(op, "%s is a leaf that requires grad: it cannot be changed in place", ag_shape_str(a, b));
+        return false;
+    }
+    return ag__writable(op, a, NULL) != NULL;
 }
 
 ag_tensor *ag_mul_scalar_(ag_tensor *a, double s) {
@@ -313,7 +315,9 @@ ag_tensor *ag_add_(ag_tensor *a, ag_tensor *b) {
                  ag_dtype_name(a->dtype), ag_shape_str(b, b2), ag_dtype_name(b->dtype));
         return NULL;
     }
-    ag__add_into(a, b); /* the same a + b per element as ag_add */
+    const ag_tensor *src = ag__writable(op, a, b);
+    if (!src) return NULL;
+    ag__add_into(a, src); /* the same a + b per element as ag_add */
     ag_tensor *y = ag__alias(a), *in[2] = {a, b};
     ag_finish(&ADD, y, 2, in);
     return y;

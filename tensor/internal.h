@@ -41,6 +41,20 @@ static inline char *ag__ptr(const ag_tensor *t) { return t->data + t->offset * (
 char *ag__shape_str(int ndim, const int64_t *shape, char *buf);
 bool ag__same_shape(const ag_tensor *a, const ag_tensor *b);
 
+/* How the memory of a destination dst and a source src of an op that writes dst meet, as torch
+ * tells them apart: NONE (disjoint, or either empty), FULL (the same elements in the same
+ * layout: an elementwise op may read and write them together), PARTIAL (both dense, some
+ * elements shared in another layout: results would depend on the loop order), MAYBE (their
+ * byte ranges meet but a strided layout may interleave them). */
+typedef enum { AG_OVERLAP_NONE, AG_OVERLAP_FULL, AG_OVERLAP_PARTIAL, AG_OVERLAP_MAYBE } ag_overlap;
+ag_overlap ag__overlap(const ag_tensor *dst, const ag_tensor *src);
+/* The checks before writing into dst from src (src may be NULL): ag_error, as torch, when dst
+ * has several elements on one address (an expanded view) or src partially overlaps it.
+ * Returns src, or a private copy of it when the overlap may interleave, so the op reads the
+ * old values whatever the loop order; NULL after an error. With src NULL, returns dst or
+ * NULL. */
+const ag_tensor *ag__writable(const char *op, const ag_tensor *dst, const ag_tensor *src);
+
 /* Strided loop over ndim/shape for nops operands. base[k] is operand k's first element,
  * bstride[k][d] its stride in bytes along d (0 where broadcast). fn gets every innermost run:
  * n elements, the run's pointers, and each operand's byte stride along the run. Parallel above

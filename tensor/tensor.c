@@ -1,5 +1,6 @@
 /* Creation, copying, element access and printing. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -34,6 +35,69 @@ bool ag_is_contiguous(const ag_tensor *t) {
         s *= t->shape[i];
     }
     return true;
+}
+
+/* bytes [lo, hi) that t's elements occupy; false when t is empty */
+static bool byte_span(const ag_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    int64_t first = t->offset, last = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) return false;
+        int64_t reach = t->stride[i] * (t->shape[i] - 1);
+        if (reach < 0) first += reach;
+        else last += reach;
+    }
+    size_t es = ag_dtype_size(t->dtype);
+    *lo = (uintptr_t)t->data + (uintptr_t)(first * (int64_t)es);
+    *hi = (uintptr_t)t->data + (uintptr_t)((last + 1) * (int64_t)es);
+    return true;
+}
+
+/* t's elements fill their byte span exactly once (its dims, ordered by stride, are contiguous) */
+static bool dense(const ag_tensor *t) {
+    int64_t st[AG_MAX_DIMS], sh[AG_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 1) continue;
+        int j = n++;
+        for (; j > 0 && llabs(st[j - 1]) > llabs(t->stride[i]); j--) st[j] = st[j - 1], sh[j] = sh[j - 1];
+        st[j] = llabs(t->stride[i]), sh[j] = t->shape[i];
+    }
+    for (int i = 0, expect = 1; i < n; expect *= sh[i], i++)
+        if (st[i] != expect) return false;
+    return true;
+}
+
+ag_overlap ag__overlap(const ag_tensor *dst, const ag_tensor *src) {
+    uintptr_t a0, a1, b0, b1;
+    if (!byte_span(dst, &a0, &a1) || !byte_span(src, &b0, &b1) || a1 <= b0 || b1 <= a0) return AG_OVERLAP_NONE;
+    if (dst->data == src->data && dst->offset == src->offset && dst->dtype == src->dtype && ag__same_shape(dst, src) &&
+        memcmp(dst->stride, src->stride, sizeof(int64_t) * (size_t)dst->ndim) == 0)
+        return AG_OVERLAP_FULL;
+    return dense(dst) && dense(src) ? AG_OVERLAP_PARTIAL : AG_OVERLAP_MAYBE;
+}
+
+const ag_tensor *ag__writable(const char *op, const ag_tensor *dst, const ag_tensor *src) {
+    char b1[128], b2[128];
+    for (int i = 0; i < dst->ndim && ag_numel(dst); i++)
+        if (dst->stride[i] == 0 && dst->shape[i] > 1) {
+            ag_error(op, "the destination %s has several elements at one memory location (an expanded view): "
+                         "clone it before writing into it", ag_shape_str(dst, b1));
+            return NULL;
+        }
+    if (!src) return dst;
+    switch (ag__overlap(dst, src)) {
+    case AG_OVERLAP_PARTIAL:
+        ag_error(op, "the source %s and the destination %s share some memory in different layouts: "
+                     "clone the source first", ag_shape_str(src, b1), ag_shape_str(dst, b2));
+        return NULL;
+    case AG_OVERLAP_MAYBE: {
+        ag_tensor *copy = ag__new(src->dtype, src->ndim, src->shape);
+        ag_copy_(copy, src);
+        return copy;
+    }
+    default:
+        return src;
+    }
 }
 
 bool ag__check_not_null(const char *op, const ag_tensor *t) {
@@ -271,6 +335,7 @@ void ag_copy_(ag_tensor *dst, const ag_tensor *src) {
         int64_t ss = src->shape[src->ndim - 1 - i], ds = dst->shape[dst->ndim - 1 - i];
         if (ss != ds && ss != 1) goto bad;
     }
+    if (!(src = ag__writable("ag_copy_", dst, src))) return;
     ag__bcast_bstrides(dst, dst->ndim, dst->shape, bs[0]);
     ag__bcast_bstrides(src, dst->ndim, dst->shape, bs[1]);
     conv_ctx c = {dst->dtype, src->dtype};
@@ -297,6 +362,7 @@ static void fill_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
 }
 
 void ag_fill_(ag_tensor *t, double value) {
+    if (!ag__check_not_null("ag_fill_", t) || !ag__writable("ag_fill_", t, NULL)) return;
     fill_ctx c = {t->dtype, value};
     int64_t bs[1][AG_MAX_DIMS];
     ag__bcast_bstrides(t, t->ndim, t->shape, bs[0]);

@@ -116,6 +116,11 @@ ag_tensor *ag_wrap(ag_dtype dt, int ndim, const int64_t *shape, void *data);
 ag_tensor *ag_rand(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape);   /* U[0,1) */
 ag_tensor *ag_randn(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape);  /* N(0,1) */
 ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, double lo, double hi);
+/* Everything that writes into an existing tensor (these, ag_add_, ag_mul_scalar_) follows
+ * torch's memory-overlap rules: the destination may not be an expanded view (several elements
+ * at one address), and a source sharing some of its elements in another dense layout (x[1:]
+ * into x[:-1], x into x^T) is an error: clone the source first. The same view, and strided
+ * views whose ranges meet, are fine: the source's old values are read. */
 /* fill in place (no grad recorded) */
 void ag_fill_(ag_tensor *t, double value);
 void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi);

@@ -488,6 +488,28 @@ static void test_add_in_place_refuses_leaves_and_growing_shapes(void **state) {
     tu_assert_error("ag_add_", "f32", "f64");
 }
 
+/* torch's memory-overlap rules: a source sharing the destination's elements in another dense
+ * layout and an expanded destination are errors; the same view is allowed; strided views whose
+ * ranges interleave read the old values (torch leaves that order-dependent) */
+static void test_add_in_place_with_overlapping_operands_follows_torch_or_reads_old_values(void **state) {
+    (void)state;
+    ag_tensor *a = tu_tensor(AG_F32, AG_SHAPE(2, 4), 1, 2, 3, 4, 5, 6, 7, 8);
+    ag_add_(ag_slice(a, 1, 1, 4, 1), ag_slice(a, 1, 0, 3, 1)); /* a[:, 1:] += a[:, :-1] */
+    assert_int_equal(tu_error_count(), 0);
+    tu_assert_values(a, 0, 1, 3, 5, 7, 5, 11, 13, 15); /* a loop in order would give running sums 1, 3, 6, 10 */
+    ag_add_(a, a);
+    assert_int_equal(tu_error_count(), 0);
+    tu_assert_values(a, 0, 2, 6, 10, 14, 10, 22, 26, 30);
+    ag_tensor *v = tu_tensor(AG_F32, AG_SHAPE(5), 1, 2, 3, 4, 5);
+    assert_null(ag_add_(ag_slice(v, 0, 1, 5, 1), ag_slice(v, 0, 0, 4, 1)));
+    tu_assert_error("ag_add_", "(4)", "share some memory", "clone");
+    tu_assert_values(v, 0, 1, 2, 3, 4, 5);
+    assert_null(ag_add_(ag_expand(ag_ones(AG_F32, AG_SHAPE(1, 3)), AG_SHAPE(2, 3)), ag_ones(AG_F32, AG_SHAPE(2, 3))));
+    tu_assert_error("ag_add_", "(2,3)", "expanded view");
+    assert_null(ag_mul_scalar_(ag_expand(ag_ones(AG_F32, AG_SHAPE(3, 1)), AG_SHAPE(3, 2)), 2));
+    tu_assert_error("ag_mul_scalar_", "(3,2)", "expanded view");
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
 int main(void) {
@@ -496,6 +518,7 @@ int main(void) {
         T(test_add_in_place_writes_into_a_and_routes_gradients_to_both),
         T(test_add_in_place_gradcheck),
         T(test_add_in_place_refuses_leaves_and_growing_shapes),
+        T(test_add_in_place_with_overlapping_operands_follows_torch_or_reads_old_values),
         T(test_mul_scalar_in_place_scales_a_and_its_gradient),
         T(test_mul_scalar_in_place_gradcheck),
         T(test_pow_values_including_zero_base),

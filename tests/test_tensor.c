@@ -198,6 +198,39 @@ static void test_copy_into_transposed_destination_writes_through_strides(void **
     tu_assert_values(base, 0, 1, 3, 5, 2, 4, 6);
 }
 
+/* torch's overlap rules (see test_elementwise's add_ case): strided views whose ranges meet are
+ * copied from the old values; dense views sharing elements in another layout, and expanded
+ * destinations, are errors that leave the destination as it was */
+static void test_copy_between_overlapping_views_reads_the_old_values_or_reports_the_overlap(void **state) {
+    (void)state;
+    ag_tensor *m = tu_tensor(AG_F32, AG_SHAPE(4, 3), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11);
+    ag_tensor *cols = ag_slice(m, 1, 0, 2, 1);
+    ag_copy_(ag_slice(cols, 0, 1, 4, 1), ag_slice(cols, 0, 0, 3, 1)); /* m[1:, :2] = m[:-1, :2] */
+    assert_int_equal(tu_error_count(), 0);
+    /* a loop in order would copy row 0's first two values into every row */
+    tu_assert_values(m, 0, 0, 1, 2, 0, 1, 5, 3, 4, 8, 6, 7, 11);
+    ag_tensor *a = tu_tensor(AG_F32, AG_SHAPE(2, 4), 0, 0, 1, 2, 4, 4, 5, 6);
+    ag_copy_(ag_slice(a, 1, 0, 4, 2), ag_slice(a, 1, 1, 4, 2)); /* a[:, ::2] = a[:, 1::2]: disjoint elements */
+    tu_assert_values(a, 0, 0, 0, 2, 2, 4, 4, 6, 6);
+    ag_copy_(a, a);
+    assert_int_equal(tu_error_count(), 0);
+    tu_assert_values(a, 0, 0, 0, 2, 2, 4, 4, 6, 6);
+    ag_tensor *sq = tu_tensor(AG_F64, AG_SHAPE(2, 2), 1, 2, 3, 4);
+    ag_copy_(sq, ag_transpose(sq, 0, 1));
+    tu_assert_error("ag_copy_", "(2,2)", "share some memory", "clone the source");
+    tu_assert_values(sq, 0, 1, 2, 3, 4);
+    ag_tensor *v = tu_tensor(AG_F32, AG_SHAPE(4), 1, 2, 3, 4);
+    ag_copy_(ag_slice(v, 0, 0, 3, 1), ag_slice(v, 0, 1, 4, 1));
+    tu_assert_error("ag_copy_", "(3)", "share some memory");
+    tu_assert_values(v, 0, 1, 2, 3, 4);
+    ag_tensor *row = tu_tensor(AG_F32, AG_SHAPE(1, 3), 1, 2, 3);
+    ag_copy_(ag_expand(row, AG_SHAPE(2, 3)), ag_zeros(AG_F32, AG_SHAPE(2, 3)));
+    tu_assert_error("ag_copy_", "(2,3)", "expanded view");
+    ag_fill_(ag_expand(row, AG_SHAPE(2, 3)), 0);
+    tu_assert_error("ag_fill_", "(2,3)", "expanded view");
+    tu_assert_values(row, 0, 1, 2, 3);
+}
+
 static void test_copy_converts_between_float_int_and_bool(void **state) {
     (void)state;
     ag_tensor *f64 = tu_tensor(AG_F64, AG_SHAPE(5), -2.7, -0.5, 0, 1.5, 2.9);
@@ -547,6 +580,7 @@ int main(void) {
         T(test_shape_str_formats_shapes),
         T(test_copy_broadcasts_row_column_and_scalar),
         T(test_copy_into_transposed_destination_writes_through_strides),
+        T(test_copy_between_overlapping_views_reads_the_old_values_or_reports_the_overlap),
         T(test_copy_converts_between_float_int_and_bool),
         T(test_copy_rejects_non_broadcastable_source),
         T(test_fill_writes_only_the_elements_of_a_strided_view),
