@@ -145,6 +145,12 @@ ag_tensor *ag_permute(ag_tensor *t, const int *dims) {
 
 ag_tensor *ag_transpose(ag_tensor *t, int d0, int d1) {
     if (!ag__check_not_null("ag_transpose", t)) return NULL;
+    if (t->ndim == 0) { /* as torch: dims 0 and -1 name the 0-d tensor's one place, nothing to swap */
+        int other = d0 == 0 || d0 == -1 ? d1 : d0;
+        if (other == 0 || other == -1) return t;
+        ag_wrap_dim("ag_transpose", t, other); /* reports it */
+        return NULL;
+    }
     int a = ag_wrap_dim("ag_transpose", t, d0), b = ag_wrap_dim("ag_transpose", t, d1);
     if (a < 0 || b < 0) return NULL;
     int dims[AG_MAX_DIMS];
@@ -252,6 +258,7 @@ ag_tensor *ag_select(ag_tensor *t, int dim, int64_t index) {
 
 ag_tensor *ag_squeeze(ag_tensor *t, int dim) {
     if (!ag__check_not_null("ag_squeeze", t)) return NULL;
+    if (t->ndim == 0 && (dim == 0 || dim == -1)) return t; /* as torch: a 0-d tensor has nothing to squeeze */
     int d = ag_wrap_dim("ag_squeeze", t, dim);
     if (d < 0) return NULL;
     ag_tensor *y = ag__alias(t);

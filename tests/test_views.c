@@ -236,6 +236,27 @@ static void test_squeeze_removes_only_size_one_dims(void **state) {
     tu_assert_error("ag_squeeze", "dim 3", "(2,1,3)");
 }
 
+/* torch.tensor(3.).squeeze(0), .squeeze(-1), .transpose(0, -1) are the 0-d tensor; dim 1 is an error */
+static void test_squeeze_and_transpose_of_a_0d_tensor_accept_dims_0_and_minus_1(void **state) {
+    (void)state;
+    ag_tensor *s = ag_scalar(AG_F64, 3);
+    ag_tensor *views[3] = {ag_squeeze(s, 0), ag_squeeze(s, -1), ag_transpose(s, 0, -1)};
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(views[i]);
+        assert_int_equal(views[i]->ndim, 0);
+        assert_true(views[i]->data == s->data && views[i]->offset == s->offset);
+    }
+    assert_int_equal(tu_error_count(), 0);
+    assert_null(ag_squeeze(s, 1));
+    tu_assert_error("ag_squeeze", "dim 1", "0-d");
+    assert_null(ag_transpose(s, 0, 1));
+    tu_assert_error("ag_transpose", "dim 1", "0-d");
+    /* gradients flow through them as through the tensor itself */
+    ag_tensor *x = tu_leaf(ag_scalar(AG_F64, 2));
+    ag_backward(ag_mul(ag_transpose(ag_squeeze(x, 0), 0, 0), ag_scalar(AG_F64, 5)), NULL);
+    tu_assert_values(x->grad, 0, 5);
+}
+
 static void test_unsqueeze_inserts_dims_with_negative_positions(void **state) {
     (void)state;
     ag_tensor *x = tu_tensor(AG_F32, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6);
@@ -382,6 +403,7 @@ int main(void) {
         T(test_slice_with_negative_indices_step_and_clamping),
         T(test_select_drops_the_dim_and_accepts_negative_index),
         T(test_squeeze_removes_only_size_one_dims),
+        T(test_squeeze_and_transpose_of_a_0d_tensor_accept_dims_0_and_minus_1),
         T(test_unsqueeze_inserts_dims_with_negative_positions),
         T(test_expand_uses_stride_zero_and_minus_one_keeps_a_dim),
         T(test_expand_errors_name_both_shapes),
