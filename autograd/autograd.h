@@ -24,6 +24,19 @@ extern "C" {
  * back to a pool once its producing op has consumed it: a pass holds only the live gradients. */
 void ag_backward(ag_tensor *out, ag_tensor *grad);
 
+/* Activation recomputation, as torch.utils.checkpoint.checkpoint: y = fn(ctx, in) whose
+ * intermediates are not kept. The forward runs fn once and keeps only y; backward runs fn
+ * again (grad on, the generator rng put back where it was, so dropout draws the same masks)
+ * and backpropagates through that second graph. Trades a second forward of fn for the memory
+ * of its intermediates. ctx (ctx_size bytes) is copied and handed to both runs; fn must
+ * compute the same thing both times from in and what ctx points to, and every tensor it reads
+ * that requires grad, other than parameters (leaves), must be one of the nin inputs (checked).
+ * rng is the generator fn draws from (NULL: the global one). Without grad mode it is fn(ctx,
+ * in). Reports through the error handler and returns NULL on misuse. */
+typedef ag_tensor *(*ag_recompute_fn)(void *ctx, ag_tensor *const *in);
+ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, int nin, ag_tensor *const *in,
+                        ag_rng *rng);
+
 /* torch.Tensor.retain_grad: keep t->grad after backward although t is not a leaf (the copy is
  * made in the arena current during backward). No effect on leaves, which always keep it. */
 void ag_retain_grad(ag_tensor *t);

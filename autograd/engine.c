@@ -7,9 +7,12 @@
 #include "../tensor/internal.h"
 #include "autograd.h"
 
-/* Reachable nodes; kept across calls so steady-state backward allocates nothing. */
+/* Reachable nodes; kept across calls so steady-state backward allocates nothing. A backward
+ * run inside an op's backward (ag_recompute) stacks its nodes above the running pass's:
+ * order[order_top...]. */
 static ag_node **order;
-static size_t order_cap;
+static size_t order_cap, order_top;
+static uint32_t passes = 1; /* the last pass number handed out */
 
 static void order_reserve(size_t n) {
     if (n <= order_cap) return;
@@ -27,14 +30,15 @@ static int newest_first(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Every node reachable from root, marked with this pass; returns the count. order[] doubles as
- * the DFS stack: entries [done, top) are discovered but not yet expanded. */
-static size_t collect(ag_node *root, uint32_t pass) {
-    size_t top = 0;
-    order_reserve(1);
+/* Every node reachable from root, marked with this pass, into order[base...]; returns the
+ * count. order[] doubles as the DFS stack: entries [done, top) are discovered but not yet
+ * expanded. */
+static size_t collect(ag_node *root, uint32_t pass, size_t base) {
+    size_t top = base;
+    order_reserve(top + 1);
     root->visit = pass;
     order[top++] = root;
-    for (size_t done = 0; done < top; done++) {
+    for (size_t done = base; done < top; done++) {
         ag_node *n = order[done];
         for (int i = 0; i < n->nin; i++) {
             ag_tensor *in = n->in[i];
@@ -44,8 +48,8 @@ static size_t collect(ag_node *root, uint32_t pass) {
             order[top++] = in->node;
         }
     }
-    qsort(order, top, sizeof *order, newest_first);
-    return top;
+    qsort(order + base, top - base, sizeof *order, newest_first);
+    return top - base;
 }
 
 static bool anomaly;
@@ -70,19 +74,24 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
         ag_error(op, "gradient %s does not match output %s", ag_shape_str(grad, b1), ag_shape_str(out, b2));
         return;
     }
-    uint32_t pass = ++ag__grad_pass;
+    /* a pass nested in an op's backward gets its own number and gives the outer one back */
+    uint32_t outer = ag__grad_pass, pass = ag__grad_pass = ++passes;
     ag_arena *a = ag_arena_current();
     ag_tensor *g0 = ag_grad_buffer(out);
     ag_arena_mark m0 = ag_arena_get_mark(a);
     if (grad) ag__add_into(g0, grad);
     else ag__add_into(g0, ag_scalar(out->dtype, 1.0));
     ag_arena_rewind(a, m0);
-    if (!out->node) return; /* a leaf: its gradient is the seed */
+    if (!out->node) { /* a leaf: its gradient is the seed */
+        if (order_top) ag__grad_pass = outer;
+        return;
+    }
 
-    size_t count = collect(out->node, pass);
+    size_t base = order_top, count = collect(out->node, pass, base);
+    order_top = base + count;
     bool prev = ag_set_grad_enabled(false);
     for (size_t i = 0; i < count; i++) {
-        ag_node *n = order[i];
+        ag_node *n = order[base + i]; /* order may move when a nested pass grows it */
         if (!n->out->grad || n->out->grad_pass != pass) continue; /* no gradient reached it */
         /* leaves' buffers first: they outlive the rewind below */
         for (int k = 0; k < n->nin; k++)
@@ -94,6 +103,8 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
         ag__grad_release(n->out); /* no later node reads it */
     }
     ag_set_grad_enabled(prev);
+    order_top = base;
+    if (base) ag__grad_pass = outer;
 }
 
 void ag_retain_grad(ag_tensor *t) {

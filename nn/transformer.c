@@ -159,15 +159,32 @@ static bool check_masks(const char *op, const char *mask_name, ag_tensor *am, co
     return *kpm != NULL;
 }
 
-/* dropoutN(attn(q, kv, kv)): _sa_block / _mha_block. q == kv makes ag_mha_forward use one
- * packed projection GEMM. */
-static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
-                             bool causal, double p, const ag_transformer_args *a, ag_tensor **weights) {
-    ag_mha_args ma = {.key_padding_mask = kpm, .attn_mask = mask, .is_causal = causal, .training = a->training,
-                      .rng = a->rng, .need_weights = weights != NULL};
-    ag_tensor *y = ag_mha_forward(attn, q, kv, kv, &ma, weights);
+/* What an attention block reads besides its inputs: kept by ag_recompute for backward. */
+typedef struct {
+    const ag_mha_t *attn;
+    ag_mha_args ma;
+    double p;
+    bool self_attn;      /* in = {x} (q = k = v: one packed projection GEMM), else {q, kv} */
+    ag_tensor **weights; /* the attention weights wanted (never when recomputed) */
+} attn_ctx;
+
+/* dropoutN(attn(q, kv, kv)): _sa_block / _mha_block */
+static ag_tensor *attn_run(void *ctx, ag_tensor *const *in) {
+    attn_ctx *c = ctx;
+    ag_tensor *kv = in[c->self_attn ? 0 : 1];
+    ag_tensor *y = ag_mha_forward(c->attn, in[0], kv, kv, &c->ma, c->weights);
     TRY(y);
-    return ag_dropout_(y, p, a->training, a->rng); /* out_proj's output: its backward reads only its input */
+    return ag_dropout_(y, c->p, c->ma.training, c->ma.rng); /* out_proj's output: its backward reads only its input */
+}
+
+static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
+                             bool causal, double p, const ag_transformer_args *a, ag_tensor **weights,
+                             bool recompute) {
+    attn_ctx c = {attn, {.key_padding_mask = kpm, .attn_mask = mask, .is_causal = causal, .training = a->training,
+                         .rng = a->rng, .need_weights = weights != NULL}, p, q == kv, weights};
+    ag_tensor *in[2] = {q, kv};
+    if (recompute && !weights) return ag_recompute(attn_run, &c, sizeof c, c.self_attn ? 1 : 2, in, a->rng);
+    return attn_run(&c, in);
 }
 
 /* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block. relu: one op that recomputes
@@ -231,7 +248,7 @@ ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_lay
                      s.len))
         return NULL;
     ag_tensor *x = s.x;
-#define SA(h) attn_block(&m->self_attn, h, h, a->src_mask, kpm, a->src_is_causal, c->dropout, a, NULL)
+#define SA(h) attn_block(&m->self_attn, h, h, a->src_mask, kpm, a->src_is_causal, c->dropout, a, NULL, c->recompute_attention)
 #define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
     RESIDUAL(x, m->norm1, SA);
     RESIDUAL(x, m->norm2, FF);
@@ -267,11 +284,11 @@ ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_lay
                      t.len, mem.len))
         return NULL;
     ag_tensor *x = t.x, *mx = mem.x;
-#define SA(h) attn_block(&m->self_attn, h, h, a->tgt_mask, tkpm, a->tgt_is_causal, c->dropout, a, NULL)
+#define SA(h) attn_block(&m->self_attn, h, h, a->tgt_mask, tkpm, a->tgt_is_causal, c->dropout, a, NULL, c->recompute_attention)
 #define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
 #define CA(h)                                                                                                         \
     attn_block(&m->multihead_attn, h, mx, a->memory_mask, mkpm, a->memory_is_causal, c->dropout, a,                    \
-               a->cross_attn_weights)
+               a->cross_attn_weights, c->recompute_attention)
     RESIDUAL(x, m->norm1, SA);
     RESIDUAL(x, m->norm2, CA);
     RESIDUAL(x, m->norm3, FF);

@@ -31,6 +31,11 @@ typedef struct {
     double layer_norm_eps;
     bool batch_first;         /* (N,L,E) instead of (L,N,E) */
     bool norm_first;          /* LayerNorm before each block (pre-norm) instead of after */
+    /* attograd's own (not torch's): in training with grad, each attention block keeps only its
+     * output and is computed again in backward (ag_recompute): its projections, scores and
+     * probabilities are not held between forward and backward. The same values and parameter
+     * gradients; less memory for a second forward of the attention. Off by default. */
+    bool recompute_attention;
 } ag_transformer_config;
 
 /* torch's defaults: dim_feedforward 2048, dropout 0.1, relu, eps 1e-5, seq-first, post-norm */

@@ -28,6 +28,12 @@ ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *i
     if (!out) return NULL;
     if (ag__anomaly_hook) ag__anomaly_hook(op, out, nin, in);
     if (!ag_any_requires_grad(nin, in)) return NULL;
+    return ag__record(op, out, nin, in);
+}
+
+uint64_t ag__next_seq(void) { return next_seq; }
+
+ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in) {
     ag_arena *a = ag_arena_current();
     ag_node *n = ag_arena_alloc(a, sizeof *n);
     memset(n, 0, sizeof *n);

@@ -57,6 +57,11 @@ bool ag_any_requires_grad(int nin, ag_tensor *const *in);
 /* End of every op's forward: runs the anomaly check if enabled and records a node when
  * needed (copying the input pointers). Returns the node, or NULL when nothing was recorded. */
 ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
+/* Records the node whatever the inputs (ag_finish's second half), for an op that knows its
+ * output needs a gradient although no input requires one (ag_recompute: parameters inside). */
+ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
+/* The seq the next recorded node will get: nodes recorded from now on have seq >= it. */
+uint64_t ag__next_seq(void);
 
 /* Gradient buffer of t for the current backward pass, zeroed on first use. NULL if t does not
  * require grad (callers then skip the work). A leaf's buffer comes from the current arena and

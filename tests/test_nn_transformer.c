@@ -5,6 +5,7 @@
  * script is summarised above each block) and pasted here; torch is not needed at run time. The
  * broad PyTorch comparison (gradients of every parameter) is tests/parity/gen_transformer.py. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -548,6 +549,7 @@ typedef struct {
     ag_transformer_decoder_layer_t dec;
     ag_linear_t generator;
     ag_tensor *src, *tgt_in, *tgt_out, *src_pad, *tgt_pad, *causal;
+    uint64_t dropout_seed; /* 0: eval mode; else training, dropout drawn from this seed */
 } seq2seq;
 
 /* ids (N,L) -> (N,L,D) */
@@ -558,8 +560,10 @@ static ag_tensor *embed(const ag_embedding_t *e, ag_tensor *ids) {
 
 static ag_tensor *f_seq2seq(int n, ag_tensor **in, void *ctx) {
     seq2seq *m = ctx;
+    ag_rng r = ag_rng_new(m->dropout_seed);
     ag_transformer_args a = {.src_key_padding_mask = m->src_pad, .tgt_mask = m->causal,
-                             .tgt_key_padding_mask = m->tgt_pad, .memory_key_padding_mask = m->src_pad};
+                             .tgt_key_padding_mask = m->tgt_pad, .memory_key_padding_mask = m->src_pad,
+                             .training = m->dropout_seed != 0, .rng = &r};
     ag_tensor *memory = ag_transformer_encoder_layer_forward(&m->enc, embed(&m->src_emb, m->src), &a);
     ag_tensor *y = ag_transformer_decoder_layer_forward(&m->dec, embed(&m->tgt_emb, m->tgt_in), memory, &a);
     ag_tensor *logits = ag_linear_forward(&m->generator, y); /* (N,T,V) */
@@ -570,15 +574,13 @@ static ag_tensor *f_seq2seq(int n, ag_tensor **in, void *ctx) {
 
 static ag_tensor *ids(int64_t n, int64_t l, const int64_t *v) { return ag_from_buffer(AG_I64, AG_SHAPE(n, l), v); }
 
-static void test_seq2seq_loss_gradcheck_over_every_parameter(void **s) {
-    ag_params *p = ag_params_new(AG_F64);
+static seq2seq seq2seq_new(ag_params *p, const ag_transformer_config *cfg) {
     ag_rng r = ag_rng_new(40);
-    ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
-    seq2seq m;
+    seq2seq m = {0};
     m.src_emb = ag_embedding_new(p, "src_embed", V, D, PAD, &r);
     m.tgt_emb = ag_embedding_new(p, "tgt_embed", V, D, PAD, &r);
-    m.enc = ag_transformer_encoder_layer_new(p, "transformer.encoder.layers.0", &c, &r);
-    m.dec = ag_transformer_decoder_layer_new(p, "transformer.decoder.layers.0", &c, &r);
+    m.enc = ag_transformer_encoder_layer_new(p, "transformer.encoder.layers.0", cfg, &r);
+    m.dec = ag_transformer_decoder_layer_new(p, "transformer.decoder.layers.0", cfg, &r);
     m.generator = ag_linear_new(p, "generator", D, V, true, &r);
     /* random biases and norm affine parameters; padding rows stay zero-initialised but are
      * perturbed by gradcheck: their numerical gradient must be 0 because every padded position
@@ -591,9 +593,62 @@ static void test_seq2seq_loss_gradcheck_over_every_parameter(void **s) {
     m.src_pad = ag_eq_scalar(m.src, PAD);
     m.tgt_pad = ag_eq_scalar(m.tgt_in, PAD);
     m.causal = ag_causal_bool_mask(4);
+    return m;
+}
+
+static void test_seq2seq_loss_gradcheck_over_every_parameter(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
+    seq2seq m = seq2seq_new(p, &c);
     ag_tensor *loss = f_seq2seq(0, NULL, &m);
     assert_int_equal(loss->ndim, 0);
     assert_true(isfinite(ag_item(loss)) && ag_item(loss) > 0);
+    tu_assert_gradcheck(f_seq2seq, &m, p->count, p->list);
+    ag_params_free(p);
+}
+
+/* recompute_attention: the same loss and gradients with dropout in training (the masks drawn
+ * again the same), every attention block's projections and probabilities gone after forward */
+static void test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_memory(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
+    c.dropout = 0.2;
+    seq2seq m = seq2seq_new(p, &c);
+    m.dropout_seed = 5;
+    double loss[2], *grads[2];
+    size_t kept[2];
+    ag_arena *arena = ag_arena_current();
+    for (int r = 0; r < 2; r++) {
+        m.enc.cfg.recompute_attention = m.dec.cfg.recompute_attention = r == 1;
+        ag_params_zero_grad(p);
+        size_t before = ag_arena_used(arena);
+        ag_tensor *l = f_seq2seq(0, NULL, &m);
+        kept[r] = ag_arena_used(arena) - before;
+        loss[r] = ag_item(l);
+        ag_backward(l, NULL);
+        grads[r] = malloc(sizeof(double) * (size_t)p->numel);
+        ag_to_buffer(p->flat_grad, AG_F64, grads[r]);
+    }
+    assert_int_equal(tu_error_count(), 0);
+    assert_true(loss[0] > 0.5);
+    assert_true(loss[1] == loss[0]);
+    double worst = 0, size = 0;
+    for (int64_t i = 0; i < p->numel; i++) {
+        worst = fmax(worst, fabs(grads[1][i] - grads[0][i]));
+        size = fmax(size, fabs(grads[0][i]));
+    }
+    assert_true(size > 1e-2);
+    assert_true(worst <= 1e-14 * size); /* the input gradients' terms are summed in another grouping */
+    assert_true(kept[1] + 2048 < kept[0]);
+    for (int r = 0; r < 2; r++) free(grads[r]);
+    ag_params_free(p);
+}
+
+static void test_seq2seq_gradcheck_with_recomputed_attention(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_transformer_config c = small_config(true, AG_ACTIVATION_GELU, true);
+    c.recompute_attention = true;
+    seq2seq m = seq2seq_new(p, &c);
     tu_assert_gradcheck(f_seq2seq, &m, p->count, p->list);
     ag_params_free(p);
 }
@@ -712,6 +767,8 @@ int main(void) {
         T(test_encoder_layer_gradcheck_post_and_pre_norm_relu_and_gelu_with_key_padding),
         T(test_decoder_layer_gradcheck_causal_tgt_mask_and_memory_key_padding),
         T(test_seq2seq_loss_gradcheck_over_every_parameter),
+        T(test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_memory),
+        T(test_seq2seq_gradcheck_with_recomputed_attention),
         T(test_new_reports_bad_config_and_forward_refuses_the_failed_module),
         T(test_forward_reports_input_and_mask_shapes_naming_the_argument),
         T(test_decoder_stack_reports_cross_attention_weights_per_layer),

@@ -53,6 +53,7 @@ static ag_transformer_config tf_config(const model_config *c) {
     t.dim_feedforward = c->ff;
     t.dropout = c->dropout;
     t.batch_first = true;
+    t.recompute_attention = c->recompute;
     return t;
 }
 

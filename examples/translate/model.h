@@ -17,6 +17,7 @@ typedef struct {
     int64_t hidden;          /* GRU hidden size */
     double dropout;
     int64_t max_len;         /* longest sequence the positional table covers */
+    bool recompute;          /* Transformer: attention recomputed in backward (not saved in checkpoints) */
 } model_config;
 
 /* the defaults of `attograd-translate train --model transformer|gru` */
