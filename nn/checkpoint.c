@@ -288,9 +288,9 @@ static bool check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
     if (o && (o->params != p || o->numel != p->numel))
         ag__ck_problem(r, INVAL, "the optimizer was made for another parameter set, or before the last parameter was added");
     if (!s) return !r->worst;
-    if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || s->nconfig > AG_CKPT_MAX_CONFIG)
-        return ag__ck_problem(r, INVAL, "training state holds %d rngs and %d config entries (at most %d and %d)", s->nrng,
-                       s->nconfig, AG_CKPT_MAX_RNGS, AG_CKPT_MAX_CONFIG);
+    if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || (s->nconfig && !s->config))
+        return ag__ck_problem(r, INVAL, "training state holds %d rngs (at most %d) and %d config entries at %p", s->nrng,
+                       AG_CKPT_MAX_RNGS, s->nconfig, (void *)s->config);
     for (int i = 0; i < s->nrng; i++) {
         if (!bounded(s->rng[i].name, AG_CKPT_NAME_MAX)) ag__ck_problem(r, INVAL, "rng %d has no name", i);
         for (int j = 0; j < i; j++)
@@ -300,8 +300,7 @@ static bool check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
     for (int i = 0; i < s->nconfig; i++) {
         const ag_config_entry *e = &s->config[i];
         if (!bounded(e->key, AG_CKPT_NAME_MAX)) ag__ck_problem(r, INVAL, "config entry %d has no key", i);
-        if (e->type == AG_CONFIG_STRING && !memchr(e->s, 0, AG_CKPT_STRING_MAX))
-            ag__ck_problem(r, INVAL, "config '%.63s': string is not terminated", e->key);
+        if (e->type == AG_CONFIG_STRING && !e->s) ag__ck_problem(r, INVAL, "config '%.63s': string is NULL", e->key);
         if ((unsigned)e->type > AG_CONFIG_STRING) ag__ck_problem(r, INVAL, "config '%.63s': bad type %d", e->key, e->type);
         for (int j = 0; j < i; j++)
             if (strncmp(e->key, s->config[j].key, AG_CKPT_NAME_MAX) == 0)

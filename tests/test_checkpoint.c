@@ -112,7 +112,7 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
     size_t bytes = p ? slab_bytes(p) : 0;
     char *before = p ? malloc(bytes + 1) : NULL, *obefore[2] = {NULL, NULL};
     ag_optim ocopy;
-    ag_train_state *scopy = malloc(sizeof *scopy);
+    ag_train_state scopy = {0};
     if (p) memcpy(before, p->data, bytes);
     if (o) {
         ocopy = *o;
@@ -123,7 +123,7 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
             memcpy(obefore[k], slab, bytes);
         }
     }
-    if (s) memcpy(scopy, s, sizeof *s);
+    if (s) assert_true(ag_train_state_copy(&scopy, s));
     stderr_capture();
     ag_ckpt_status got = ag_checkpoint_load(path, p, o, s, opts, last_msg, sizeof last_msg);
     stderr_assert_empty(file, line);
@@ -151,12 +151,12 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
                 assert_memory_equal(obefore[k], slab, bytes);
             }
         }
-        if (s) assert_memory_equal(scopy, s, sizeof *s);
+        if (s) tu_assert_same_state(&scopy, s);
     }
     free(before);
     free(obefore[0]);
     free(obefore[1]);
-    free(scopy);
+    ag_train_state_clear(&scopy);
 }
 
 static void save_ok(const char *path, const ag_params *p, const ag_optim *o, const ag_train_state *s) {
@@ -282,8 +282,10 @@ static void round_trip(ag_dtype dt, bool sgd) {
     assert_memory_equal(&o->dampening, &oq->dampening, sizeof o->dampening);
     assert_int_equal(o->nesterov, oq->nesterov);
     assert_int_equal(o->step, oq->step);
-    /* same entries in the same order, every byte (setters zero-fill, the loader too) */
-    assert_memory_equal(&s, &t, sizeof s);
+    /* same entries in the same order, every value */
+    tu_assert_same_state(&s, &t);
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_optim_free(o);
     ag_optim_free(oq);
     ag_params_free(p);
@@ -330,7 +332,7 @@ static void test_file_layout_uses_state_dict_names_shapes_and_documented_attribu
     const char *path = in_tmp("layout.h5");
     ag_params *p = version_params(AG_F32);
     ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0);
-    ag_train_state s;
+    ag_train_state s = {0};
     version_fill(2, p, o, &s);
     save_ok(path, p, o, &s);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -386,6 +388,7 @@ static void test_file_layout_uses_state_dict_names_shapes_and_documented_attribu
     assert_int_equal(h5_attr_i64(g, "version"), 2);
     H5Gclose(g);
     H5Fclose(f);
+    ag_train_state_clear(&s);
     ag_optim_free(o);
     ag_params_free(p);
 }
@@ -425,6 +428,8 @@ static void test_strict_load_reports_every_missing_unexpected_and_misshapen_name
     int64_t hidden;
     assert_true(ag_config_get_int(&t, "hidden", &hidden) && hidden == 4);
     assert_null(ag_config_get_string(&t, "untouched"));
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_optim_free(o);
     ag_optim_free(oq);
     ag_params_free(p);
@@ -465,6 +470,7 @@ static void test_optimizer_kind_mismatch_fails_even_when_not_strict(void **state
     ag_train_state s = {0};
     assert_load(AG_CKPT_EMISMATCH, path, p, adam, &s, NULL, "no optimizer state in the file",
                 "no training state in the file");
+    ag_train_state_clear(&s);
     ag_optim_free(adam);
     ag_optim_free(sgd);
     ag_params_free(p);
@@ -483,6 +489,8 @@ static void test_config_alone_loads_without_a_model(void **state) {
     assert_true(ag_config_get_double(&t, "dropout", &dropout) && dropout == 0.25);
     assert_string_equal(ag_config_get_string(&t, "activation"), "relu");
     assert_false(ag_config_get_int(&t, "dropout", &hidden)); /* a double is not an int */
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_params_free(p);
 }
 
@@ -763,6 +771,9 @@ static void test_state_setters_replace_by_name_and_report_misuse(void **state) {
     ag_rng r;
     assert_true(ag_state_get_rng(&s, "r7", &r) && r.seed == 7);
     assert_false(ag_state_get_rng(&s, "absent", &r));
+    ag_train_state_clear(&s);
+    assert_int_equal(s.nconfig, 0);
+    assert_null(ag_config_get_string(&s, "layers"));
 }
 
 /* ---- a second process ---- */
@@ -832,6 +843,8 @@ static trainer *resumed_run(const char *ckpt, const char *forget, double *losses
     ag_train_state st = {0};
     assert_load(AG_CKPT_OK, out_path, t->p, t->opt, &st, NULL, "");
     trainer_restore_state(t, &st);
+    ag_train_state_clear(&cfg);
+    ag_train_state_clear(&st);
     free(out_path);
     return t;
 }
@@ -848,7 +861,8 @@ static void test_resume_in_a_new_process_matches_uninterrupted_training_bit_for_
         assert_memory_equal(&l, &lf[i], sizeof l);
     }
     assert_true(part->pos != 0); /* saved mid-epoch: the data position matters */
-    ag_train_state st = cfg;
+    ag_train_state st = {0};
+    assert_true(ag_train_state_copy(&st, &cfg));
     trainer_save_state(part, &st);
     const char *ckpt = strdup(in_tmp("resume.h5"));
     save_ok(ckpt, part->p, part->opt, &st);
@@ -875,6 +889,8 @@ static void test_resume_in_a_new_process_matches_uninterrupted_training_bit_for_
     }
     trainer_free(full);
     trainer_free(part);
+    ag_train_state_clear(&cfg);
+    ag_train_state_clear(&st);
     free((void *)ckpt);
 }
 
@@ -890,7 +906,7 @@ static void test_sigkill_during_saves_always_leaves_one_complete_version(void **
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ag_params *p = version_params(AG_F32), *q = version_params(AG_F32);
     ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0), *oq = ag_adam_new(q, 0.001, 0.9, 0.999, 1e-8, 0);
-    ag_train_state s, t;
+    ag_train_state s = {0}, t = {0};
     version_fill(1, p, o, &s);
     save_ok(path, p, o, &s);
     /* how long a save takes in the child: it writes one byte per completed save */
@@ -934,6 +950,8 @@ static void test_sigkill_during_saves_always_leaves_one_complete_version(void **
     assert_true(seen[1] > 0 && seen[2] > 0);
     save_ok(path, p, o, &s); /* a save after a crash replaces the stale temporary file */
     assert_int_equal(access(tmp, F_OK), -1);
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_optim_free(o);
     ag_optim_free(oq);
     ag_params_free(p);

@@ -431,27 +431,6 @@ static ag_train_state load_state(const char *path) {
     return st;
 }
 
-static void assert_same_state(const ag_train_state *a, const ag_train_state *b) {
-    assert_int_equal(a->global_step, b->global_step);
-    assert_int_equal(a->epoch, b->epoch);
-    assert_int_equal(a->data_position, b->data_position);
-    assert_int_equal(a->nrng, b->nrng);
-    for (int i = 0; i < a->nrng; i++) {
-        assert_string_equal(a->rng[i].name, b->rng[i].name);
-        assert_int_equal(a->rng[i].rng.seed, b->rng[i].rng.seed);
-        assert_int_equal(a->rng[i].rng.counter, b->rng[i].rng.counter);
-    }
-    assert_int_equal(a->nconfig, b->nconfig);
-    for (int i = 0; i < a->nconfig; i++) {
-        const ag_config_entry *x = &a->config[i], *y = &b->config[i];
-        assert_string_equal(x->key, y->key);
-        assert_int_equal(x->type, y->type);
-        if (x->type == AG_CONFIG_INT) assert_int_equal(x->i, y->i);
-        else if (x->type == AG_CONFIG_DOUBLE) assert_memory_equal(&x->d, &y->d, sizeof x->d);
-        else assert_string_equal(x->s, y->s);
-    }
-}
-
 /* the "step N: train loss ..., BLEU x" parts of a log's evaluation lines (not the time taken),
  * one a line, in order */
 static char *eval_lines(const char *log) {
@@ -501,6 +480,7 @@ static void check_training_run(const char *kind) {
     ag_train_state st = load_state(ckpt_of(kind, "last"));
     assert_int_equal(st.global_step, 6);
     assert_string_equal(ag_config_get_string(&st, "model"), kind);
+    ag_train_state_clear(&st);
 }
 
 static void test_train_transformer_writes_checkpoints_curves_and_attention(void **state) {
@@ -861,7 +841,9 @@ static void check_exact_resume(const char *name, const char *const *extra, int s
     assert_int_equal(differ, 0);
     ag_train_state sa = load_state(pa), sb = load_state(pb);
     assert_int_equal(sa.global_step, steps_total);
-    assert_same_state(&sa, &sb);
+    tu_assert_same_state(&sa, &sb);
+    ag_train_state_clear(&sa);
+    ag_train_state_clear(&sb);
     /* the comparison sees a difference where there is one: the checkpoint of the first part */
     int nm = compare_checkpoints(pa, copy, "/model", &differ);
     assert_true(differ > nm / 2);
@@ -920,6 +902,8 @@ static void check_interrupt(int sig, const char *name, const char *kind) {
     assert_contains(err_text, expect);
     ag_train_state after = load_state(last);
     assert_int_equal(after.global_step, st.global_step + 3);
+    ag_train_state_clear(&st);
+    ag_train_state_clear(&after);
 }
 
 static void test_sigint_saves_last_checkpoint_exits_130_and_resume_continues(void **state) {
@@ -1148,14 +1132,16 @@ static void test_commands_reject_missing_non_hdf5_and_foreign_checkpoints(void *
     assert_rejected(in_dir("other-config.h5"), "not a checkpoint of attograd-translate", 1);
     /* the configuration of a real run without its vocabularies */
     ag_train_state real = load_state(ckpt_of("transformer", "last")), novocab = {0};
-    for (int i = 0; i < real.nconfig; i++)
-        if (strncmp(real.config[i].key, "src_vocab", 9) != 0 && strncmp(real.config[i].key, "tgt_vocab", 9) != 0)
-            novocab.config[novocab.nconfig++] = real.config[i];
+    assert_true(ag_train_state_copy(&novocab, &real));
+    assert_true(ag_config_remove(&novocab, "src_vocab") && ag_config_remove(&novocab, "tgt_vocab"));
     write_foreign_checkpoint(in_dir("no-vocab.h5"), &novocab);
     assert_rejected(in_dir("no-vocab.h5"), "vocabularies in the checkpoint are missing or damaged", 2);
     /* a real run's configuration and vocabularies over parameters of another model */
     write_foreign_checkpoint(in_dir("other-params.h5"), &real);
     assert_rejected(in_dir("other-params.h5"), "src_embed.weight", 0);
+    ag_train_state_clear(&other);
+    ag_train_state_clear(&real);
+    ag_train_state_clear(&novocab);
 }
 
 static void test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_crash(void **state) {
@@ -1167,11 +1153,14 @@ static void test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_
     } bad[] = {{"nhead", 3}, {"nhead", 0}, {"d_model", -16}, {"dim_feedforward", 0}, {"positions", 0},
                {"max_len", 0}, {"encoder_layers", -1}, {"hidden", 1LL << 40}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ag_train_state st = real;
+        ag_train_state st = {0};
+        assert_true(ag_train_state_copy(&st, &real));
         ag_config_set_int(&st, bad[i].key, bad[i].value);
         write_foreign_checkpoint(in_dir("bad-config.h5"), &st);
         assert_rejected(in_dir("bad-config.h5"), bad[i].key, (int)i);
+        ag_train_state_clear(&st);
     }
+    ag_train_state_clear(&real);
 }
 
 static void test_resume_without_a_previous_run_fails_naming_the_checkpoint(void **state) {
