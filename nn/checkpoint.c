@@ -167,6 +167,32 @@ static herr_t attr_str(hid_t loc, const char *name, const char *s) {
     return r;
 }
 
+/* Config strings longer than this are datasets of /config, not attributes (docs/checkpoint.md). */
+#define ATTR_STRING_MAX 255
+
+/* A long config string: a one-element dataset of a fixed-length UTF-8 string type (null-padded,
+ * its bytes exactly), chunked with a Fletcher32 checksum. Not an attribute: past 64 KiB an
+ * attribute lives in the group's dense storage, whose large objects carry no checksum, and
+ * HDF5 1.10 trusts the sizes it finds there (a damaged one made it read past its buffer); a
+ * variable-length string lives in the global heap, which HDF5 1.10 trusts the same way. A
+ * dataset's type is in its checksummed object header and its data is checksummed. */
+static herr_t write_string(hid_t loc, const char *name, const char *s) {
+    hsize_t one = 1;
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate_simple(1, &one, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Tset_size(t, strlen(s));
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    H5Pset_chunk(dcpl, 1, &one);
+    H5Pset_fletcher32(dcpl);
+    hid_t ds = H5Dcreate2(loc, name, t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    herr_t r = ds < 0 ? -1 : H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, s);
+    if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return r;
+}
+
 /* A group that remembers the order its links and attributes were created in, so readers
  * (h5py, the loader's config) see parameters and config keys in the order they were added. */
 static hid_t group_new(hid_t loc, const char *name) {
@@ -266,7 +292,9 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
         for (int i = 0; i < s->nconfig; i++) {
             const ag_config_entry *e = &s->config[i];
             TRY(e->type == AG_CONFIG_INT ? attr_i64(g, e->key, e->i)
-                : e->type == AG_CONFIG_DOUBLE ? attr_f64(g, e->key, e->d) : attr_str(g, e->key, e->s));
+                : e->type == AG_CONFIG_DOUBLE                ? attr_f64(g, e->key, e->d)
+                : strlen(e->s) <= ATTR_STRING_MAX             ? attr_str(g, e->key, e->s)
+                                                              : write_string(g, e->key, e->s));
         }
         H5Gclose(g);
     }

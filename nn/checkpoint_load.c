@@ -59,7 +59,8 @@ static int attr_value(hid_t a, ag_config_entry *e, size_t limit, char *why) {
             snprintf(why, WHY_SIZE, "cannot be read (corrupted?): %s", ag__ck_cause().desc);
         } else {
             e->s[n] = 0;
-            for (size_t i = strlen(e->s); i > 0 && e->s[i - 1] == ' '; i--) e->s[i - 1] = 0; /* space padding */
+            if (H5Tget_strpad(ty) == H5T_STR_SPACEPAD) /* Fortran's padding, not part of the value */
+                for (size_t i = strlen(e->s); i > 0 && e->s[i - 1] == ' '; i--) e->s[i - 1] = 0;
             ok = 1;
         }
         if (ok == 1) e->type = AG_CONFIG_STRING;
@@ -358,16 +359,61 @@ static herr_t config_attr(hid_t loc, const char *name, const H5A_info_t *info, v
     return ok < 0 ? 1 : 0;
 }
 
+/* A long config string: the dataset name of /config (docs/checkpoint.md). */
+static herr_t config_dataset(hid_t g, const char *name, const H5L_info_t *info, void *u) {
+    iter_ctx *c = u;
+    char why[WHY_SIZE] = "cannot be opened (corrupted?)";
+    int ok = 0;
+    ag_config_entry e = {.type = AG_CONFIG_STRING};
+    hid_t ds = -1, ty = -1, sp = -1, m = -1;
+    hsize_t n1 = 0;
+    size_t n = 0;
+    if (strlen(name) >= AG_CKPT_NAME_MAX) {
+        snprintf(why, sizeof why, "does not fit (keys up to %d bytes)", AG_CKPT_NAME_MAX - 1);
+    } else if (ag_config_get_string(c->s, name) || ag_config_get_double(c->s, name, NULL)) {
+        snprintf(why, sizeof why, "is also an attribute of /config");
+    } else if ((ds = H5Oopen(g, name, H5P_DEFAULT)) < 0 || H5Iget_type(ds) != H5I_DATASET) {
+        if (ds >= 0) snprintf(why, sizeof why, "is a group, not a dataset");
+    } else if ((ty = H5Dget_type(ds)) < 0 || (sp = H5Dget_space(ds)) < 0 || H5Tget_class(ty) != H5T_STRING ||
+               H5Tis_variable_str(ty) != 0 || H5Sget_simple_extent_ndims(sp) != 1 ||
+               H5Sget_simple_extent_dims(sp, &n1, NULL) != 1 || n1 != 1) {
+        snprintf(why, sizeof why, "is not one fixed-length string");
+    } else if ((n = H5Tget_size(ty)) > c->limit) {
+        snprintf(why, sizeof why, "declares a string of %zu bytes, more than the file's %zu (corrupted)", n, c->limit);
+    } else if (!(e.s = malloc(n + 1))) {
+        snprintf(why, sizeof why, "needs %zu bytes: out of memory", n + 1);
+        ok = -1;
+    } else if ((m = H5Tcopy(ty)) < 0 || H5Dread(ds, m, H5S_ALL, H5S_ALL, H5P_DEFAULT, e.s) < 0) {
+        snprintf(why, sizeof why, "is corrupted: %s", ag__ck_cause().desc);
+    } else {
+        e.s[n] = 0;
+        memcpy(e.key, name, strlen(name) + 1);
+        ok = ag__config_append(c->s, &e) ? 1 : -1;
+        if (ok < 0) snprintf(why, sizeof why, "does not fit: out of memory for config entry %d", c->s->nconfig + 1);
+    }
+    if (ok != 1) free(e.s);
+    if (m >= 0) H5Tclose(m);
+    if (ty >= 0) H5Tclose(ty);
+    if (sp >= 0) H5Sclose(sp);
+    if (ds >= 0) H5Oclose(ds);
+    if (ok != 1) ag__ck_problem(c->r, ok < 0 ? NOMEM : FORMAT, "config dataset '%.64s' %s", name, why);
+    return ok < 0 ? 1 : 0;
+}
+
 /* attributes of the child group name of loc, in creation order when the file tracked it */
 static void each_attr(hid_t loc, const char *name, H5A_operator2_t fn, iter_ctx *c) {
     hid_t g;
     if (group_open(loc, name, &g, c->r) <= 0) return;
-    unsigned flags = 0;
+    unsigned flags = 0, lflags = 0;
     hid_t gcpl = H5Gget_create_plist(g);
-    if (gcpl >= 0) H5Pget_attr_creation_order(gcpl, &flags), H5Pclose(gcpl);
+    if (gcpl >= 0) H5Pget_attr_creation_order(gcpl, &flags), H5Pget_link_creation_order(gcpl, &lflags), H5Pclose(gcpl);
     H5_index_t idx = flags & H5P_CRT_ORDER_INDEXED ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+    H5_index_t lidx = lflags & H5P_CRT_ORDER_INDEXED ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
     if (H5Aiterate2(g, idx, H5_ITER_INC, NULL, fn, c) < 0)
         ag__ck_problem(c->r, FORMAT, "cannot read the attributes of '%s': %s", name, ag__ck_cause().desc);
+    /* then the long config strings, datasets of the group */
+    if (fn == config_attr && H5Literate(g, lidx, H5_ITER_INC, NULL, config_dataset, c) < 0)
+        ag__ck_problem(c->r, FORMAT, "cannot list the datasets of '%s': %s", name, ag__ck_cause().desc);
     H5Gclose(g);
 }
 
