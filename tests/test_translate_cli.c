@@ -1182,6 +1182,111 @@ static void test_eval_with_a_missing_data_file_fails_naming_it(void **state) {
     assert_string_equal(out_text, "");
 }
 
+/* ---- vocabularies of real size ---- */
+
+enum { BIG_VOCAB = 20000 };
+
+/* BIG_VOCAB pairs "a<i> b<i>" -> "c<i> b<i>": BIG_VOCAB + 1 distinct source words (each 6 to
+ * 7 bytes: a 130 KB vocabulary), trained 2 steps into dir/big-vocab (once) */
+static const char *big_vocab_run(void) {
+    static const char *out;
+    if (out) return out;
+    size_t cap = (size_t)BIG_VOCAB * 32, at = 0;
+    char *text = malloc(cap);
+    for (int i = 0; i < BIG_VOCAB; i++)
+        at += (size_t)snprintf(text + at, cap - at, "a%05d b%d\tc%05d b%d\n", i, i % 2, i, i % 2);
+    write_file(in_dir("big-vocab.tsv"), text, at);
+    free(text);
+    const char *o = in_dir("big-vocab");
+    assert_status(RUN("train", "--train", in_dir("big-vocab.tsv"), "--out", o, TINY, "--steps", "2", "--eval-every", "2",
+                      "--save-every", "2"),
+                  0);
+    /* the 4 special tokens, a00000..a19999 and b0, b1 */
+    char expect[200];
+    snprintf(expect, sizeof expect, "vocabularies %d and %d tokens", BIG_VOCAB + 6, BIG_VOCAB + 6);
+    assert_contains(err_text, expect);
+    return out = o;
+}
+
+static void test_a_vocabulary_of_20000_words_is_saved_and_translate_and_resume_use_it(void **state) {
+    const char *out = big_vocab_run();
+    char last[600], expect[700];
+    snprintf(last, sizeof last, "%s/last.h5", out);
+    ag_train_state st = load_state(last);
+    const char *sv = ag_config_get_string(&st, "src_vocab");
+    assert_non_null(sv);
+    assert_true(strlen(sv) > 130000);
+    assert_int_equal(count(sv, "\n"), BIG_VOCAB + 5);
+    assert_contains(sv, "\na12345\n");
+    assert_null(ag_config_get_string(&st, "src_vocab.0"));
+    assert_status(RUN("translate", "--checkpoint", last, "a12345 b1", "a00007 b0"), 0);
+    assert_int_equal(count(out_text, "\n"), 2);
+    assert_status(RUN("train", "--train", in_dir("big-vocab.tsv"), "--out", out, TINY, "--steps", "3", "--eval-every",
+                      "3", "--save-every", "3", "--resume"),
+                  0);
+    snprintf(expect, sizeof expect, "resuming %s at step 2", last);
+    assert_contains(err_text, expect);
+    ag_train_state after = load_state(last);
+    assert_int_equal(after.global_step, 3);
+    assert_string_equal(ag_config_get_string(&after, "src_vocab"), sv);
+    ag_train_state_clear(&st);
+    ag_train_state_clear(&after);
+}
+
+/* a vocabulary in the chunked form of earlier versions: "<name>.0", ... of at most 255 bytes,
+ * each ending after a newline, and "<name>.parts" */
+static void put_chunked(hid_t g, const char *name, const char *text) {
+    size_t n = strlen(text), at = 0;
+    int part = 0;
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    while (at < n) {
+        size_t take = n - at < 255 ? n - at : 255;
+        if (at + take < n)
+            while (text[at + take - 1] != '\n') take--;
+        char key[64], chunk[256];
+        memcpy(chunk, text + at, take);
+        chunk[take] = 0;
+        snprintf(key, sizeof key, "%s.%d", name, part++);
+        const char *c = chunk;
+        hid_t a = H5Acreate2(g, key, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+        assert_true(H5Awrite(a, t, &c) >= 0);
+        H5Aclose(a);
+        at += take;
+    }
+    char key[64];
+    snprintf(key, sizeof key, "%s.parts", name);
+    int64_t parts = part;
+    hid_t a = H5Acreate2(g, key, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &parts);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t);
+}
+
+static void test_a_checkpoint_with_vocabularies_in_the_old_chunked_form_still_loads(void **state) {
+    char last[600];
+    snprintf(last, sizeof last, "%s/last.h5", big_vocab_run());
+    assert_status(RUN("translate", "--checkpoint", last, "a12345 b1", "a00007 b0", "a19999"), 0);
+    char *want = strdup(out_text);
+    ag_train_state st = load_state(last);
+    const char *old = in_dir("chunked.h5");
+    copy_file(last, old);
+    hid_t f = H5Fopen(old, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "config", H5P_DEFAULT);
+    assert_true(H5Ldelete(g, "src_vocab", H5P_DEFAULT) >= 0 && H5Ldelete(g, "tgt_vocab", H5P_DEFAULT) >= 0);
+    put_chunked(g, "src_vocab", ag_config_get_string(&st, "src_vocab"));
+    put_chunked(g, "tgt_vocab", ag_config_get_string(&st, "tgt_vocab"));
+    H5Gclose(g), H5Fclose(f);
+    ag_train_state chunked = load_state(old);
+    int64_t parts;
+    assert_null(ag_config_get_string(&chunked, "src_vocab"));
+    assert_true(ag_config_get_int(&chunked, "src_vocab.parts", &parts) && parts > 500);
+    assert_status(RUN("translate", "--checkpoint", old, "a12345 b1", "a00007 b0", "a19999"), 0);
+    assert_string_equal(out_text, want);
+    free(want);
+    ag_train_state_clear(&st);
+    ag_train_state_clear(&chunked);
+}
+
 #define TEST(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -1211,6 +1316,8 @@ int main(void) {
         TEST(test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_crash),
         TEST(test_resume_without_a_previous_run_fails_naming_the_checkpoint),
         TEST(test_eval_with_a_missing_data_file_fails_naming_it),
+        TEST(test_a_vocabulary_of_20000_words_is_saved_and_translate_and_resume_use_it),
+        TEST(test_a_checkpoint_with_vocabularies_in_the_old_chunked_form_still_loads),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
