@@ -83,7 +83,8 @@ bool ag_train_state_copy(ag_train_state *dst, const ag_train_state *src) {
     c.nconfig = c.config_cap = 0;
     for (int i = 0; i < src->nconfig; i++) {
         ag_config_entry e = src->config[i];
-        if (e.type == AG_CONFIG_STRING && !(e.s = strdup(e.s ? e.s : ""))) goto oom;
+        e.s = e.type == AG_CONFIG_STRING ? strdup(src->config[i].s ? src->config[i].s : "") : NULL;
+        if (e.type == AG_CONFIG_STRING && !e.s) goto oom;
         if (!ag__config_append(&c, &e)) {
             free(e.s);
             goto oom;
