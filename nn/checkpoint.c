@@ -167,6 +167,32 @@ static herr_t attr_str(hid_t loc, const char *name, const char *s) {
     return r;
 }
 
+/* Config strings longer than this are datasets of /config, not attributes (docs/checkpoint.md). */
+#define ATTR_STRING_MAX 255
+
+/* A long config string: a one-element dataset of a fixed-length UTF-8 string type (null-padded,
+ * its bytes exactly), chunked with a Fletcher32 checksum. Not an attribute: past 64 KiB an
+ * attribute lives in the group's dense storage, whose large objects carry no checksum, and
+ * HDF5 1.10 trusts the sizes it finds there (a damaged one made it read past its buffer); a
+ * variable-length string lives in the global heap, which HDF5 1.10 trusts the same way. A
+ * dataset's type is in its checksummed object header and its data is checksummed. */
+static herr_t write_string(hid_t loc, const char *name, const char *s) {
+    hsize_t one = 1;
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate_simple(1, &one, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Tset_size(t, strlen(s));
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    H5Pset_chunk(dcpl, 1, &one);
+    H5Pset_fletcher32(dcpl);
+    hid_t ds = H5Dcreate2(loc, name, t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    herr_t r = ds < 0 ? -1 : H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, s);
+    if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return r;
+}
+
 /* A group that remembers the order its links and attributes were created in, so readers
  * (h5py, the loader's config) see parameters and config keys in the order they were added. */
 static hid_t group_new(hid_t loc, const char *name) {
@@ -266,7 +292,9 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
         for (int i = 0; i < s->nconfig; i++) {
             const ag_config_entry *e = &s->config[i];
             TRY(e->type == AG_CONFIG_INT ? attr_i64(g, e->key, e->i)
-                : e->type == AG_CONFIG_DOUBLE ? attr_f64(g, e->key, e->d) : attr_str(g, e->key, e->s));
+                : e->type == AG_CONFIG_DOUBLE                ? attr_f64(g, e->key, e->d)
+                : strlen(e->s) <= ATTR_STRING_MAX             ? attr_str(g, e->key, e->s)
+                                                              : write_string(g, e->key, e->s));
         }
         H5Gclose(g);
     }
@@ -288,9 +316,9 @@ static bool check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
     if (o && (o->params != p || o->numel != p->numel))
         ag__ck_problem(r, INVAL, "the optimizer was made for another parameter set, or before the last parameter was added");
     if (!s) return !r->worst;
-    if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || s->nconfig > AG_CKPT_MAX_CONFIG)
-        return ag__ck_problem(r, INVAL, "training state holds %d rngs and %d config entries (at most %d and %d)", s->nrng,
-                       s->nconfig, AG_CKPT_MAX_RNGS, AG_CKPT_MAX_CONFIG);
+    if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || (s->nconfig && !s->config))
+        return ag__ck_problem(r, INVAL, "training state holds %d rngs (at most %d) and %d config entries at %p", s->nrng,
+                       AG_CKPT_MAX_RNGS, s->nconfig, (void *)s->config);
     for (int i = 0; i < s->nrng; i++) {
         if (!bounded(s->rng[i].name, AG_CKPT_NAME_MAX)) ag__ck_problem(r, INVAL, "rng %d has no name", i);
         for (int j = 0; j < i; j++)
@@ -300,8 +328,7 @@ static bool check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
     for (int i = 0; i < s->nconfig; i++) {
         const ag_config_entry *e = &s->config[i];
         if (!bounded(e->key, AG_CKPT_NAME_MAX)) ag__ck_problem(r, INVAL, "config entry %d has no key", i);
-        if (e->type == AG_CONFIG_STRING && !memchr(e->s, 0, AG_CKPT_STRING_MAX))
-            ag__ck_problem(r, INVAL, "config '%.63s': string is not terminated", e->key);
+        if (e->type == AG_CONFIG_STRING && !e->s) ag__ck_problem(r, INVAL, "config '%.63s': string is NULL", e->key);
         if ((unsigned)e->type > AG_CONFIG_STRING) ag__ck_problem(r, INVAL, "config '%.63s': bad type %d", e->key, e->type);
         for (int j = 0; j < i; j++)
             if (strncmp(e->key, s->config[j].key, AG_CKPT_NAME_MAX) == 0)

@@ -34,10 +34,8 @@ typedef enum {
 const char *ag_ckpt_status_name(ag_ckpt_status s);
 
 /* ---- training state: where training is, and what the model is ---------------------------- */
-#define AG_CKPT_NAME_MAX 64    /* config keys and RNG names, including the NUL */
-#define AG_CKPT_STRING_MAX 256 /* config string values, including the NUL */
+#define AG_CKPT_NAME_MAX 64 /* config keys and RNG names, including the NUL */
 #define AG_CKPT_MAX_RNGS 16
-#define AG_CKPT_MAX_CONFIG 64
 
 typedef enum { AG_CONFIG_INT, AG_CONFIG_DOUBLE, AG_CONFIG_STRING } ag_config_type;
 
@@ -46,7 +44,7 @@ typedef struct {
     ag_config_type type;
     int64_t i;
     double d;
-    char s[AG_CKPT_STRING_MAX];
+    char *s; /* AG_CONFIG_STRING: the value, any length, owned by the state; else NULL */
 } ag_config_entry;
 
 typedef struct {
@@ -54,31 +52,46 @@ typedef struct {
     ag_rng rng;
 } ag_named_rng;
 
-/* Plain data; zero-initialise it (ag_train_state st = {0};). The config is what the model code
- * needs to rebuild the model with no other input (sizes, dropout, activation name, ...). */
+/* Zero-initialise it (ag_train_state st = {0};) and release it with ag_train_state_clear. The
+ * config is what the model code needs to rebuild the model with no other input (sizes, dropout,
+ * activation name, vocabularies, ...): any number of entries, string values of any length.
+ * The state owns config and its strings (heap memory): read them, change them only through
+ * the functions below. A struct copy (b = a) shares that memory, so clearing one leaves the
+ * other dangling: copy with ag_train_state_copy. */
 typedef struct ag_train_state {
     int64_t global_step;   /* optimizer updates taken */
     int64_t epoch;
     int64_t data_position; /* where in the epoch's data order the next batch starts */
     int nrng;
     ag_named_rng rng[AG_CKPT_MAX_RNGS];
-    int nconfig;
-    ag_config_entry config[AG_CKPT_MAX_CONFIG];
+    int nconfig;              /* entries, in the order their keys were first set */
+    int config_cap;           /* entries allocated */
+    ag_config_entry *config;  /* nconfig entries (NULL while there are none) */
 } ag_train_state;
 
+/* Free what s owns and zero it (an empty state again). NULL is a no-op. */
+void ag_train_state_clear(ag_train_state *s);
+/* Make *dst a deep copy of *src (dst's previous contents freed; dst must be zero-initialised or
+ * a state). false (reported through ag_error) on NULL arguments or out of memory; dst is then
+ * unchanged. */
+bool ag_train_state_copy(ag_train_state *dst, const ag_train_state *src);
 /* Record a copy of *rng under name (replacing one of that name). false (reported through
  * ag_error: these are programming errors) on a NULL argument, an empty or too long name, or
  * when full. */
 bool ag_state_set_rng(ag_train_state *s, const char *name, const ag_rng *rng);
 /* Copy the rng recorded under name into *out; false if there is none. */
 bool ag_state_get_rng(const ag_train_state *s, const char *name, ag_rng *out);
-/* Set a config entry (replacing one of that key, whatever its type); false as ag_state_set_rng,
- * or for a string of AG_CKPT_STRING_MAX bytes or more. */
+/* Set a config entry (replacing one of that key, whatever its type; a new key goes last); false
+ * as ag_state_set_rng, for a NULL string, or out of memory (then the state is unchanged).
+ * set_string copies value. */
 bool ag_config_set_int(ag_train_state *s, const char *key, int64_t value);
 bool ag_config_set_double(ag_train_state *s, const char *key, double value);
 bool ag_config_set_string(ag_train_state *s, const char *key, const char *value);
+/* Remove the entry of key, keeping the others' order; false (nothing reported) when absent. */
+bool ag_config_remove(ag_train_state *s, const char *key);
 /* Read a config entry; false (nothing reported) when absent or of another type. get_double
- * also accepts an int entry. get_string returns NULL when absent or not a string. */
+ * also accepts an int entry. get_string returns NULL when absent or not a string; the string
+ * belongs to s (valid until that entry is set, removed or s cleared). */
 bool ag_config_get_int(const ag_train_state *s, const char *key, int64_t *out);
 bool ag_config_get_double(const ag_train_state *s, const char *key, double *out);
 const char *ag_config_get_string(const ag_train_state *s, const char *key);
@@ -109,8 +122,10 @@ ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, con
  * model). Strict unless opts say otherwise: every missing name, unexpected name, shape and
  * dtype problem is reported together. f32 data load into f64 parameters and back (rounded to
  * nearest). opt's hyperparameters and step are restored too (as PyTorch's
- * Optimizer.load_state_dict restores its param_groups); opt must belong to params. On any
- * status other than OK and PARTIAL nothing was changed. */
+ * Optimizer.load_state_dict restores its param_groups); opt must belong to params. state
+ * must be zero-initialised or a state: its previous contents are freed and replaced as a whole
+ * (release it with ag_train_state_clear). On any status other than OK and PARTIAL nothing was
+ * changed. */
 ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
                                   const ag_ckpt_load_opts *opts, char *msg, size_t msgsize);
 

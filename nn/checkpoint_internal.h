@@ -45,6 +45,9 @@ cause_t ag__ck_cause(void);
 const char *ag__ck_type_desc(hid_t ty, char *buf);
 char *ag__ck_dims_str(int nd, const hsize_t *dims, char *buf);
 const char *ag__ck_kind_name(ag_optim_kind k);
+/* Append a copy of *e to s's config (its string, if any, is taken over); false on out of
+ * memory, nothing reported (the loader must not go through ag_error). nn/train_state.c. */
+bool ag__config_append(ag_train_state *s, const ag_config_entry *e);
 /* file access properties: the HDF5 1.8 format (checksummed metadata), no file locking */
 hid_t ag__ck_fapl_new(void);
 

@@ -13,16 +13,20 @@
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
-/* One scalar attribute (integer, float or string; a one-element array counts) into e.
- * Returns false with *why set when it is none of these. */
-static bool attr_value(hid_t a, ag_config_entry *e, const char **why) {
+/* One scalar attribute (integer, float or string; a one-element array counts) into e, a string
+ * malloc'd into e->s. A string is refused when longer than limit bytes: what the file may hold
+ * (its size), checked before allocating what a fixed-length type declares, and after HDF5
+ * reads a variable-length one. 1 when read; else 0 (format) or -1 (out of memory) with why
+ * (WHY_SIZE bytes) set. */
+enum { WHY_SIZE = 400 };
+static int attr_value(hid_t a, ag_config_entry *e, size_t limit, char *why) {
     hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
     H5T_class_t cls = ty < 0 ? H5T_NO_CLASS : H5Tget_class(ty);
-    bool ok = false;
-    *why = "cannot be read (corrupted?)";
+    int ok = 0;
+    snprintf(why, WHY_SIZE, "cannot be read (corrupted?)");
     if (sp < 0 || ty < 0) {
     } else if (H5Sget_simple_extent_npoints(sp) != 1 || H5Sget_simple_extent_type(sp) == H5S_NULL) {
-        *why = "is not a single value";
+        snprintf(why, WHY_SIZE, "is not a single value");
     } else if (cls == H5T_INTEGER) {
         e->type = AG_CONFIG_INT;
         ok = H5Aread(a, H5T_NATIVE_INT64, &e->i) >= 0;
@@ -30,27 +34,40 @@ static bool attr_value(hid_t a, ag_config_entry *e, const char **why) {
         e->type = AG_CONFIG_DOUBLE;
         ok = H5Aread(a, H5T_NATIVE_DOUBLE, &e->d) >= 0;
     } else if (cls == H5T_STRING) {
-        e->type = AG_CONFIG_STRING;
         hid_t m = H5Tcopy(ty);
+        char *s = NULL;
+        size_t n = 0;
         if (H5Tis_variable_str(ty) > 0) {
-            char *s = NULL;
-            ok = H5Aread(a, m, &s) >= 0 && s && strlen(s) < AG_CKPT_STRING_MAX;
-            if (ok) strcpy(e->s, s);
-            if (s) H5free_memory(s);
-        } else {
-            size_t n = H5Tget_size(ty);
-            char buf[AG_CKPT_STRING_MAX];
-            ok = n < AG_CKPT_STRING_MAX && H5Aread(a, m, buf) >= 0;
-            if (ok) {
-                buf[n] = 0;
-                for (size_t i = strlen(buf); i > 0 && buf[i - 1] == ' '; i--) buf[i - 1] = 0; /* space padding */
-                strcpy(e->s, buf);
+            if (H5Aread(a, m, &s) < 0 || !s) {
+                snprintf(why, WHY_SIZE, "cannot be read (corrupted?): %s", ag__ck_cause().desc);
+            } else if ((n = strlen(s)) > limit) {
+                snprintf(why, WHY_SIZE, "holds a string of %zu bytes, more than the file's %zu (corrupted)", n, limit);
+            } else if (!(e->s = malloc(n + 1))) {
+                snprintf(why, WHY_SIZE, "needs %zu bytes: out of memory", n + 1);
+                ok = -1;
+            } else {
+                memcpy(e->s, s, n + 1);
+                ok = 1;
             }
+            if (s) H5free_memory(s);
+        } else if ((n = H5Tget_size(ty)) > limit) {
+            snprintf(why, WHY_SIZE, "declares a string of %zu bytes, more than the file's %zu (corrupted)", n, limit);
+        } else if (!(e->s = malloc(n + 1))) {
+            snprintf(why, WHY_SIZE, "needs %zu bytes: out of memory", n + 1);
+            ok = -1;
+        } else if (H5Aread(a, m, e->s) < 0) {
+            snprintf(why, WHY_SIZE, "cannot be read (corrupted?): %s", ag__ck_cause().desc);
+        } else {
+            e->s[n] = 0;
+            if (H5Tget_strpad(ty) == H5T_STR_SPACEPAD) /* Fortran's padding, not part of the value */
+                for (size_t i = strlen(e->s); i > 0 && e->s[i - 1] == ' '; i--) e->s[i - 1] = 0;
+            ok = 1;
         }
-        if (!ok) *why = "is not a string this build can hold (at most 255 bytes)";
+        if (ok == 1) e->type = AG_CONFIG_STRING;
+        else free(e->s), e->s = NULL;
         H5Tclose(m);
     } else {
-        *why = "has a type other than integer, float or string";
+        snprintf(why, WHY_SIZE, "has a type other than integer, float or string");
     }
     if (ty >= 0) H5Tclose(ty);
     if (sp >= 0) H5Sclose(sp);
@@ -65,22 +82,32 @@ static hid_t attr_open(hid_t loc, const char *where, const char *name, report *r
     return a;
 }
 
-/* Attribute name of loc into e; false (FORMAT reported) when it is missing or not of type want
- * (an integer is accepted for a double). */
+/* Longest string accepted for the attributes the format names (format, optimizer kind): they
+ * are short words, and a longer one is reported as the wrong word it is. */
+#define WORD_MAX 4096
+
+/* Attribute name of loc into *e (zeroed first; a string is malloc'd, free e->s); false (FORMAT
+ * or NOMEM reported) when it is missing or not of type want (an integer is accepted for a
+ * double). */
 static bool attr_get(hid_t loc, const char *where, const char *name, ag_config_type want, ag_config_entry *e,
                      report *r) {
     static const char *const tn[] = {"an integer", "a number", "a string"};
-    const char *why;
+    char why[WHY_SIZE];
+    memset(e, 0, sizeof *e);
     hid_t a = attr_open(loc, where, name, r);
     if (a < 0) return false;
-    bool ok = attr_value(a, e, &why);
+    int ok = attr_value(a, e, WORD_MAX, why);
     H5Aclose(a);
-    if (ok && e->type == AG_CONFIG_INT && want == AG_CONFIG_DOUBLE) {
+    if (ok == 1 && e->type == AG_CONFIG_INT && want == AG_CONFIG_DOUBLE) {
         e->type = AG_CONFIG_DOUBLE;
         e->d = (double)e->i;
     }
-    if (!ok) return ag__ck_problem(r, FORMAT, "attribute '%s' of %s %s", name, where, why);
-    if (e->type != want) return ag__ck_problem(r, FORMAT, "attribute '%s' of %s is not %s", name, where, tn[want]);
+    if (ok != 1) return ag__ck_problem(r, ok < 0 ? NOMEM : FORMAT, "attribute '%s' of %s %s", name, where, why);
+    if (e->type != want) {
+        free(e->s);
+        e->s = NULL;
+        return ag__ck_problem(r, FORMAT, "attribute '%s' of %s is not %s", name, where, tn[want]);
+    }
     return true;
 }
 
@@ -244,10 +271,12 @@ static void load_optim(hid_t f, const ag_optim *opt, ag_optim *so, char **stage,
     if (st == 0) ag__ck_problem(r, SKIP, "no optimizer state in the file (no /optimizer group)");
     if (st <= 0) return;
     if (!attr_get(g, W, "kind", AG_CONFIG_STRING, &e, r)) goto out;
-    if (strcmp(e.s, ag__ck_kind_name(opt->kind)) != 0) {
-        ag__ck_problem(r, MISMATCH, "the file holds a '%s' optimizer, the optimizer given is '%s'", e.s, ag__ck_kind_name(opt->kind));
-        goto out;
-    }
+    bool same = strcmp(e.s, ag__ck_kind_name(opt->kind)) == 0;
+    if (!same)
+        ag__ck_problem(r, MISMATCH, "the file holds a '%.64s' optimizer, the optimizer given is '%s'", e.s,
+                ag__ck_kind_name(opt->kind));
+    free(e.s);
+    if (!same) goto out;
     double *dst[] = {&so->lr, &so->eps, &so->weight_decay, &so->momentum, &so->dampening};
     const char *dn[] = {"lr", "eps", "weight_decay", "momentum", "dampening"};
     for (int i = 0; i < 5; i++)
@@ -290,6 +319,7 @@ out:
 typedef struct {
     ag_train_state *s;
     report *r;
+    size_t limit; /* the file's size: no string in it is longer */
 } iter_ctx;
 
 static herr_t rng_attr(hid_t loc, const char *name, const H5A_info_t *info, void *u) {
@@ -308,39 +338,86 @@ static herr_t rng_attr(hid_t loc, const char *name, const H5A_info_t *info, void
 
 static herr_t config_attr(hid_t loc, const char *name, const H5A_info_t *info, void *u) {
     iter_ctx *c = u;
-    const char *why;
-    if (strlen(name) >= AG_CKPT_NAME_MAX || c->s->nconfig == AG_CKPT_MAX_CONFIG) {
-        ag__ck_problem(c->r, FORMAT, "config '%s' does not fit (keys up to %d bytes, up to %d entries)", name,
-                AG_CKPT_NAME_MAX - 1, AG_CKPT_MAX_CONFIG);
+    char why[WHY_SIZE];
+    if (strlen(name) >= AG_CKPT_NAME_MAX) {
+        ag__ck_problem(c->r, FORMAT, "config '%.64s...' does not fit (keys up to %d bytes)", name, AG_CKPT_NAME_MAX - 1);
         return 0;
     }
-    ag_config_entry *e = &c->s->config[c->s->nconfig];
+    ag_config_entry e = {.type = AG_CONFIG_INT};
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a >= 0 && attr_value(a, e, &why)) {
-        strcpy(e->key, name);
-        c->s->nconfig++;
-    } else {
-        memset(e, 0, sizeof *e);
-        ag__ck_problem(c->r, FORMAT, "config attribute '%s' %s", name, a < 0 ? "cannot be opened" : why);
-    }
+    int ok = a < 0 ? 0 : attr_value(a, &e, c->limit, why);
     if (a >= 0) H5Aclose(a);
-    return 0;
+    memcpy(e.key, name, strlen(name) + 1);
+    if (ok == 1 && !ag__config_append(c->s, &e)) {
+        free(e.s);
+        snprintf(why, sizeof why, "does not fit: out of memory for config entry %d", c->s->nconfig + 1);
+        ok = -1;
+    }
+    if (ok != 1)
+        ag__ck_problem(c->r, ok < 0 ? NOMEM : FORMAT, "config attribute '%s' %s", name, a < 0 ? "cannot be opened" : why);
+    /* out of memory: stop here rather than report every entry after it */
+    return ok < 0 ? 1 : 0;
+}
+
+/* A long config string: the dataset name of /config (docs/checkpoint.md). */
+static herr_t config_dataset(hid_t g, const char *name, const H5L_info_t *info, void *u) {
+    iter_ctx *c = u;
+    char why[WHY_SIZE] = "cannot be opened (corrupted?)";
+    int ok = 0;
+    ag_config_entry e = {.type = AG_CONFIG_STRING};
+    hid_t ds = -1, ty = -1, sp = -1, m = -1;
+    hsize_t n1 = 0;
+    size_t n = 0;
+    if (strlen(name) >= AG_CKPT_NAME_MAX) {
+        snprintf(why, sizeof why, "does not fit (keys up to %d bytes)", AG_CKPT_NAME_MAX - 1);
+    } else if (ag_config_get_string(c->s, name) || ag_config_get_double(c->s, name, NULL)) {
+        snprintf(why, sizeof why, "is also an attribute of /config");
+    } else if ((ds = H5Oopen(g, name, H5P_DEFAULT)) < 0 || H5Iget_type(ds) != H5I_DATASET) {
+        if (ds >= 0) snprintf(why, sizeof why, "is a group, not a dataset");
+    } else if ((ty = H5Dget_type(ds)) < 0 || (sp = H5Dget_space(ds)) < 0 || H5Tget_class(ty) != H5T_STRING ||
+               H5Tis_variable_str(ty) != 0 || H5Sget_simple_extent_ndims(sp) != 1 ||
+               H5Sget_simple_extent_dims(sp, &n1, NULL) != 1 || n1 != 1) {
+        snprintf(why, sizeof why, "is not one fixed-length string");
+    } else if ((n = H5Tget_size(ty)) > c->limit) {
+        snprintf(why, sizeof why, "declares a string of %zu bytes, more than the file's %zu (corrupted)", n, c->limit);
+    } else if (!(e.s = malloc(n + 1))) {
+        snprintf(why, sizeof why, "needs %zu bytes: out of memory", n + 1);
+        ok = -1;
+    } else if ((m = H5Tcopy(ty)) < 0 || H5Dread(ds, m, H5S_ALL, H5S_ALL, H5P_DEFAULT, e.s) < 0) {
+        snprintf(why, sizeof why, "is corrupted: %s", ag__ck_cause().desc);
+    } else {
+        e.s[n] = 0;
+        memcpy(e.key, name, strlen(name) + 1);
+        ok = ag__config_append(c->s, &e) ? 1 : -1;
+        if (ok < 0) snprintf(why, sizeof why, "does not fit: out of memory for config entry %d", c->s->nconfig + 1);
+    }
+    if (ok != 1) free(e.s);
+    if (m >= 0) H5Tclose(m);
+    if (ty >= 0) H5Tclose(ty);
+    if (sp >= 0) H5Sclose(sp);
+    if (ds >= 0) H5Oclose(ds);
+    if (ok != 1) ag__ck_problem(c->r, ok < 0 ? NOMEM : FORMAT, "config dataset '%.64s' %s", name, why);
+    return ok < 0 ? 1 : 0;
 }
 
 /* attributes of the child group name of loc, in creation order when the file tracked it */
 static void each_attr(hid_t loc, const char *name, H5A_operator2_t fn, iter_ctx *c) {
     hid_t g;
     if (group_open(loc, name, &g, c->r) <= 0) return;
-    unsigned flags = 0;
+    unsigned flags = 0, lflags = 0;
     hid_t gcpl = H5Gget_create_plist(g);
-    if (gcpl >= 0) H5Pget_attr_creation_order(gcpl, &flags), H5Pclose(gcpl);
+    if (gcpl >= 0) H5Pget_attr_creation_order(gcpl, &flags), H5Pget_link_creation_order(gcpl, &lflags), H5Pclose(gcpl);
     H5_index_t idx = flags & H5P_CRT_ORDER_INDEXED ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+    H5_index_t lidx = lflags & H5P_CRT_ORDER_INDEXED ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
     if (H5Aiterate2(g, idx, H5_ITER_INC, NULL, fn, c) < 0)
         ag__ck_problem(c->r, FORMAT, "cannot read the attributes of '%s': %s", name, ag__ck_cause().desc);
+    /* then the long config strings, datasets of the group */
+    if (fn == config_attr && H5Literate(g, lidx, H5_ITER_INC, NULL, config_dataset, c) < 0)
+        ag__ck_problem(c->r, FORMAT, "cannot list the datasets of '%s': %s", name, ag__ck_cause().desc);
     H5Gclose(g);
 }
 
-static void load_state(hid_t f, ag_train_state *ss, report *r) {
+static void load_state(hid_t f, ag_train_state *ss, size_t file_size, report *r) {
     const char *W = "/training";
     ag_config_entry e;
     hid_t g;
@@ -351,7 +428,7 @@ static void load_state(hid_t f, ag_train_state *ss, report *r) {
     const char *dn[] = {"global_step", "epoch", "data_position"};
     for (int i = 0; i < 3; i++)
         if (attr_get(g, W, dn[i], AG_CONFIG_INT, &e, r)) *dst[i] = e.i;
-    iter_ctx c = {ss, r};
+    iter_ctx c = {ss, r, file_size};
     each_attr(g, "rng", rng_attr, &c);
     H5Gclose(g);
     each_attr(f, "config", config_attr, &c);
@@ -359,7 +436,7 @@ static void load_state(hid_t f, ag_train_state *ss, report *r) {
 
 /* Open path for reading after the checks that give each way of not being a checkpoint its own
  * message; -1 with the problem reported. */
-static hid_t open_checkpoint(const char *path, report *r) {
+static hid_t open_checkpoint(const char *path, size_t *file_size, report *r) {
     ag_config_entry e;
     struct stat st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -398,9 +475,12 @@ static hid_t open_checkpoint(const char *path, report *r) {
         if (ex < 0) ag__ck_problem(r, FORMAT, "corrupted HDF5 file, cannot read the root group: %s", ag__ck_cause().desc);
         else ag__ck_problem(r, FORMAT, "not an attograd checkpoint: no 'format' attribute on the root group");
     } else if (attr_get(f, "/", "format", AG_CONFIG_STRING, &e, r)) {
-        if (strcmp(e.s, FORMAT_NAME) != 0)
-            ag__ck_problem(r, FORMAT, "not an attograd checkpoint: format is '%s', expected '" FORMAT_NAME "'", e.s);
-        else if (attr_get(f, "/", "format_version", AG_CONFIG_INT, &e, r) && e.i != FORMAT_VERSION)
+        bool ours = strcmp(e.s, FORMAT_NAME) == 0;
+        if (!ours)
+            ag__ck_problem(r, FORMAT, "not an attograd checkpoint: format is '%.64s', expected '" FORMAT_NAME "'", e.s);
+        free(e.s);
+        if (!ours) {
+        } else if (attr_get(f, "/", "format_version", AG_CONFIG_INT, &e, r) && e.i != FORMAT_VERSION)
             ag__ck_problem(r, FORMAT, "format_version %lld is not supported: this attograd reads version %d%s",
                     (long long)e.i, FORMAT_VERSION, e.i > FORMAT_VERSION ? " (written by a newer attograd?)" : "");
     }
@@ -408,6 +488,7 @@ static hid_t open_checkpoint(const char *path, report *r) {
         H5Fclose(f);
         return -1;
     }
+    *file_size = rc == 0 && st.st_size > 0 ? (size_t)st.st_size : 0;
     return f;
 }
 
@@ -449,11 +530,12 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
         goto done;
     }
     hush_t h = ag__ck_hush();
-    hid_t f = open_checkpoint(path, &r);
+    size_t file_size = 0;
+    hid_t f = open_checkpoint(path, &file_size, &r);
     if (f >= 0) {
         if (params) load_model(f, params, stage, &r);
         if (opt) load_optim(f, opt, &so, ostage, &r);
-        if (state) load_state(f, ss, &r);
+        if (state) load_state(f, ss, file_size, &r);
         if (H5Fclose(f) < 0) ag__ck_problem(&r, FORMAT, "closing failed: %s", ag__ck_cause().desc);
     }
     ag__ck_unhush(h);
@@ -476,11 +558,16 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
             opt->nesterov = so.nesterov;
             opt->step = so.step;
         }
-        if (state) *state = *ss;
+        if (state) { /* the new state's memory moves into *state */
+            ag_train_state_clear(state);
+            *state = *ss;
+            memset(ss, 0, sizeof *ss);
+        }
     }
 done:
     free(stage);
     for (int k = 0; k < 3; k++) free(ostage[k]);
+    ag_train_state_clear(ss);
     free(ss);
     ag__ck_report_write(&r, path, ag__ck_report_status(&r, strict) == AG_CKPT_PARTIAL ? "loaded what matches; " : "", msg,
                  msgsize);

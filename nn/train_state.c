@@ -1,7 +1,10 @@
-/* The training state of a checkpoint: plain data with named RNGs and config entries. */
+/* The training state of a checkpoint: named RNGs and config entries (a growable array of
+ * entries whose strings live on the heap, owned by the state). */
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "checkpoint_internal.h"
 
 /* ---- training state ----------------------------------------------------------------------- */
 
@@ -44,49 +47,118 @@ bool ag_state_get_rng(const ag_train_state *s, const char *name, ag_rng *out) {
     return false;
 }
 
+void ag_train_state_clear(ag_train_state *s) {
+    if (!s) return;
+    for (int i = 0; i < s->nconfig; i++) free(s->config[i].s);
+    free(s->config);
+    memset(s, 0, sizeof *s);
+}
+
+/* room for one more entry; false on out of memory (nothing reported: the callers do) */
+static bool config_grow(ag_train_state *s) {
+    if (s->nconfig < s->config_cap) return true;
+    if (s->config_cap > INT_MAX / 2 - 8) return false;
+    int cap = s->config_cap ? 2 * s->config_cap : 16;
+    ag_config_entry *c = realloc(s->config, sizeof *c * (size_t)cap);
+    if (!c) return false;
+    s->config = c;
+    s->config_cap = cap;
+    return true;
+}
+
+bool ag__config_append(ag_train_state *s, const ag_config_entry *e) {
+    if (!config_grow(s)) return false;
+    s->config[s->nconfig++] = *e;
+    return true;
+}
+
+bool ag_train_state_copy(ag_train_state *dst, const ag_train_state *src) {
+    if (!dst || !src) {
+        ag_error("ag_train_state_copy", "needs two states, got %s", dst ? "a NULL source" : "a NULL destination");
+        return false;
+    }
+    if (dst == src) return true;
+    ag_train_state c = *src;
+    c.config = NULL;
+    c.nconfig = c.config_cap = 0;
+    for (int i = 0; i < src->nconfig; i++) {
+        ag_config_entry e = src->config[i];
+        e.s = e.type == AG_CONFIG_STRING ? strdup(src->config[i].s ? src->config[i].s : "") : NULL;
+        if (e.type == AG_CONFIG_STRING && !e.s) goto oom;
+        if (!ag__config_append(&c, &e)) {
+            free(e.s);
+            goto oom;
+        }
+    }
+    ag_train_state_clear(dst);
+    *dst = c;
+    return true;
+oom:
+    ag_train_state_clear(&c);
+    ag_error("ag_train_state_copy", "out of memory copying %d config entries", src->nconfig);
+    return false;
+}
+
 static const ag_config_entry *config_find(const ag_train_state *s, const char *key) {
     for (int i = 0; s && key && i < s->nconfig; i++)
         if (strcmp(s->config[i].key, key) == 0) return &s->config[i];
     return NULL;
 }
 
-/* the entry for key, zeroed (new or replaced); NULL after reporting */
-static ag_config_entry *config_slot(const char *op, ag_train_state *s, const char *key) {
-    if (!name_ok(op, s, key)) return NULL;
-    ag_config_entry *e = (ag_config_entry *)config_find(s, key);
-    if (!e) {
-        if (s->nconfig == AG_CKPT_MAX_CONFIG) {
-            ag_error(op, "'%s': the state already holds %d config entries, the most it can", key, AG_CKPT_MAX_CONFIG);
-            return NULL;
-        }
-        e = &s->config[s->nconfig++];
+/* Set key to the value in *v (key and s filled in here; a string in v->s is taken over), new
+ * or replacing; false after reporting (v->s is then freed). */
+static bool config_put(const char *op, ag_train_state *s, const char *key, ag_config_entry *v) {
+    if (!name_ok(op, s, key)) {
+        free(v->s);
+        return false;
     }
-    memset(e, 0, sizeof *e);
-    strcpy(e->key, key);
-    return e;
+    memcpy(v->key, key, strlen(key) + 1);
+    ag_config_entry *e = (ag_config_entry *)config_find(s, key);
+    if (e) {
+        free(e->s);
+        *e = *v;
+        return true;
+    }
+    if (!ag__config_append(s, v)) {
+        ag_error(op, "'%s': out of memory for config entry %d", key, s->nconfig + 1);
+        free(v->s);
+        return false;
+    }
+    return true;
 }
 
 bool ag_config_set_int(ag_train_state *s, const char *key, int64_t value) {
-    ag_config_entry *e = config_slot("ag_config_set_int", s, key);
-    if (e) e->type = AG_CONFIG_INT, e->i = value;
-    return e != NULL;
+    ag_config_entry v = {.type = AG_CONFIG_INT, .i = value};
+    return config_put("ag_config_set_int", s, key, &v);
 }
 
 bool ag_config_set_double(ag_train_state *s, const char *key, double value) {
-    ag_config_entry *e = config_slot("ag_config_set_double", s, key);
-    if (e) e->type = AG_CONFIG_DOUBLE, e->d = value;
-    return e != NULL;
+    ag_config_entry v = {.type = AG_CONFIG_DOUBLE, .d = value};
+    return config_put("ag_config_set_double", s, key, &v);
 }
 
 bool ag_config_set_string(ag_train_state *s, const char *key, const char *value) {
     const char *op = "ag_config_set_string";
-    if (!value || strlen(value) >= AG_CKPT_STRING_MAX) {
-        ag_error(op, "'%s': value is NULL or longer than %d bytes", key ? key : "(null)", AG_CKPT_STRING_MAX - 1);
+    if (!value) {
+        ag_error(op, "'%s': value is NULL", key ? key : "(null)");
         return false;
     }
-    ag_config_entry *e = config_slot(op, s, key);
-    if (e) e->type = AG_CONFIG_STRING, strcpy(e->s, value);
-    return e != NULL;
+    ag_config_entry v = {.type = AG_CONFIG_STRING, .s = strdup(value)};
+    if (!v.s) {
+        ag_error(op, "'%s': out of memory for a string of %zu bytes", key ? key : "(null)", strlen(value));
+        return false;
+    }
+    return config_put(op, s, key, &v);
+}
+
+bool ag_config_remove(ag_train_state *s, const char *key) {
+    ag_config_entry *e = (ag_config_entry *)config_find(s, key);
+    if (!e) return false;
+    free(e->s);
+    int i = (int)(e - s->config);
+    memmove(e, e + 1, sizeof *e * (size_t)(s->nconfig - i - 1));
+    s->nconfig--;
+    return true;
 }
 
 bool ag_config_get_int(const ag_train_state *s, const char *key, int64_t *out) {

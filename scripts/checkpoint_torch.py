@@ -76,10 +76,22 @@ def read_state_dict(path):
         return sd
 
 
+# config strings longer than this are one-element string datasets of /config, not attributes
+ATTR_STRING_MAX = 255
+
+
 def read_config(path):
+    """/config as a dict: its attributes, then its string datasets (the long strings)."""
     with open_checkpoint(path) as f:
-        return {k: (_attr_str(v) if isinstance(v, (bytes, str)) else v.item()) for k, v in f["config"].attrs.items()} \
-            if "config" in f else {}
+        if "config" not in f:
+            return {}
+        c = f["config"]
+        cfg = {k: (_attr_str(v) if isinstance(v, (bytes, str)) else v.item()) for k, v in c.attrs.items()}
+        for k, ds in c.items():
+            if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "S" or ds.shape != (1,):
+                raise ConvertError(f"{path}: config dataset '{k}' is not one fixed-length string")
+            cfg[k] = _attr_str(ds[0])
+        return cfg
 
 
 def _atomic_write(path, write):
@@ -156,10 +168,16 @@ def write_checkpoint(dst, sd, dtype="keep", config=None):
             t.create_group("rng", track_order=True)
             c = f.create_group("config", track_order=True)
             for k, v in (config or {}).items():
+                b = str(v).encode()
                 if isinstance(v, (bool, int)):
                     c.attrs[k] = np.int64(v)
+                elif isinstance(v, float):
+                    c.attrs[k] = np.float64(v)
+                elif len(b) <= ATTR_STRING_MAX:
+                    c.attrs[k] = str(v)
                 else:
-                    c.attrs[k] = np.float64(v) if isinstance(v, float) else str(v)
+                    c.create_dataset(k, data=np.array([b], dtype=h5py.string_dtype("utf-8", len(b))), chunks=(1,),
+                                     fletcher32=True)
     _atomic_write(dst, write)
 
 
@@ -246,6 +264,14 @@ def check(child):
             from_torch(p("a.pt"), p("a2.h5"), config=cfg)
             x2, y2 = _attograd_forward(child, p("a2.h5"))
             _expect(np.array_equal(x2, x) and np.array_equal(y2, y), "h5 -> pt -> h5 round trip is bit-exact")
+            # a long config string (a vocabulary) goes to a /config dataset that attograd loads
+            vocab = "\n".join(f"w{i}\u00e9" for i in range(30000))
+            from_torch(p("a.pt"), p("a3.h5"), config=dict(cfg, vocab=vocab))
+            with h5py.File(p("a3.h5"), "r") as f:
+                stored = isinstance(f["config"].get("vocab"), h5py.Dataset) and "vocab" not in f["config"].attrs
+            x4, y4 = _attograd_forward(child, p("a3.h5"))
+            _expect(stored and read_config(p("a3.h5")) == dict(cfg, vocab=vocab) and np.array_equal(y4, y),
+                    f"a {len(vocab.encode())}-byte config string is a /config dataset, read back and loaded by attograd")
             # a model made by torch, converted for attograd
             torch.manual_seed(3)
             m2 = _mlp(cfg, dt)

@@ -202,7 +202,7 @@ static void version_fill(int v, ag_params *p, ag_optim *o, ag_train_state *st) {
     o->lr = 0.001 * v;
     o->betas[0] = v == 1 ? 0.9 : 0.8;
     o->betas[1] = v == 1 ? 0.999 : 0.99;
-    memset(st, 0, sizeof *st);
+    ag_train_state_clear(st);
     st->global_step = 100 * v;
     st->epoch = v;
     st->data_position = 8 * v;
@@ -258,6 +258,7 @@ static int cmd_resume(const char *ckpt, int64_t steps, const char *out, const ch
     for (int64_t s = 0; s < steps; s++) printf("%a\n", trainer_step(t));
     trainer_save_state(t, &st);
     if (ag_checkpoint_save(out, t->p, t->opt, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("save", msg);
+    ag_train_state_clear(&st);
     trainer_free(t);
     return 0;
 }
@@ -266,7 +267,7 @@ static int cmd_save_loop(const char *path, int v) {
     char msg[2048];
     ag_params *p = version_params(AG_F32);
     ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0);
-    ag_train_state st[2];
+    ag_train_state st[2] = {{0}};
     version_fill(1, p, o, &st[0]);
     ag_params *q = version_params(AG_F32); /* version 2's values, kept to swap in with memcpy */
     ag_optim *o2 = ag_adam_new(q, 0.001, 0.9, 0.999, 1e-8, 0);
@@ -307,6 +308,7 @@ static int cmd_mlp_init(const char *path, const char *dtype, uint64_t seed) {
     ag_config_set_string(&st, "dtype", dtype);
     ag_params *p = mlp_new(strcmp(dtype, "f64") == 0 ? AG_F64 : AG_F32, 5, 7, 3, seed, l);
     if (ag_checkpoint_save(path, p, NULL, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("save", msg);
+    ag_train_state_clear(&st);
     ag_params_free(p);
     return 0;
 }
@@ -335,6 +337,7 @@ static int cmd_mlp_forward(const char *path, int64_t batch) {
     ag_tensor *y = ag_linear_forward(&l[1], ag_relu(ag_linear_forward(&l[0], x)));
     print_tensor("x", x);
     print_tensor("y", y);
+    ag_train_state_clear(&st);
     ag_params_free(p);
     return 0;
 }

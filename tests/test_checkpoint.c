@@ -112,7 +112,7 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
     size_t bytes = p ? slab_bytes(p) : 0;
     char *before = p ? malloc(bytes + 1) : NULL, *obefore[2] = {NULL, NULL};
     ag_optim ocopy;
-    ag_train_state *scopy = malloc(sizeof *scopy);
+    ag_train_state scopy = {0};
     if (p) memcpy(before, p->data, bytes);
     if (o) {
         ocopy = *o;
@@ -123,7 +123,7 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
             memcpy(obefore[k], slab, bytes);
         }
     }
-    if (s) memcpy(scopy, s, sizeof *s);
+    if (s) assert_true(ag_train_state_copy(&scopy, s));
     stderr_capture();
     ag_ckpt_status got = ag_checkpoint_load(path, p, o, s, opts, last_msg, sizeof last_msg);
     stderr_assert_empty(file, line);
@@ -151,12 +151,12 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
                 assert_memory_equal(obefore[k], slab, bytes);
             }
         }
-        if (s) assert_memory_equal(scopy, s, sizeof *s);
+        if (s) tu_assert_same_state(&scopy, s);
     }
     free(before);
     free(obefore[0]);
     free(obefore[1]);
-    free(scopy);
+    ag_train_state_clear(&scopy);
 }
 
 static void save_ok(const char *path, const ag_params *p, const ag_optim *o, const ag_train_state *s) {
@@ -282,8 +282,10 @@ static void round_trip(ag_dtype dt, bool sgd) {
     assert_memory_equal(&o->dampening, &oq->dampening, sizeof o->dampening);
     assert_int_equal(o->nesterov, oq->nesterov);
     assert_int_equal(o->step, oq->step);
-    /* same entries in the same order, every byte (setters zero-fill, the loader too) */
-    assert_memory_equal(&s, &t, sizeof s);
+    /* same entries in the same order, every value */
+    tu_assert_same_state(&s, &t);
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_optim_free(o);
     ag_optim_free(oq);
     ag_params_free(p);
@@ -330,7 +332,7 @@ static void test_file_layout_uses_state_dict_names_shapes_and_documented_attribu
     const char *path = in_tmp("layout.h5");
     ag_params *p = version_params(AG_F32);
     ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0);
-    ag_train_state s;
+    ag_train_state s = {0};
     version_fill(2, p, o, &s);
     save_ok(path, p, o, &s);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -386,6 +388,7 @@ static void test_file_layout_uses_state_dict_names_shapes_and_documented_attribu
     assert_int_equal(h5_attr_i64(g, "version"), 2);
     H5Gclose(g);
     H5Fclose(f);
+    ag_train_state_clear(&s);
     ag_optim_free(o);
     ag_params_free(p);
 }
@@ -425,6 +428,8 @@ static void test_strict_load_reports_every_missing_unexpected_and_misshapen_name
     int64_t hidden;
     assert_true(ag_config_get_int(&t, "hidden", &hidden) && hidden == 4);
     assert_null(ag_config_get_string(&t, "untouched"));
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_optim_free(o);
     ag_optim_free(oq);
     ag_params_free(p);
@@ -465,6 +470,7 @@ static void test_optimizer_kind_mismatch_fails_even_when_not_strict(void **state
     ag_train_state s = {0};
     assert_load(AG_CKPT_EMISMATCH, path, p, adam, &s, NULL, "no optimizer state in the file",
                 "no training state in the file");
+    ag_train_state_clear(&s);
     ag_optim_free(adam);
     ag_optim_free(sgd);
     ag_params_free(p);
@@ -483,6 +489,8 @@ static void test_config_alone_loads_without_a_model(void **state) {
     assert_true(ag_config_get_double(&t, "dropout", &dropout) && dropout == 0.25);
     assert_string_equal(ag_config_get_string(&t, "activation"), "relu");
     assert_false(ag_config_get_int(&t, "dropout", &hidden)); /* a double is not an int */
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_params_free(p);
 }
 
@@ -605,7 +613,7 @@ static hid_t edit_copy(const char *good, const char *name) {
 }
 
 static void set_fixed_string_attr(hid_t loc, const char *name, const char *value) {
-    H5Adelete(loc, name);
+    if (H5Aexists(loc, name) > 0) H5Adelete(loc, name);
     hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
     H5Tset_size(t, strlen(value));
     hid_t a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
@@ -763,6 +771,258 @@ static void test_state_setters_replace_by_name_and_report_misuse(void **state) {
     ag_rng r;
     assert_true(ag_state_get_rng(&s, "r7", &r) && r.seed == 7);
     assert_false(ag_state_get_rng(&s, "absent", &r));
+    ag_train_state_clear(&s);
+    assert_int_equal(s.nconfig, 0);
+    assert_null(ag_config_get_string(&s, "layers"));
+}
+
+/* ---- config strings of any length, any number of entries ---- */
+
+/* n bytes of text shaped like a vocabulary (a word a line, some two- and three-byte UTF-8
+ * letters), from seed */
+static char *vocab_text(size_t n, uint64_t seed) {
+    static const char *const letters[] = {"a", "e", "k", "s", "t", "\xc3\xa9", "\xc3\x9f", "\xe2\x86\x92"};
+    char *s = malloc(n + 1);
+    size_t at = 0;
+    for (uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1; at < n;) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const char *l = x % 11 == 0 ? "\n" : letters[(x >> 8) % 8];
+        size_t k = strlen(l);
+        if (at + k > n) l = "x", k = 1;
+        memcpy(s + at, l, k);
+        at += k;
+    }
+    s[n] = 0;
+    return s;
+}
+
+/* s with a 1 MiB "src_vocab" first and 499 more entries of every type, strings up to 18 KB */
+static void big_config(ag_train_state *s) {
+    char *big = vocab_text(1 << 20, 1000); /* a seed of none of the others */
+    assert_true(ag_config_set_string(s, "src_vocab", big));
+    free(big);
+    for (int i = 1; i < 500; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%03d", i);
+        if (i % 3 == 0) assert_true(ag_config_set_int(s, key, (int64_t)i * -1000003));
+        else if (i % 3 == 1) assert_true(ag_config_set_double(s, key, i / 7.0));
+        else {
+            char *v = vocab_text((size_t)i * 37, (uint64_t)i);
+            assert_true(ag_config_set_string(s, key, v));
+            free(v);
+        }
+    }
+    assert_int_equal(s->nconfig, 500);
+}
+
+static void test_a_1_mib_config_string_and_500_entries_round_trip_exactly(void **state) {
+    const char *path = in_tmp("big_config.h5");
+    ag_params *p = small_params(AG_F32, 0);
+    ag_train_state s = {0}, t = {0};
+    big_config(&s);
+    save_ok(path, p, NULL, &s);
+    assert_load(AG_CKPT_OK, path, NULL, NULL, &t, NULL, "");
+    /* every entry, by key (strings over 255 bytes are datasets, which load after the attributes) */
+    assert_int_equal(t.nconfig, 500);
+    int ndatasets = 0;
+    for (int i = 0; i < s.nconfig; i++) {
+        const ag_config_entry *e = &s.config[i];
+        int64_t iv;
+        double dv;
+        if (e->type == AG_CONFIG_INT) assert_true(ag_config_get_int(&t, e->key, &iv) && iv == e->i);
+        else if (e->type == AG_CONFIG_DOUBLE) assert_true(ag_config_get_int(&t, e->key, &iv) == false &&
+                                                          ag_config_get_double(&t, e->key, &dv) && dv == e->d);
+        else assert_string_equal(ag_config_get_string(&t, e->key), e->s);
+        ndatasets += e->type == AG_CONFIG_STRING && strlen(e->s) > 255;
+    }
+    assert_int_equal(ndatasets, 1 + 164); /* src_vocab, and k008, k011, ... k497 (37 i > 255 bytes) */
+    const char *v = ag_config_get_string(&t, "src_vocab");
+    assert_int_equal(strlen(v), 1 << 20);
+    assert_memory_equal(v, ag_config_get_string(&s, "src_vocab"), 1 << 20);
+    /* in the file: a one-element dataset /config/src_vocab of a fixed-length UTF-8 string of its
+     * 1 MiB, Fletcher32-checked; short strings stay attributes */
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), g = H5Gopen2(f, "config", H5P_DEFAULT);
+    H5O_info_t info;
+    assert_true(H5Oget_info(g, &info) >= 0);
+    assert_int_equal(info.num_attrs, 500 - ndatasets);
+    hid_t ds = H5Dopen2(g, "src_vocab", H5P_DEFAULT), ty = H5Dget_type(ds), dcpl = H5Dget_create_plist(ds);
+    assert_int_equal(H5Tis_variable_str(ty), 0);
+    assert_int_equal(H5Tget_size(ty), 1 << 20);
+    assert_int_equal(H5Tget_cset(ty), H5T_CSET_UTF8);
+    assert_int_equal(H5Tget_strpad(ty), H5T_STR_NULLPAD);
+    assert_int_equal(H5Pget_nfilters(dcpl), 1);
+    assert_int_equal(H5Pget_filter2(dcpl, 0, NULL, NULL, NULL, 0, NULL, NULL), H5Z_FILTER_FLETCHER32);
+    char *raw = malloc(1 << 20);
+    assert_true(H5Dread(ds, ty, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw) >= 0);
+    assert_memory_equal(raw, v, 1 << 20);
+    free(raw);
+    assert_true(H5Aexists(g, "k005") > 0 && H5Aexists(g, "k008") == 0 && H5Lexists(g, "k008", H5P_DEFAULT) > 0);
+    H5Pclose(dcpl), H5Tclose(ty), H5Dclose(ds), H5Gclose(g), H5Fclose(f);
+    /* a copy is deep: clearing the original leaves it whole */
+    ag_train_state c = {0};
+    assert_true(ag_train_state_copy(&c, &t));
+    tu_assert_same_state(&t, &c);
+    assert_true(ag_config_get_string(&c, "src_vocab") != v);
+    ag_train_state_clear(&t);
+    assert_true(t.nconfig == 0 && t.config == NULL);
+    assert_memory_equal(ag_config_get_string(&c, "src_vocab"), ag_config_get_string(&s, "src_vocab"), (1 << 20) + 1);
+    ag_train_state_clear(&c);
+    ag_train_state_clear(&s);
+    ag_params_free(p);
+}
+
+static void put_i64(hid_t loc, const char *name, int64_t v) {
+    hid_t sp = H5Screate(H5S_SCALAR), a = H5Acreate2(loc, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+    H5Aclose(a), H5Sclose(sp);
+}
+
+static void put_vlen_string(hid_t loc, const char *name, const char *v) {
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    hid_t a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(H5Awrite(a, t, &v) >= 0);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t);
+}
+
+/* The layout of the checkpoints written while config strings were limited to 255 bytes, built
+ * by hand: vlen and fixed-length strings, a text in 255-byte chunks, the 64 entries that was
+ * the most a state held. */
+static void test_a_checkpoint_written_with_the_old_short_attribute_layout_loads(void **state) {
+    const char *path = in_tmp("old_layout.h5");
+    ag_params *p = small_params(AG_F32, 3), *q = small_params(AG_F32, 0);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
+    H5Pset_attr_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    put_vlen_string(f, "format", "attograd-checkpoint");
+    put_i64(f, "format_version", 1);
+    hid_t g = H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (int k = 0; k < p->count; k++) {
+        ag_tensor *t = p->list[k];
+        hsize_t dims[2] = {(hsize_t)t->shape[0], t->ndim > 1 ? (hsize_t)t->shape[1] : 0};
+        hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
+        hid_t d = H5Dcreate2(g, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        assert_true(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, first(t)) >= 0);
+        H5Dclose(d), H5Sclose(sp);
+    }
+    H5Gclose(g);
+    g = H5Gcreate2(f, "training", H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    put_i64(g, "global_step", 12);
+    put_i64(g, "epoch", 2);
+    put_i64(g, "data_position", 5);
+    hid_t rg = H5Gcreate2(g, "rng", H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    hsize_t two = 2;
+    uint64_t rv[2] = {3, 9};
+    hid_t sp = H5Screate_simple(1, &two, NULL), a = H5Acreate2(rg, "shuffle", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_UINT64, rv);
+    H5Aclose(a), H5Sclose(sp), H5Gclose(rg), H5Gclose(g);
+    g = H5Gcreate2(f, "config", H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    char *text = vocab_text(61 * 255, 9);
+    for (int i = 0; i < 61; i++) {
+        char key[32], chunk[256];
+        snprintf(key, sizeof key, "src_vocab.%d", i);
+        memcpy(chunk, text + 255 * i, 255);
+        chunk[255] = 0;
+        put_vlen_string(g, key, chunk);
+    }
+    put_i64(g, "src_vocab.parts", 61);
+    set_fixed_string_attr(g, "activation", "relu"); /* fixed-length, as other writers make them */
+    hid_t sp1 = H5Screate(H5S_SCALAR);
+    double drop = 0.1;
+    a = H5Acreate2(g, "dropout", H5T_IEEE_F64LE, sp1, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_DOUBLE, &drop);
+    H5Aclose(a), H5Sclose(sp1), H5Gclose(g), H5Fclose(f), H5Pclose(fapl), H5Pclose(gcpl);
+
+    ag_train_state t = {0};
+    assert_load(AG_CKPT_OK, path, q, NULL, &t, NULL, "");
+    assert_memory_equal(q->data, p->data, slab_bytes(p));
+    assert_true(t.global_step == 12 && t.epoch == 2 && t.data_position == 5 && t.nrng == 1);
+    ag_rng r;
+    assert_true(ag_state_get_rng(&t, "shuffle", &r) && r.seed == 3 && r.counter == 9);
+    assert_int_equal(t.nconfig, 64);
+    char *joined = calloc(61 * 255 + 1, 1);
+    for (int i = 0; i < 61; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "src_vocab.%d", i);
+        assert_string_equal(t.config[i].key, key); /* creation order */
+        const char *c = ag_config_get_string(&t, key);
+        assert_int_equal(strlen(c), 255);
+        strcat(joined, c);
+    }
+    assert_string_equal(joined, text);
+    int64_t parts;
+    double d;
+    assert_true(ag_config_get_int(&t, "src_vocab.parts", &parts) && parts == 61);
+    assert_string_equal(ag_config_get_string(&t, "activation"), "relu");
+    assert_true(ag_config_get_double(&t, "dropout", &d) && d == 0.1);
+    free(joined);
+    free(text);
+    ag_train_state_clear(&t);
+    ag_params_free(p);
+    ag_params_free(q);
+}
+
+/* A damaged byte in a long config string is a format error naming the entry (the data carry a
+ * Fletcher32 checksum), and nothing is changed. */
+static void test_a_corrupted_config_string_is_a_format_error_naming_its_key(void **state) {
+    const char *good = in_tmp("vocab_good.h5"), *bad = in_tmp("vocab_bad.h5");
+    ag_params *p = small_params(AG_F32, 0);
+    ag_train_state s = {0};
+    big_config(&s);
+    save_ok(good, p, NULL, &s);
+    size_t n;
+    unsigned char *d = read_all(good, &n);
+    size_t at = find_bytes(d, n, ag_config_get_string(&s, "src_vocab"), 64);
+    for (size_t k = 0; k < 3; k++) { /* its first byte, one in the middle, its last */
+        size_t where = at + k * ((1 << 20) - 1) / 2;
+        d[where] ^= 0x01;
+        write_all_bytes(bad, d, n);
+        ag_train_state t = {0};
+        ag_config_set_int(&t, "untouched", 1);
+        assert_load(AG_CKPT_EFORMAT, bad, NULL, NULL, &t, NULL, "config dataset 'src_vocab' is corrupted",
+                    "Fletcher32");
+        ag_train_state_clear(&t);
+        d[where] ^= 0x01;
+    }
+    free(d);
+    ag_train_state_clear(&s);
+    ag_params_free(p);
+}
+
+/* A config string dataset whose type declares more bytes than the file has is refused before
+ * anything is allocated for it; one of another shape or type is named too. */
+static void test_an_oversized_or_misshapen_config_string_dataset_is_a_format_error_naming_its_key(void **state) {
+    const char *good = in_tmp("cfg_good.h5");
+    ag_params *p = small_params(AG_F32, 0);
+    ag_train_state s = {0};
+    ag_config_set_string(&s, "activation", "relu");
+    save_ok(good, p, NULL, &s);
+    hid_t f = edit_copy(good, "cfg_huge.h5");
+    hsize_t one = 1;
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate_simple(1, &one, NULL);
+    H5Tset_size(t, (size_t)1 << 31); /* 2 GiB declared, never written: the data is a fill value */
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_LATE);
+    H5Pset_chunk(dcpl, 1, &one);
+    hid_t ds = H5Dcreate2(f, "/config/src_vocab", t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    assert_true(ds >= 0);
+    H5Dclose(ds), H5Pclose(dcpl), H5Tclose(t);
+    int64_t iv[2] = {1, 2};
+    hsize_t two = 2;
+    hid_t sp2 = H5Screate_simple(1, &two, NULL);
+    ds = H5Dcreate2(f, "/config/numbers", H5T_STD_I64LE, sp2, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, iv);
+    H5Dclose(ds), H5Sclose(sp2), H5Sclose(sp), H5Fclose(f);
+    ag_train_state u = {0};
+    ag_config_set_int(&u, "untouched", 1);
+    assert_load(AG_CKPT_EFORMAT, in_tmp("cfg_huge.h5"), NULL, NULL, &u, NULL,
+                "config dataset 'src_vocab' declares a string of 2147483648 bytes, more than the file's",
+                "config dataset 'numbers' is not one fixed-length string");
+    ag_train_state_clear(&u);
+    ag_train_state_clear(&s);
+    ag_params_free(p);
 }
 
 /* ---- a second process ---- */
@@ -832,6 +1092,8 @@ static trainer *resumed_run(const char *ckpt, const char *forget, double *losses
     ag_train_state st = {0};
     assert_load(AG_CKPT_OK, out_path, t->p, t->opt, &st, NULL, "");
     trainer_restore_state(t, &st);
+    ag_train_state_clear(&cfg);
+    ag_train_state_clear(&st);
     free(out_path);
     return t;
 }
@@ -848,7 +1110,8 @@ static void test_resume_in_a_new_process_matches_uninterrupted_training_bit_for_
         assert_memory_equal(&l, &lf[i], sizeof l);
     }
     assert_true(part->pos != 0); /* saved mid-epoch: the data position matters */
-    ag_train_state st = cfg;
+    ag_train_state st = {0};
+    assert_true(ag_train_state_copy(&st, &cfg));
     trainer_save_state(part, &st);
     const char *ckpt = strdup(in_tmp("resume.h5"));
     save_ok(ckpt, part->p, part->opt, &st);
@@ -875,6 +1138,8 @@ static void test_resume_in_a_new_process_matches_uninterrupted_training_bit_for_
     }
     trainer_free(full);
     trainer_free(part);
+    ag_train_state_clear(&cfg);
+    ag_train_state_clear(&st);
     free((void *)ckpt);
 }
 
@@ -890,7 +1155,7 @@ static void test_sigkill_during_saves_always_leaves_one_complete_version(void **
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ag_params *p = version_params(AG_F32), *q = version_params(AG_F32);
     ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0), *oq = ag_adam_new(q, 0.001, 0.9, 0.999, 1e-8, 0);
-    ag_train_state s, t;
+    ag_train_state s = {0}, t = {0};
     version_fill(1, p, o, &s);
     save_ok(path, p, o, &s);
     /* how long a save takes in the child: it writes one byte per completed save */
@@ -934,6 +1199,8 @@ static void test_sigkill_during_saves_always_leaves_one_complete_version(void **
     assert_true(seen[1] > 0 && seen[2] > 0);
     save_ok(path, p, o, &s); /* a save after a crash replaces the stale temporary file */
     assert_int_equal(access(tmp, F_OK), -1);
+    ag_train_state_clear(&s);
+    ag_train_state_clear(&t);
     ag_optim_free(o);
     ag_optim_free(oq);
     ag_params_free(p);
@@ -966,6 +1233,15 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_save_failures_name_the_path_and_the_reason_and_keep_the_old_file,
                                         tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_state_setters_replace_by_name_and_report_misuse, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_a_1_mib_config_string_and_500_entries_round_trip_exactly, tu_setup,
+                                        tu_teardown),
+        cmocka_unit_test_setup_teardown(test_a_checkpoint_written_with_the_old_short_attribute_layout_loads, tu_setup,
+                                        tu_teardown),
+        cmocka_unit_test_setup_teardown(test_a_corrupted_config_string_is_a_format_error_naming_its_key, tu_setup,
+                                        tu_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_an_oversized_or_misshapen_config_string_dataset_is_a_format_error_naming_its_key, tu_setup,
+            tu_teardown),
         cmocka_unit_test_setup_teardown(test_resume_in_a_new_process_matches_uninterrupted_training_bit_for_bit,
                                         tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_during_saves_always_leaves_one_complete_version, tu_setup,

@@ -431,27 +431,6 @@ static ag_train_state load_state(const char *path) {
     return st;
 }
 
-static void assert_same_state(const ag_train_state *a, const ag_train_state *b) {
-    assert_int_equal(a->global_step, b->global_step);
-    assert_int_equal(a->epoch, b->epoch);
-    assert_int_equal(a->data_position, b->data_position);
-    assert_int_equal(a->nrng, b->nrng);
-    for (int i = 0; i < a->nrng; i++) {
-        assert_string_equal(a->rng[i].name, b->rng[i].name);
-        assert_int_equal(a->rng[i].rng.seed, b->rng[i].rng.seed);
-        assert_int_equal(a->rng[i].rng.counter, b->rng[i].rng.counter);
-    }
-    assert_int_equal(a->nconfig, b->nconfig);
-    for (int i = 0; i < a->nconfig; i++) {
-        const ag_config_entry *x = &a->config[i], *y = &b->config[i];
-        assert_string_equal(x->key, y->key);
-        assert_int_equal(x->type, y->type);
-        if (x->type == AG_CONFIG_INT) assert_int_equal(x->i, y->i);
-        else if (x->type == AG_CONFIG_DOUBLE) assert_memory_equal(&x->d, &y->d, sizeof x->d);
-        else assert_string_equal(x->s, y->s);
-    }
-}
-
 /* the "step N: train loss ..., BLEU x" parts of a log's evaluation lines (not the time taken),
  * one a line, in order */
 static char *eval_lines(const char *log) {
@@ -501,6 +480,7 @@ static void check_training_run(const char *kind) {
     ag_train_state st = load_state(ckpt_of(kind, "last"));
     assert_int_equal(st.global_step, 6);
     assert_string_equal(ag_config_get_string(&st, "model"), kind);
+    ag_train_state_clear(&st);
 }
 
 static void test_train_transformer_writes_checkpoints_curves_and_attention(void **state) {
@@ -861,7 +841,9 @@ static void check_exact_resume(const char *name, const char *const *extra, int s
     assert_int_equal(differ, 0);
     ag_train_state sa = load_state(pa), sb = load_state(pb);
     assert_int_equal(sa.global_step, steps_total);
-    assert_same_state(&sa, &sb);
+    tu_assert_same_state(&sa, &sb);
+    ag_train_state_clear(&sa);
+    ag_train_state_clear(&sb);
     /* the comparison sees a difference where there is one: the checkpoint of the first part */
     int nm = compare_checkpoints(pa, copy, "/model", &differ);
     assert_true(differ > nm / 2);
@@ -920,6 +902,8 @@ static void check_interrupt(int sig, const char *name, const char *kind) {
     assert_contains(err_text, expect);
     ag_train_state after = load_state(last);
     assert_int_equal(after.global_step, st.global_step + 3);
+    ag_train_state_clear(&st);
+    ag_train_state_clear(&after);
 }
 
 static void test_sigint_saves_last_checkpoint_exits_130_and_resume_continues(void **state) {
@@ -1148,14 +1132,16 @@ static void test_commands_reject_missing_non_hdf5_and_foreign_checkpoints(void *
     assert_rejected(in_dir("other-config.h5"), "not a checkpoint of attograd-translate", 1);
     /* the configuration of a real run without its vocabularies */
     ag_train_state real = load_state(ckpt_of("transformer", "last")), novocab = {0};
-    for (int i = 0; i < real.nconfig; i++)
-        if (strncmp(real.config[i].key, "src_vocab", 9) != 0 && strncmp(real.config[i].key, "tgt_vocab", 9) != 0)
-            novocab.config[novocab.nconfig++] = real.config[i];
+    assert_true(ag_train_state_copy(&novocab, &real));
+    assert_true(ag_config_remove(&novocab, "src_vocab") && ag_config_remove(&novocab, "tgt_vocab"));
     write_foreign_checkpoint(in_dir("no-vocab.h5"), &novocab);
     assert_rejected(in_dir("no-vocab.h5"), "vocabularies in the checkpoint are missing or damaged", 2);
     /* a real run's configuration and vocabularies over parameters of another model */
     write_foreign_checkpoint(in_dir("other-params.h5"), &real);
     assert_rejected(in_dir("other-params.h5"), "src_embed.weight", 0);
+    ag_train_state_clear(&other);
+    ag_train_state_clear(&real);
+    ag_train_state_clear(&novocab);
 }
 
 static void test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_crash(void **state) {
@@ -1167,11 +1153,14 @@ static void test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_
     } bad[] = {{"nhead", 3}, {"nhead", 0}, {"d_model", -16}, {"dim_feedforward", 0}, {"positions", 0},
                {"max_len", 0}, {"encoder_layers", -1}, {"hidden", 1LL << 40}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ag_train_state st = real;
+        ag_train_state st = {0};
+        assert_true(ag_train_state_copy(&st, &real));
         ag_config_set_int(&st, bad[i].key, bad[i].value);
         write_foreign_checkpoint(in_dir("bad-config.h5"), &st);
         assert_rejected(in_dir("bad-config.h5"), bad[i].key, (int)i);
+        ag_train_state_clear(&st);
     }
+    ag_train_state_clear(&real);
 }
 
 static void test_resume_without_a_previous_run_fails_naming_the_checkpoint(void **state) {
@@ -1191,6 +1180,111 @@ static void test_eval_with_a_missing_data_file_fails_naming_it(void **state) {
     snprintf(expect, sizeof expect, "attograd-translate: %s: cannot open: No such file or directory", missing);
     assert_contains(err_text, expect);
     assert_string_equal(out_text, "");
+}
+
+/* ---- vocabularies of real size ---- */
+
+enum { BIG_VOCAB = 20000 };
+
+/* BIG_VOCAB pairs "a<i> b<i>" -> "c<i> b<i>": BIG_VOCAB + 1 distinct source words (each 6 to
+ * 7 bytes: a 130 KB vocabulary), trained 2 steps into dir/big-vocab (once) */
+static const char *big_vocab_run(void) {
+    static const char *out;
+    if (out) return out;
+    size_t cap = (size_t)BIG_VOCAB * 32, at = 0;
+    char *text = malloc(cap);
+    for (int i = 0; i < BIG_VOCAB; i++)
+        at += (size_t)snprintf(text + at, cap - at, "a%05d b%d\tc%05d b%d\n", i, i % 2, i, i % 2);
+    write_file(in_dir("big-vocab.tsv"), text, at);
+    free(text);
+    const char *o = in_dir("big-vocab");
+    assert_status(RUN("train", "--train", in_dir("big-vocab.tsv"), "--out", o, TINY, "--steps", "2", "--eval-every", "2",
+                      "--save-every", "2"),
+                  0);
+    /* the 4 special tokens, a00000..a19999 and b0, b1 */
+    char expect[200];
+    snprintf(expect, sizeof expect, "vocabularies %d and %d tokens", BIG_VOCAB + 6, BIG_VOCAB + 6);
+    assert_contains(err_text, expect);
+    return out = o;
+}
+
+static void test_a_vocabulary_of_20000_words_is_saved_and_translate_and_resume_use_it(void **state) {
+    const char *out = big_vocab_run();
+    char last[600], expect[700];
+    snprintf(last, sizeof last, "%s/last.h5", out);
+    ag_train_state st = load_state(last);
+    const char *sv = ag_config_get_string(&st, "src_vocab");
+    assert_non_null(sv);
+    assert_true(strlen(sv) > 130000);
+    assert_int_equal(count(sv, "\n"), BIG_VOCAB + 5);
+    assert_contains(sv, "\na12345\n");
+    assert_null(ag_config_get_string(&st, "src_vocab.0"));
+    assert_status(RUN("translate", "--checkpoint", last, "a12345 b1", "a00007 b0"), 0);
+    assert_int_equal(count(out_text, "\n"), 2);
+    assert_status(RUN("train", "--train", in_dir("big-vocab.tsv"), "--out", out, TINY, "--steps", "3", "--eval-every",
+                      "3", "--save-every", "3", "--resume"),
+                  0);
+    snprintf(expect, sizeof expect, "resuming %s at step 2", last);
+    assert_contains(err_text, expect);
+    ag_train_state after = load_state(last);
+    assert_int_equal(after.global_step, 3);
+    assert_string_equal(ag_config_get_string(&after, "src_vocab"), sv);
+    ag_train_state_clear(&st);
+    ag_train_state_clear(&after);
+}
+
+/* a vocabulary in the chunked form of earlier versions: "<name>.0", ... of at most 255 bytes,
+ * each ending after a newline, and "<name>.parts" */
+static void put_chunked(hid_t g, const char *name, const char *text) {
+    size_t n = strlen(text), at = 0;
+    int part = 0;
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    while (at < n) {
+        size_t take = n - at < 255 ? n - at : 255;
+        if (at + take < n)
+            while (text[at + take - 1] != '\n') take--;
+        char key[64], chunk[256];
+        memcpy(chunk, text + at, take);
+        chunk[take] = 0;
+        snprintf(key, sizeof key, "%s.%d", name, part++);
+        const char *c = chunk;
+        hid_t a = H5Acreate2(g, key, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+        assert_true(H5Awrite(a, t, &c) >= 0);
+        H5Aclose(a);
+        at += take;
+    }
+    char key[64];
+    snprintf(key, sizeof key, "%s.parts", name);
+    int64_t parts = part;
+    hid_t a = H5Acreate2(g, key, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &parts);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t);
+}
+
+static void test_a_checkpoint_with_vocabularies_in_the_old_chunked_form_still_loads(void **state) {
+    char last[600];
+    snprintf(last, sizeof last, "%s/last.h5", big_vocab_run());
+    assert_status(RUN("translate", "--checkpoint", last, "a12345 b1", "a00007 b0", "a19999"), 0);
+    char *want = strdup(out_text);
+    ag_train_state st = load_state(last);
+    const char *old = in_dir("chunked.h5");
+    copy_file(last, old);
+    hid_t f = H5Fopen(old, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "config", H5P_DEFAULT);
+    assert_true(H5Ldelete(g, "src_vocab", H5P_DEFAULT) >= 0 && H5Ldelete(g, "tgt_vocab", H5P_DEFAULT) >= 0);
+    put_chunked(g, "src_vocab", ag_config_get_string(&st, "src_vocab"));
+    put_chunked(g, "tgt_vocab", ag_config_get_string(&st, "tgt_vocab"));
+    H5Gclose(g), H5Fclose(f);
+    ag_train_state chunked = load_state(old);
+    int64_t parts;
+    assert_null(ag_config_get_string(&chunked, "src_vocab"));
+    assert_true(ag_config_get_int(&chunked, "src_vocab.parts", &parts) && parts > 500);
+    assert_status(RUN("translate", "--checkpoint", old, "a12345 b1", "a00007 b0", "a19999"), 0);
+    assert_string_equal(out_text, want);
+    free(want);
+    ag_train_state_clear(&st);
+    ag_train_state_clear(&chunked);
 }
 
 #define TEST(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
@@ -1222,6 +1316,8 @@ int main(void) {
         TEST(test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_crash),
         TEST(test_resume_without_a_previous_run_fails_naming_the_checkpoint),
         TEST(test_eval_with_a_missing_data_file_fails_naming_it),
+        TEST(test_a_vocabulary_of_20000_words_is_saved_and_translate_and_resume_use_it),
+        TEST(test_a_checkpoint_with_vocabularies_in_the_old_chunked_form_still_loads),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -136,3 +136,27 @@ ag_tensor *tu_seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double 
     ag_copy_(t, ag_wrap(AG_F64, ndim, shape, v));
     return t;
 }
+
+void tu_assert_same_state(const ag_train_state *a, const ag_train_state *b) {
+    assert_int_equal(a->global_step, b->global_step);
+    assert_int_equal(a->epoch, b->epoch);
+    assert_int_equal(a->data_position, b->data_position);
+    assert_int_equal(a->nrng, b->nrng);
+    for (int i = 0; i < a->nrng; i++) {
+        assert_string_equal(a->rng[i].name, b->rng[i].name);
+        assert_int_equal(a->rng[i].rng.seed, b->rng[i].rng.seed);
+        assert_int_equal(a->rng[i].rng.counter, b->rng[i].rng.counter);
+    }
+    assert_int_equal(a->nconfig, b->nconfig);
+    for (int i = 0; i < a->nconfig; i++) {
+        const ag_config_entry *x = &a->config[i], *y = &b->config[i];
+        assert_string_equal(x->key, y->key);
+        assert_int_equal(x->type, y->type);
+        if (x->type == AG_CONFIG_INT) assert_int_equal(x->i, y->i);
+        else if (x->type == AG_CONFIG_DOUBLE) assert_memory_equal(&x->d, &y->d, sizeof x->d);
+        else {
+            assert_int_equal(strlen(x->s), strlen(y->s));
+            assert_memory_equal(x->s, y->s, strlen(x->s) + 1);
+        }
+    }
+}

@@ -53,4 +53,8 @@ ag_tensor *tu_leaf(ag_tensor *t);
 #define tu_assert_gradcheck(f, ctx, n, in) tu_assert_gradcheck_(__FILE__, __LINE__, (f), (ctx), (n), (in))
 void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n, ag_tensor **in);
 
+/* Fails unless a and b hold the same training state: position, rngs, and config entries in
+ * the same order with the same keys, types and values (doubles bit for bit, strings by bytes). */
+void tu_assert_same_state(const ag_train_state *a, const ag_train_state *b);
+
 #endif

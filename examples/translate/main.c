@@ -99,41 +99,19 @@ usage:
 }
 
 /* ---- the model configuration and vocabularies inside a checkpoint ----
- * Config strings are short (AG_CKPT_STRING_MAX), so a vocabulary is stored as consecutive
- * entries "<name>.0", "<name>.1", ... each holding whole lines. */
+ * A vocabulary is one config string "<name>", its tokens one a line. Checkpoints of earlier
+ * versions (config strings of at most 255 bytes) split it into "<name>.0", "<name>.1", ...
+ * each holding whole lines, with "<name>.parts" their count: that form still loads. */
 
-static bool store_text(ag_train_state *st, const char *name, const char *text, char *msg, size_t msgsize) {
-    size_t n = strlen(text), at = 0;
-    int part = 0;
-    char key[AG_CKPT_NAME_MAX], chunk[AG_CKPT_STRING_MAX];
-    while (at < n) {
-        size_t take = n - at < sizeof chunk - 1 ? n - at : sizeof chunk - 1;
-        if (at + take < n) { /* end the chunk after a newline */
-            while (take > 0 && text[at + take - 1] != '\n') take--;
-            if (take == 0) {
-                snprintf(msg, msgsize, "%s: a token longer than %zu bytes cannot be stored", name, sizeof chunk - 1);
-                return false;
-            }
-        }
-        memcpy(chunk, text + at, take);
-        chunk[take] = 0;
-        snprintf(key, sizeof key, "%s.%d", name, part++);
-        if (!ag_config_set_string(st, key, chunk)) {
-            snprintf(msg, msgsize, "%s: vocabulary too large for the checkpoint's configuration", name);
-            return false;
-        }
-        at += take;
-    }
-    snprintf(key, sizeof key, "%s.parts", name);
-    return ag_config_set_int(st, key, part);
-}
-
+/* the vocabulary text of name (malloc'd), in either form; NULL when missing or damaged */
 static char *load_text(const ag_train_state *st, const char *name) {
+    const char *whole = ag_config_get_string(st, name);
+    if (whole) return strdup(whole);
     char key[AG_CKPT_NAME_MAX];
     int64_t parts = 0;
     snprintf(key, sizeof key, "%s.parts", name);
-    if (!ag_config_get_int(st, key, &parts) || parts < 1 || parts > AG_CKPT_MAX_CONFIG) return NULL;
-    size_t total = 1;
+    if (!ag_config_get_int(st, key, &parts) || parts < 1 || parts > st->nconfig) return NULL;
+    size_t total = 1, at = 0;
     for (int64_t i = 0; i < parts; i++) {
         snprintf(key, sizeof key, "%s.%lld", name, (long long)i);
         const char *s = ag_config_get_string(st, key);
@@ -141,12 +119,13 @@ static char *load_text(const ag_train_state *st, const char *name) {
         total += strlen(s);
     }
     char *text = malloc(total);
-    if (!text) return NULL;
-    text[0] = 0;
-    for (int64_t i = 0; i < parts; i++) {
+    for (int64_t i = 0; text && i < parts; i++) {
         snprintf(key, sizeof key, "%s.%lld", name, (long long)i);
-        strcat(text, ag_config_get_string(st, key));
+        const char *s = ag_config_get_string(st, key);
+        memcpy(text + at, s, strlen(s));
+        at += strlen(s);
     }
+    if (text) text[at] = 0;
     return text;
 }
 
@@ -164,7 +143,10 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
         return false;
     }
     char *s = tr_vocab_to_string(src), *t = tr_vocab_to_string(tgt);
-    ok = s && t && store_text(st, "src_vocab", s, msg, msgsize) && store_text(st, "tgt_vocab", t, msg, msgsize);
+    ok = s && t && ag_config_set_string(st, "src_vocab", s) && ag_config_set_string(st, "tgt_vocab", t);
+    if (!ok)
+        snprintf(msg, msgsize, "out of memory storing the vocabularies (%d and %d tokens) in the checkpoint's "
+                 "configuration", src->size, tgt->size);
     free(s);
     free(t);
     return ok;
@@ -240,6 +222,7 @@ void trained_free(trained *t) {
     model_free(t->m);
     tr_vocab_free(&t->src);
     tr_vocab_free(&t->tgt);
+    ag_train_state_clear(&t->state);
     memset(t, 0, sizeof *t);
 }
 

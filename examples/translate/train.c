@@ -458,6 +458,7 @@ out_loop:
     tr_batch_free(&bt);
     tr_batcher_free(&b);
 out_model:
+    ag_train_state_clear(&st);
     ag_optim_free(opt);
     model_free(m);
 out_corpora:
