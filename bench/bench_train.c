@@ -6,6 +6,8 @@
  *   --config small: d=128, 4 heads, 2+2 layers, ff=512, batch 64, lengths 20, vocab 40
  *   --config large: d=256, 8 heads, 3+3 layers, ff=1024, batch 64, lengths 32, vocab 1000
  *   --rss: a few steps only, then print the peak resident set (run it in its own process)
+ *   --recompute: each attention block recomputed in backward (recompute_attention, as
+ *     attograd-translate trains); the row is then train_<config>_recompute
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the
  * last step: equal for every thread count), allocs (heap allocations during the timed steps). */
 #include <cblas.h>
@@ -83,10 +85,11 @@ static ag_tensor *loss_of(const model *m, ag_tensor *src, ag_tensor *tin, ag_ten
 
 int main(int argc, char **argv) {
     const config *c = &CONFIGS[0];
-    bool rss = false;
+    bool rss = false, recompute = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) c = !strcmp(argv[++i], "large") ? &CONFIGS[1] : &CONFIGS[0];
         if (!strcmp(argv[i], "--rss")) rss = true;
+        if (!strcmp(argv[i], "--recompute")) recompute = true;
     }
     int reps = rss ? 3 : bench_reps(argc, argv, c->reps), threads = bench_threads(), warm = rss ? 2 : 3;
     openblas_set_num_threads(threads);
@@ -97,6 +100,7 @@ int main(int argc, char **argv) {
     ag_transformer_config tc = ag_transformer_defaults(c->d, c->heads);
     tc.dim_feedforward = c->ff;
     tc.batch_first = true;
+    tc.recompute_attention = recompute;
     m.src_emb = ag_embedding_new(p, "src_emb", c->vocab, c->d, PAD, NULL);
     m.tgt_emb = ag_embedding_new(p, "tgt_emb", c->vocab, c->d, PAD, NULL);
     m.tf = ag_transformer_new(p, "transformer", &tc, c->enc, c->dec, NULL);
@@ -143,7 +147,7 @@ int main(int argc, char **argv) {
     snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB", loss0, final,
              (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20));
     char name[64];
-    snprintf(name, sizeof name, "train_%s%s", c->name, rss ? "_rss" : "");
+    snprintf(name, sizeof name, "train_%s%s%s", c->name, recompute ? "_recompute" : "", rss ? "_rss" : "");
     if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
     else bench_result(name, shape, threads, bench_median(t, reps), 3 * forward_flops(c) * 1e-9, note);
     free(t);

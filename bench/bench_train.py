@@ -19,6 +19,9 @@ CONFIGS = {
 name = arg_value("--config") or "small"
 c = CONFIGS[name]
 rss = "--rss" in sys.argv
+# attograd's side recomputes its attention in backward (attograd-translate's default); torch
+# runs the same plain step, under the row name of that comparison
+suffix = "_recompute" if "--recompute" in sys.argv else ""
 threads = setup_threads()
 reps = 3 if rss else reps_from_argv(c["reps"])
 warm = 2 if rss else 3
@@ -113,6 +116,6 @@ def step():
 ms = time_median(step, reps, warm)
 shape = "d{d},h{heads},{enc}+{dec},ff{ff},N{batch},L{len},V{vocab}".format(**c)
 if rss:
-    result(f"train_{name}_rss", shape, threads, peak_rss_mib(), 0, "ru_maxrss")
+    result(f"train_{name}{suffix}_rss", shape, threads, peak_rss_mib(), 0, "ru_maxrss")
 else:
-    result(f"train_{name}", shape, threads, ms, 3 * forward_flops() * 1e-9, f"loss0={loss0:.6g},final={final[0]:.9g}")
+    result(f"train_{name}{suffix}", shape, threads, ms, 3 * forward_flops() * 1e-9, f"loss0={loss0:.6g},final={final[0]:.9g}")

@@ -20,7 +20,7 @@ typedef struct {
     int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
         seed, threads, samples, beam, max_eval;
     double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
-    bool chars, strict, resume, keep_activations, help;
+    bool chars, strict, resume, recompute_attention, help;
 } train_opts;
 
 static volatile sig_atomic_t interrupted;
@@ -301,7 +301,7 @@ static int train_run(const train_opts *given) {
     cfg.dropout = o->dropout;
     cfg.max_len = 2 * o->max_len + 8;
     if (resuming) cfg = *model_cfg(resumed.m);
-    cfg.recompute = !o->keep_activations;
+    cfg.recompute = o->recompute_attention;
     model *m = model_new(&cfg, AG_F32, (uint64_t)o->seed);
     if (!m) goto out_corpora;
     ag_optim *opt = ag_adam_new(model_params(m), o->lr, 0.9, 0.98, 1e-9, 0.0);
@@ -515,8 +515,8 @@ int cmd_train(int argc, char **argv) {
         {"--seed", OPT_INT, &o.seed, "N     (1)"},
         {"--threads", OPT_INT, &o.threads, "N     threads (1; the toy model gains little from more, and loses on a busy machine)"},
         {"--resume", OPT_FLAG, &o.resume, "      continue exactly from OUT/last.h5"},
-        {"--keep-activations", OPT_FLAG, &o.keep_activations,
-         "      keep the attention's activations for backward, not recompute them (faster, more memory)"},
+        {"--recompute-attention", OPT_FLAG, &o.recompute_attention,
+         "      Transformer: recompute attention in backward (less memory, slower steps, same results)"},
         {"--help", OPT_FLAG, &o.help, "      this text"},
         {NULL, 0, NULL, NULL},
     };
