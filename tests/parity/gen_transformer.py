@@ -161,6 +161,21 @@ def family_nn_transformer(f):
                "float src_mask, causal tgt_mask, src and memory key padding masks", attrs, params=p,
                grad_outputs="random")
 
+    # attograd's recompute_attention (every attention block computed again in backward): torch
+    # runs the plain model, the values and gradients must be the same
+    tr = randomize(nn.Transformer(E, H, 2, 2, FF, 0.1, "gelu", batch_first=True, norm_first=True))
+    p = module_params(tr)
+    src, tgt = seq(L, N, True), seq(T, N, True)
+    out = run_with(tr, p, src, tgt, tgt_mask=causal_bool(T), src_key_padding_mask=kpm,
+                   tgt_key_padding_mask=pad_tail(N, T, [4, 3, 2]), memory_key_padding_mask=kpm)
+    attrs = layer_attrs("gelu", True, True)
+    attrs.update({"num_encoder_layers": 2, "num_decoder_layers": 2, "recompute_attention": 1})
+    write_case(f, "transformer_recompute_attention", "transformer", "f32",
+               [src, tgt, None, causal_bool(T), None, kpm, pad_tail(N, T, [4, 3, 2]), kpm], [out],
+               "nn.Transformer(8,2,2+2,16, gelu, batch_first, norm_first) with attograd's recompute_attention: "
+               "each attention block recomputed in backward; causal tgt_mask, every key padding mask", attrs,
+               params=p, grad_outputs="random")
+
 
 def main():
     path = os.path.join(HERE, "nn_transformer.h5")

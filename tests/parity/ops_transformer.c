@@ -15,6 +15,7 @@ static ag_transformer_config config(parity_case *c) {
     cfg.layer_norm_eps = pc_double(c, "layer_norm_eps", 1e-5);
     cfg.batch_first = pc_bool(c, "batch_first", false);
     cfg.norm_first = pc_bool(c, "norm_first", false);
+    cfg.recompute_attention = pc_bool(c, "recompute_attention", false);
     return cfg;
 }
 
