@@ -31,8 +31,9 @@ void ag_backward(ag_tensor *out, ag_tensor *grad);
  * of its intermediates. ctx (ctx_size bytes) is copied and handed to both runs; fn must
  * compute the same thing both times from in and what ctx points to, and every tensor it reads
  * that requires grad, other than parameters (leaves), must be one of the nin inputs (checked).
- * rng is the generator fn draws from (NULL: the global one). Without grad mode it is fn(ctx,
- * in). Reports through the error handler and returns NULL on misuse. */
+ * rng is the generator fn draws from (NULL: the global one); it must live until backward, as
+ * must what ctx points to. Without grad mode it is fn(ctx, in). Reports through the error
+ * handler and returns NULL on misuse. */
 typedef ag_tensor *(*ag_recompute_fn)(void *ctx, ag_tensor *const *in);
 ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, int nin, ag_tensor *const *in,
                         ag_rng *rng);

@@ -10,15 +10,18 @@ typedef struct {
     void *ctx;      /* the caller's context, copied into the arena */
     ag_rng *rng;    /* the generator fn draws from (dropout), restored for the second run */
     uint64_t counter;
+    int nin;        /* the caller's inputs; the node's further inputs are the leaves fn reads */
 } recompute_state;
 
 /* Run fn again on leaves standing in for the inputs, with grad on and the generator where it
  * was, then backpropagate n's gradient through that graph (a nested pass of the engine):
- * parameters receive theirs directly, the inputs' go to n's inputs. */
+ * parameters receive theirs directly, the inputs' go to n's first st->nin inputs. The rest of
+ * n's inputs are those parameters, listed so the engine makes their gradient buffers before
+ * this backward's temporaries (which it frees afterwards). */
 static void recompute_backward(ag_node *n) {
     const recompute_state *st = n->extra;
-    ag_tensor **in = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)n->nin);
-    for (int i = 0; i < n->nin; i++) {
+    ag_tensor **in = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)(st->nin ? st->nin : 1));
+    for (int i = 0; i < st->nin; i++) {
         in[i] = ag_detach(n->in[i]);
         if (n->in[i]->requires_grad) ag_requires_grad_(in[i], true);
     }
@@ -36,43 +39,63 @@ static void recompute_backward(ag_node *n) {
         return;
     }
     ag_backward(y, n->out->grad);
-    for (int i = 0; i < n->nin; i++)
+    for (int i = 0; i < st->nin; i++)
         if (in[i]->grad) ag_accum_grad(n->in[i], in[i]->grad);
 }
 
 static const ag_op RECOMPUTE = {"ag_recompute", recompute_backward};
 
-/* true when the graph below y reaches a tensor recorded before seq0 other than the inputs */
-static bool reads_outside(ag_tensor *y, uint64_t seq0, int nin, ag_tensor *const *in) {
-    ag_arena *a = ag_arena_current();
-    ag_arena_mark m = ag_arena_get_mark(a);
-    size_t cap = 64, top = 0;
-    ag_node **stack = ag_arena_alloc(a, cap * sizeof *stack);
-    bool outside = false;
-    stack[top++] = y->node;
-    while (top && !outside) {
-        ag_node *n = stack[--top];
-        for (int k = 0; k < n->nin && !outside; k++) {
+/* The graph fn recorded, walked from its output: the leaves requiring grad that it reads go
+ * to scan.leaves (the inputs first, then each parameter once); false when it reaches a tensor
+ * recorded before seq0 that is not an input (fn read the graph around it). Its nodes are all
+ * new, so a node is marked seen by giving it a visit number no backward pass uses. */
+#define SEEN UINT32_MAX
+static struct {
+    ag_tensor **leaves;
+    ag_node **stack;
+    size_t nleaves, cap_leaves, cap_stack;
+} scan;
+
+static void *grow(void *p, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return p;
+    size_t cap2 = *cap ? 2 * *cap : 64;
+    while (cap2 < need) cap2 *= 2;
+    void *q = ag_xmalloc(cap2 * size);
+    if (p) memcpy(q, p, *cap * size);
+    ag_xfree(p);
+    *cap = cap2;
+    return q;
+}
+
+static bool scan_graph(ag_tensor *y, uint64_t seq0, int nin, ag_tensor *const *in) {
+    scan.leaves = grow(scan.leaves, &scan.cap_leaves, (size_t)nin, sizeof *scan.leaves);
+    memcpy(scan.leaves, in, sizeof *in * (size_t)nin);
+    scan.nleaves = (size_t)nin;
+    size_t top = 0;
+    scan.stack = grow(scan.stack, &scan.cap_stack, 1, sizeof *scan.stack);
+    scan.stack[top++] = y->node;
+    y->node->visit = SEEN;
+    while (top) {
+        ag_node *n = scan.stack[--top];
+        for (int k = 0; k < n->nin; k++) {
             ag_tensor *t = n->in[k];
-            if (!t || !t->node) continue;
-            bool input = false;
-            for (int i = 0; i < nin; i++) input |= t == in[i];
-            if (input) continue;
-            if (t->node->seq < seq0) {
-                outside = true;
-            } else {
-                if (top == cap) { /* rare: grow within the arena (the old stack is left behind) */
-                    ag_node **bigger = ag_arena_alloc(a, 2 * cap * sizeof *bigger);
-                    memcpy(bigger, stack, cap * sizeof *stack);
-                    stack = bigger;
-                    cap *= 2;
-                }
-                stack[top++] = t->node;
+            if (!t || !t->requires_grad) continue;
+            bool known = false;
+            for (size_t i = 0; i < scan.nleaves && !known; i++) known = scan.leaves[i] == t;
+            if (known) continue;
+            if (!t->node) { /* a parameter */
+                scan.leaves = grow(scan.leaves, &scan.cap_leaves, scan.nleaves + 1, sizeof *scan.leaves);
+                scan.leaves[scan.nleaves++] = t;
+            } else if (t->node->seq < seq0) {
+                return false;
+            } else if (t->node->visit != SEEN) {
+                t->node->visit = SEEN;
+                scan.stack = grow(scan.stack, &scan.cap_stack, top + 1, sizeof *scan.stack);
+                scan.stack[top++] = t->node;
             }
         }
     }
-    ag_arena_rewind(a, m);
-    return outside;
+    return true;
 }
 
 ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, int nin, ag_tensor *const *in,
@@ -93,7 +116,7 @@ ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, in
     if (!y) return NULL;
     if (!y->requires_grad) return ag_arena_rewind_keep(a, m, y); /* no gradient will be asked for */
     if (y->node->seq < seq0) return y; /* fn handed back an existing tensor: nothing to forget */
-    if (reads_outside(y, seq0, nin, in)) {
+    if (!scan_graph(y, seq0, nin, in)) {
         ag_error(op, "the function reads a tensor that requires grad but is not one of its %d inputs: pass every "
                  "such tensor in the inputs (its gradient would be lost)", nin);
         return NULL;
@@ -101,9 +124,9 @@ ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, in
     /* keep y's values only; the state for backward goes above them */
     ag_tensor *kept = ag_arena_rewind_keep(a, m, ag_detach(y));
     recompute_state *st = ag_arena_alloc(a, sizeof *st + ctx_size);
-    *st = (recompute_state){fn, ctx_size ? (char *)st + sizeof *st : NULL, r, counter};
+    *st = (recompute_state){fn, ctx_size ? (char *)st + sizeof *st : NULL, r, counter, nin};
     if (ctx_size) memcpy(st->ctx, ctx, ctx_size);
-    ag_node *n = ag__record(&RECOMPUTE, kept, nin, in);
+    ag_node *n = ag__record(&RECOMPUTE, kept, (int)scan.nleaves, scan.leaves);
     n->extra = st;
     return kept;
 }

@@ -550,6 +550,7 @@ typedef struct {
     ag_linear_t generator;
     ag_tensor *src, *tgt_in, *tgt_out, *src_pad, *tgt_pad, *causal;
     uint64_t dropout_seed; /* 0: eval mode; else training, dropout drawn from this seed */
+    ag_rng rng;            /* (it must outlive backward: recomputed attention draws again from it) */
 } seq2seq;
 
 /* ids (N,L) -> (N,L,D) */
@@ -560,10 +561,10 @@ static ag_tensor *embed(const ag_embedding_t *e, ag_tensor *ids) {
 
 static ag_tensor *f_seq2seq(int n, ag_tensor **in, void *ctx) {
     seq2seq *m = ctx;
-    ag_rng r = ag_rng_new(m->dropout_seed);
+    m->rng = ag_rng_new(m->dropout_seed);
     ag_transformer_args a = {.src_key_padding_mask = m->src_pad, .tgt_mask = m->causal,
                              .tgt_key_padding_mask = m->tgt_pad, .memory_key_padding_mask = m->src_pad,
-                             .training = m->dropout_seed != 0, .rng = &r};
+                             .training = m->dropout_seed != 0, .rng = &m->rng};
     ag_tensor *memory = ag_transformer_encoder_layer_forward(&m->enc, embed(&m->src_emb, m->src), &a);
     ag_tensor *y = ag_transformer_decoder_layer_forward(&m->dec, embed(&m->tgt_emb, m->tgt_in), memory, &a);
     ag_tensor *logits = ag_linear_forward(&m->generator, y); /* (N,T,V) */

@@ -68,14 +68,14 @@ static ag_tensor *f_loss(int n, ag_tensor **in, void *ctx) {
     block_ctx c = *(block_ctx *)ctx;
     c.w = in[1];
     c.b = in[2];
-    ag_rng rng = ag_rng_new(3); /* every evaluation draws the same masks */
-    c.rng = &rng;
+    *c.rng = ag_rng_new(3); /* every evaluation draws the same masks; the generator outlives backward */
     return loss(in[0], &c, true);
 }
 
 static void test_recompute_gradcheck_over_input_and_parameters(void **s) {
     (void)s;
-    block_ctx c = {.p = 0.3};
+    ag_rng rng;
+    block_ctx c = {.p = 0.3, .rng = &rng};
     ag_tensor *in[3] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 5), 0.41, 0.3)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(5, 5), 0.9, 0.7)),
                         tu_leaf(tu_seq(AG_F64, AG_SHAPE(5), 1.1, 0.4))};
     tu_assert_gradcheck(f_loss, &c, 3, in);

@@ -155,7 +155,7 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
 bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     memset(t, 0, sizeof *t);
     ag_ckpt_status st = ag_checkpoint_load(path, NULL, NULL, &t->state, NULL, msg, msgsize);
-    if (st != AG_CKPT_OK) return false;
+    if (st != AG_CKPT_OK) goto fail;
     const char *kind = ag_config_get_string(&t->state, "model"), *tokens = ag_config_get_string(&t->state, "tokens");
     model_config c = {0};
     bool ok = kind && tokens && (strcmp(kind, "transformer") == 0 || strcmp(kind, "gru") == 0);
@@ -169,7 +169,7 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
          ag_config_get_int(&t->state, "max_len", &t->max_len);
     if (!ok) {
         snprintf(msg, msgsize, "%s: not a checkpoint of attograd-translate (model configuration missing)", path);
-        return false;
+        goto fail;
     }
     /* a damaged file must not reach model_new (whose layers abort on impossible sizes) nor the
      * decoding buffers sized by max_len */
@@ -184,17 +184,17 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
         if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
             snprintf(msg, msgsize, "%s: damaged model configuration: %s = %lld, expected %lld to %lld", path,
                      range[i].key, (long long)range[i].v, (long long)range[i].lo, (long long)range[i].hi);
-            return false;
+            goto fail;
         }
     if (c.d_model % c.nhead != 0) {
         snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld is not a multiple of nhead %lld", path,
                  (long long)c.d_model, (long long)c.nhead);
-        return false;
+        goto fail;
     }
     if (!(c.dropout >= 0 && c.dropout < 1)) {
         snprintf(msg, msgsize, "%s: damaged model configuration: dropout = %g, expected 0 to 1 (excluded)", path,
                  c.dropout);
-        return false;
+        goto fail;
     }
     t->mode = strcmp(tokens, "chars") == 0 ? TR_CHARS : TR_WORDS;
     char *sv = load_text(&t->state, "src_vocab"), *tv = load_text(&t->state, "tgt_vocab");
@@ -205,17 +205,17 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     free(tv);
     if (!ok) {
         snprintf(msg, msgsize, "%s: the vocabularies in the checkpoint are missing or damaged", path);
-        trained_free(t);
-        return false;
+        goto fail;
     }
     c.src_vocab = t->src.size;
     c.tgt_vocab = t->tgt.size;
     t->m = model_new(&c, AG_F32, 0);
-    if (!t->m || (st = ag_checkpoint_load(path, model_params(t->m), NULL, NULL, NULL, msg, msgsize)) != AG_CKPT_OK) {
-        trained_free(t);
-        return false;
-    }
+    if (!t->m || (st = ag_checkpoint_load(path, model_params(t->m), NULL, NULL, NULL, msg, msgsize)) != AG_CKPT_OK)
+        goto fail;
     return true;
+fail: /* everything loaded so far, the configuration's strings included */
+    trained_free(t);
+    return false;
 }
 
 void trained_free(trained *t) {
