@@ -94,6 +94,23 @@ void ag__zero(void *p, size_t bytes);
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
 
+/* Philox draws without OpenMP, for callers that split the work themselves (tensor/rng.c): the
+ * same numbers as ag_rng_uniform_f64 from counter on, the AVX-512 path where the CPU has it. */
+void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out);
+/* Draw i's uniform is x · 2^-53 for a 53-bit integer x; ag__u53_count_below(v) is the t with
+ * x < t exactly when that uniform is < v (v in [0, 1]). ag__rng_keep decides (x < t) != at_least
+ * for draws counter .. counter+n-1 without making doubles: 0/1 into keep[i] and/or bit i of bits
+ * (bit i & 7 of bits[i >> 3]; the last byte's bits past n are left as they were), either may
+ * be NULL. */
+uint64_t ag__u53_count_below(double v);
+void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
+                  uint8_t *bits);
+/* the one-block-per-draw reference of both (tests compare), and whether the vector path runs */
+void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out);
+void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
+                         uint8_t *bits);
+bool ag__rng_vectorised(void);
+
 /* Check that t is non-NULL and of a float dtype; reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);
 bool ag__check_not_null(const char *op, const ag_tensor *t);

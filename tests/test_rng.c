@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tensor/internal.h"
 #include "test_util.h"
 
 /* cmocka 1.1.5 has no double assertion (assert_float_equal casts to float) */
@@ -59,6 +60,114 @@ static void test_philox_matches_reference_values(void **state) {
     r.counter = ((uint64_t)1 << 32) + 3;
     ag_rng_normal_f64(&r, 1, n);
     assert_double_equal(n[0], -0.03239315495753046, 1e-15);
+}
+
+/* ---- the vector path against the one-block-per-draw reference (tensor/rng.c) ---- */
+
+static const uint64_t SEEDS[] = {0, 1, 42, 0x5eed, ((uint64_t)7 << 32) | 5, 0xFFFFFFFFu, ~(uint64_t)0,
+                                 0x9E3779B97F4A7C15u};
+/* counters whose draws carry from word 0 into word 1, and from 2^64 - 1 around to 0 */
+static const uint64_t COUNTERS[] = {0,
+                                    1,
+                                    1000003,
+                                    ((uint64_t)1 << 32) - 1,
+                                    ((uint64_t)1 << 32) - 7,
+                                    ((uint64_t)1 << 32) - 16,
+                                    ((uint64_t)1 << 32) - 40,
+                                    ((uint64_t)5 << 32) - 3,
+                                    ((uint64_t)1 << 32),
+                                    ~(uint64_t)0 - 20,
+                                    ~(uint64_t)0};
+static const int64_t LENGTHS[] = {0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 100, 1023, 4099};
+
+static void test_vector_path_draws_the_reference_uniforms_bit_for_bit(void **state) {
+    (void)state;
+    if (!ag__rng_vectorised()) print_message("      (no AVX-512 here: both paths are the scalar one)\n");
+    double *a = malloc(4100 * sizeof(double)), *b = malloc(4100 * sizeof(double));
+    for (size_t s = 0; s < sizeof SEEDS / sizeof *SEEDS; s++)
+        for (size_t c = 0; c < sizeof COUNTERS / sizeof *COUNTERS; c++)
+            for (size_t l = 0; l < sizeof LENGTHS / sizeof *LENGTHS; l++) {
+                int64_t n = LENGTHS[l];
+                for (int i = 0; i < 4100; i++) a[i] = b[i] = -1; /* nothing past n is written */
+                ag__rng_uniform_serial(SEEDS[s], COUNTERS[c], n, a);
+                ag__rng_uniform_scalar(SEEDS[s], COUNTERS[c], n, b);
+                if (memcmp(a, b, 4100 * sizeof(double)))
+                    fail_msg("seed %llx counter %llx n %lld", (unsigned long long)SEEDS[s],
+                             (unsigned long long)COUNTERS[c], (long long)n);
+                if (n > 0) { /* and the public entry (its parallel blocks) draws the same */
+                    ag_rng r = {SEEDS[s], COUNTERS[c]};
+                    ag_rng_uniform_f64(&r, n, a);
+                    assert_memory_equal(a, b, (size_t)n * sizeof(double));
+                    assert_true(r.counter == COUNTERS[c] + (uint64_t)n);
+                }
+            }
+    free(a);
+    free(b);
+}
+
+/* the draws' keep decisions without doubles: ag__rng_keep (vector where it can) and the scalar
+ * reference against u < v and u >= v computed from the reference's doubles, as bytes and as bits
+ * (bits past n keep what was there) */
+static void check_keep(uint64_t seed, uint64_t ctr, int64_t n, double v, const double *u) {
+    uint64_t t = ag__u53_count_below(v);
+    uint8_t keep[4100], bits[4100 / 8 + 2], keep_ref[4100], bits_ref[4100 / 8 + 2];
+    for (int at_least = 0; at_least < 2; at_least++) {
+        memset(keep, 0xEE, sizeof keep), memset(bits, 0xA5, sizeof bits);
+        memset(keep_ref, 0xEE, sizeof keep_ref), memset(bits_ref, 0xA5, sizeof bits_ref);
+        for (int64_t i = 0; i < n; i++) {
+            unsigned k = at_least ? u[i] >= v : u[i] < v;
+            keep_ref[i] = (uint8_t)k;
+            bits_ref[i >> 3] = (uint8_t)((bits_ref[i >> 3] & ~(1u << (i & 7))) | k << (i & 7));
+        }
+        for (int path = 0; path < 2; path++) {
+            (path ? ag__rng_keep_scalar : ag__rng_keep)(seed, ctr, n, t, at_least, keep, bits);
+            if (memcmp(keep, keep_ref, sizeof keep) || memcmp(bits, bits_ref, sizeof bits))
+                fail_msg("%s: seed %llx counter %llx n %lld v %.17g at_least %d", path ? "scalar" : "ag__rng_keep",
+                         (unsigned long long)seed, (unsigned long long)ctr, (long long)n, v, at_least);
+            memset(keep, 0xEE, sizeof keep), memset(bits, 0xA5, sizeof bits);
+        }
+        /* each output alone */
+        ag__rng_keep(seed, ctr, n, t, at_least, keep, NULL);
+        ag__rng_keep(seed, ctr, n, t, at_least, NULL, bits);
+        assert_memory_equal(keep, keep_ref, sizeof keep);
+        assert_memory_equal(bits, bits_ref, sizeof bits);
+    }
+}
+
+static void test_keep_decisions_equal_comparisons_of_the_uniforms(void **state) {
+    (void)state;
+    double u[4100];
+    for (size_t s = 0; s < sizeof SEEDS / sizeof *SEEDS; s += 3)
+        for (size_t c = 0; c < sizeof COUNTERS / sizeof *COUNTERS; c++)
+            for (size_t l = 0; l < sizeof LENGTHS / sizeof *LENGTHS; l++) {
+                int64_t n = LENGTHS[l];
+                ag__rng_uniform_scalar(SEEDS[s], COUNTERS[c], n, u);
+                /* dropout's 1 - p and p, the ends, and the draws' own values and their neighbours
+                 * (where < and >= turn) */
+                double vs[16] = {0, 1, 0.1, 0.9, 0.5, 0.25, 1 - 0.1, 1 - 0x1.0p-53, 0x1.0p-53, 1e-300, 0.3};
+                int nv = 11;
+                if (n > 0) {
+                    vs[nv++] = u[n / 2];
+                    vs[nv++] = nextafter(u[n / 2], 0);
+                    vs[nv++] = nextafter(u[n / 2], 1);
+                    vs[nv++] = u[n - 1];
+                    vs[nv++] = nextafter(u[0], 1);
+                }
+                for (int k = 0; k < nv; k++) check_keep(SEEDS[s], COUNTERS[c], n, vs[k], u);
+            }
+}
+
+static void test_u53_count_below_counts_the_integers_under_v(void **state) {
+    (void)state;
+    assert_true(ag__u53_count_below(0) == 0);
+    assert_true(ag__u53_count_below(-1) == 0);
+    assert_true(ag__u53_count_below(NAN) == 0);
+    assert_true(ag__u53_count_below(1) == (uint64_t)1 << 53);
+    assert_true(ag__u53_count_below(0.5) == (uint64_t)1 << 52);            /* x < 2^52 exactly */
+    assert_true(ag__u53_count_below(nextafter(0.5, 1)) == ((uint64_t)1 << 52) + 1);
+    assert_true(ag__u53_count_below(0x1.0p-53) == 1);                      /* only x = 0 */
+    assert_true(ag__u53_count_below(1e-300) == 1);
+    assert_true(ag__u53_count_below(1 - 0x1.0p-53) == ((uint64_t)1 << 53) - 1);
 }
 
 static void test_same_seed_gives_same_numbers(void **state) {
@@ -243,6 +352,9 @@ static void test_random_tensors_reject_integer_dtypes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_philox_matches_reference_values),
+        T(test_vector_path_draws_the_reference_uniforms_bit_for_bit),
+        T(test_keep_decisions_equal_comparisons_of_the_uniforms),
+        T(test_u53_count_below_counts_the_integers_under_v),
         T(test_same_seed_gives_same_numbers),
         T(test_different_seeds_give_different_numbers),
         T(test_counter_advances_so_two_draws_of_n_equal_one_of_2n),
