@@ -570,14 +570,16 @@ static void heads_backward(ag_node *n) {
 }
 static const ag_op ATTENTION_HEADS = {"ag_attention", heads_backward};
 
-/* keep[i] with probability 1-p, from consecutive draws of rng */
+/* keep[i] when draw i of rng is a uniform >= p (with probability 1-p); blocks of draws go to
+ * the threads, each from its own counter, so the mask is the same for any thread count */
 static void draw_keep(ag_rng *rng, double p, uint8_t *keep, int64_t n) {
-    double u[1024];
-    for (int64_t i = 0; i < n; i += 1024) {
-        int64_t c = n - i < 1024 ? n - i : 1024;
-        ag_rng_uniform_f64(rng, c, u);
-        for (int64_t j = 0; j < c; j++) keep[i + j] = u[j] >= p;
-    }
+    if (!rng) rng = ag_rng_global();
+    uint64_t seed = rng->seed, base = rng->counter, below_p = ag__u53_count_below(p);
+    int64_t par_work = n;
+    AG_PAR_FOR
+    for (int64_t i = 0; i < n; i += 4096)
+        ag__rng_keep(seed, base + (uint64_t)i, n - i < 4096 ? n - i : 4096, below_p, true, keep + i, NULL);
+    rng->counter += (uint64_t)n;
 }
 
 /* Checks the mask and dropout_p, then computes out (a->o's storage) into a; the probabilities

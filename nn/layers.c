@@ -502,7 +502,8 @@ AG_FLOAT_TYPES(DROPOUT_KERNELS)
  * DROP_CHUNK elements of the whole mask, so each owns whole bytes of bits. */
 static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
                        uint64_t seed, uint64_t base, uint8_t *bits, bool replay) {
-    double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0, keep_p = 1.0 - p;
+    double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+    uint64_t below = ag__u53_count_below(1.0 - p); /* keep: the uniform < 1 - p */
     bool draw = p > 0 && p < 1 && !replay;
     size_t es = ag_dtype_size(dt);
     int64_t first = e0 / DROP_CHUNK, end = (e0 + n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
@@ -512,17 +513,16 @@ static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e
         int64_t lo = c * DROP_CHUNK > e0 ? c * DROP_CHUNK : e0, hi = (c + 1) * DROP_CHUNK, m;
         if (hi > e0 + n) hi = e0 + n;
         m = hi - lo;
-        if (draw) {
-            double u[DROP_CHUNK];
-            ag_rng local = {seed, base + (uint64_t)lo};
-            ag_rng_uniform_f64(&local, m, u);
-            for (int64_t i = 0; i < m; i++) k[i] = u[i] < keep_p;
+        bool packed = false;
+        if (draw) { /* straight into the bits when the chunk starts a byte */
+            packed = bits && lo % 8 == 0;
+            ag__rng_keep(seed, base + (uint64_t)lo, m, below, false, k, packed ? bits + lo / 8 : NULL);
         } else if (replay && p > 0) {
             for (int64_t i = 0, e = lo; i < m; i++, e++) k[i] = bits[e >> 3] >> (e & 7) & 1;
         } else {
             memset(k, p < 1, (size_t)m);
         }
-        if (bits && !replay)
+        if (bits && !replay && !packed)
             for (int64_t i = 0, e = lo; i < m; i++, e++)
                 bits[e >> 3] = (uint8_t)((bits[e >> 3] & ~(1u << (e & 7))) | (unsigned)k[i] << (e & 7));
         size_t off = (size_t)(lo - e0) * es;

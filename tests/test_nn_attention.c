@@ -404,6 +404,30 @@ static void test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_e
     assert_in_range(zeros, 4096 * 20 / 100, 4096 * 30 / 100);
 }
 
+/* The dropout mask is the public generator's stream: weight i is dropped exactly when draw i is
+ * a uniform below p; 64K draws are split over the threads in blocks, and 1 and 2 threads give
+ * the same weights and output. */
+static void test_attention_dropout_drops_exactly_the_draws_below_p_at_any_thread_count(void **s) {
+    int64_t n = 4 * 4 * 64 * 64;
+    ag_tensor *q = tu_seq(AG_F64, AG_SHAPE(4, 4, 64, 8), 0.1, 0), *k = tu_seq(AG_F64, AG_SHAPE(4, 4, 64, 8), 0.2, 0.3);
+    double *u = ag_arena_alloc(ag_arena_current(), (size_t)n * sizeof(double)), *w[2], *o[2];
+    int prev = omp_get_max_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        ag_rng r = {11, ((uint64_t)3 << 32) - 777}, ru = r;
+        ag_tensor *wt, *ot = ag_attention(q, k, k, NULL, false, 0.2, &r, true, &wt);
+        w[threads - 1] = values(wt), o[threads - 1] = values(ot);
+        assert_true(r.counter == ru.counter + (uint64_t)n);
+        ag_rng_uniform_f64(&ru, n, u);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += (w[threads - 1][i] == 0) != (u[i] < 0.2);
+        assert_int_equal(bad, 0);
+    }
+    omp_set_num_threads(prev);
+    assert_memory_equal(w[0], w[1], (size_t)n * sizeof(double));
+    assert_memory_equal(o[0], o[1], (size_t)(n / 64 * 8) * sizeof(double));
+}
+
 /* ---- threads ---- */
 
 static void run_big(int threads, double **out, double **grads) {
@@ -640,6 +664,7 @@ int main(void) {
         T(test_attention_fully_masked_row_gives_zero_output_and_zero_grad),
         T(test_attention_accepts_heads_split_by_view_transpose_and_other_strides),
         T(test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_eval),
+        T(test_attention_dropout_drops_exactly_the_draws_below_p_at_any_thread_count),
         T(test_attention_results_do_not_depend_on_the_thread_count),
         T(test_attention_f32_short_keys_match_the_f64_path_for_each_mask),
         T(test_attention_short_keys_results_do_not_depend_on_the_thread_count),

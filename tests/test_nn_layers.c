@@ -351,6 +351,35 @@ static void test_dropout_mask_independent_of_thread_count(void **s) {
     assert_memory_equal(raw(a), raw(b), (size_t)n * sizeof(double));
 }
 
+/* The mask is the public generator's stream: element i is kept exactly when draw i is a uniform
+ * below 1 - p (drawn without doubles in chunks, vectorised where the CPU can), at 1 and 2
+ * threads, from a counter whose draws carry across 2^32, for a length that is no multiple of 8,
+ * 16 or a chunk; the bit mask backward reads says the same. */
+static void test_dropout_keeps_exactly_the_draws_below_one_minus_p(void **s) {
+    int64_t n = 70001;
+    uint64_t c0 = ((uint64_t)1 << 32) - 5000;
+    ag_tensor *x = ag_ones(AG_F64, AG_SHAPE(n));
+    double *u = ag_arena_alloc(ag_arena_current(), (size_t)n * sizeof(double));
+    int prev = omp_get_max_threads();
+    for (int k = 0; k < 4; k++) {
+        double p = (double[]){0.1, 0.5, 0.3, 0x1.0p-50}[k];
+        ag_rng ru = {9, c0};
+        ag_rng_uniform_f64(&ru, n, u);
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            ag_rng r = {9, c0};
+            ag_tensor *xl = tu_leaf(ag_detach(x)), *y = ag_dropout(xl, p, true, &r);
+            ag_backward(y, ag_ones(AG_F64, AG_SHAPE(n)));
+            const double *v = raw(y), *g = raw(xl->grad);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += (v[i] != 0) != (u[i] < 1 - p) || g[i] != v[i];
+            assert_int_equal(bad, 0);
+            assert_true(r.counter == c0 + (uint64_t)n);
+        }
+    }
+    omp_set_num_threads(prev);
+}
+
 static void test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros(void **s) {
     ag_tensor *x = tu_leaf(ag_ones(AG_F64, AG_SHAPE(64)));
     ag_rng r = ag_rng_new(3);
@@ -503,6 +532,20 @@ static void test_feed_forward_in_several_row_blocks_matches_composed_ops(void **
     }
 }
 
+static void test_feed_forward_with_row_blocks_that_split_a_mask_byte_matches_composed_ops(void **s) {
+    /* ff 3: blocks of 43690 rows, so the second block's mask starts at bit 131070 (6 of a
+     * byte): its draws are packed into a shared byte, and backward reads them from there */
+    ag_tensor *a[5], *b[5], *y[2];
+    ff_both_ways(AG_F64, 44000, 1, 3, 0.3, 8, a, b, y);
+    const double *y0 = raw(y[0]), *y1 = raw(y[1]);
+    for (int64_t j = 0; j < ag_numel(y[0]); j++) assert_true(fabs(y0[j] - y1[j]) <= 1e-12 * (1 + fabs(y0[j])));
+    for (int i = 0; i < 5; i++) {
+        int64_t n = ag_numel(a[i]);
+        const double *u = raw(a[i]->grad), *v = raw(b[i]->grad);
+        for (int64_t j = 0; j < n; j++) assert_true(fabs(u[j] - v[j]) <= 1e-9 * (1 + fabs(u[j])));
+    }
+}
+
 static void test_feed_forward_gradcheck(void **s) {
     ff_case fc = {0.25, true};
     ag_tensor *in[5];
@@ -573,6 +616,7 @@ int main(void) {
         T(test_dropout_is_identity_in_eval_and_for_p_zero),
         T(test_dropout_zero_fraction_near_p_and_survivors_scaled),
         T(test_dropout_mask_independent_of_thread_count),
+        T(test_dropout_keeps_exactly_the_draws_below_one_minus_p),
         T(test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros),
         T(test_dropout_gradcheck_with_fixed_mask),
         T(test_dropout_reports_p_outside_unit_interval),
@@ -582,6 +626,7 @@ int main(void) {
         T(test_relu_dropout_gradcheck_with_fixed_mask),
         T(test_feed_forward_equals_linear_relu_dropout_linear_bit_for_bit),
         T(test_feed_forward_in_several_row_blocks_matches_composed_ops),
+        T(test_feed_forward_with_row_blocks_that_split_a_mask_byte_matches_composed_ops),
         T(test_feed_forward_gradcheck),
         T(test_feed_forward_holds_no_hidden_activation),
         T(test_feed_forward_reports_shapes),
