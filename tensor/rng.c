@@ -1,7 +1,7 @@
 /* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11).
  * Value i of a draw depends only on (seed, counter + i), so any split of the work across
- * threads gives the same numbers. Where the CPU has AVX-512F, 16 counters run at once, one per
- * 32-bit lane, with the same integer arithmetic: the same numbers, bit for bit. */
+ * threads gives the same numbers. Where the CPU has AVX-512F, 32 counters run at once, 8 per
+ * vector, with the same integer arithmetic: the same numbers, bit for bit. */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -57,54 +57,79 @@ void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *
 
 void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                          uint8_t *bits) {
-    for (int64_t i = 0; i < n; i++) {
-        u32x4 r = philox(seed, counter + (uint64_t)i);
-        unsigned k = (x53(r.v[0], r.v[1]) < t) != at_least;
-        if (keep) keep[i] = (uint8_t)k;
-        if (bits) bits[i >> 3] = (uint8_t)((bits[i >> 3] & ~(1u << (i & 7))) | k << (i & 7));
+    for (int64_t i0 = 0; i0 < n; i0 += 256) { /* i0 a multiple of 8: a block owns whole bytes of bits */
+        uint64_t x[256];
+        int64_t m = n - i0 < 256 ? n - i0 : 256;
+        for (int64_t j = 0; j < m; j++) { /* a loop the compiler can vectorise */
+            u32x4 r = philox(seed, counter + (uint64_t)(i0 + j));
+            x[j] = x53(r.v[0], r.v[1]);
+        }
+        for (int64_t j = 0; j < m; j += 8) {
+            unsigned byte = 0, e = m - j < 8 ? (unsigned)(m - j) : 8, mask = (1u << e) - 1;
+            for (unsigned q = 0; q < e; q++) {
+                unsigned k = (x[j + q] < t) != at_least;
+                if (keep) keep[i0 + j + q] = (uint8_t)k;
+                byte |= k << q;
+            }
+            if (bits) bits[(i0 + j) >> 3] = (uint8_t)((bits[(i0 + j) >> 3] & ~mask) | byte);
+        }
     }
 }
 
-/* ---- 16 counters per AVX-512 vector ---- */
+/* ---- 8 counters per AVX-512 vector, 4 vectors at a time ---- */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define RNG_X86 1
 #define TARGET __attribute__((target("avx512f")))
 
-/* lo, hi of m · b in each 32-bit lane (m the same in every lane) */
-static inline TARGET void mulhilo16(__m512i m, __m512i b, __m512i *lo, __m512i *hi) {
-    __m512i even = _mm512_mul_epu32(m, b), odd = _mm512_mul_epu32(m, _mm512_srli_epi64(b, 32));
-    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-}
+/* draws per step: NV vectors of 8 consecutive counters, independent chains for the pipelines */
+#define NV 4
+#define STEP (8 * NV)
 
-/* words 0 and 1 of philox(seed, ctr + lane) for the 16 lanes; key[r] holds round r's key words */
-static inline TARGET void philox16(const uint32_t key[10][2], uint64_t ctr, __m512i *w0, __m512i *w1) {
-    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512i lo = _mm512_set1_epi32((int)(uint32_t)ctr), hi = _mm512_set1_epi32((int)(uint32_t)(ctr >> 32));
-    __m512i c0 = _mm512_add_epi32(lo, iota); /* a lane that wrapped carries into word 1 */
-    __m512i c1 = _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(c0, lo), hi, _mm512_set1_epi32(1));
-    __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1), lo0, hi0, lo1, hi1;
+/* Each Philox word lives in the low half of a 64-bit lane: vpmuludq then gives the whole 64-bit
+ * product (lo in the low half, hi a shift away) and reads only low halves, so the high halves
+ * may hold garbage until the end. Counters are 64-bit lanes, so the carry into word 1 is free.
+ * w0, w1: words 0 and 1 of philox(seed, ctr + 8v + lane); key[r] holds round r's key words. */
+static inline TARGET void philox8x4(const uint32_t key[10][2], uint64_t ctr, __m512i w0[NV], __m512i w1[NV]) {
+    const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
+    __m512i c0[NV], c1[NV], c2[NV], c3[NV];
     /* round 0: words 2 and 3 are the same constants in every lane */
     uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);
-    mulhilo16(m0, c0, &lo0, &hi0);
-    __m512i c2 = _mm512_xor_si512(hi0, _mm512_set1_epi32((int)(PHILOX_W1 ^ key[0][1])));
-    c0 = _mm512_xor_si512(c1, _mm512_set1_epi32((int)(h1 ^ key[0][0])));
-    c1 = _mm512_set1_epi32((int)l1);
-    __m512i c3 = lo0;
+    __m512i x0 = _mm512_set1_epi64(h1 ^ key[0][0]), x2 = _mm512_set1_epi64(PHILOX_W1 ^ key[0][1]);
+    for (int v = 0; v < NV; v++) {
+        __m512i ctrv = _mm512_add_epi64(_mm512_set1_epi64((long long)ctr),
+                                        _mm512_setr_epi64(8 * v, 8 * v + 1, 8 * v + 2, 8 * v + 3, 8 * v + 4,
+                                                          8 * v + 5, 8 * v + 6, 8 * v + 7));
+        __m512i p0 = _mm512_mul_epu32(m0, ctrv);
+        c0[v] = _mm512_xor_si512(_mm512_srli_epi64(ctrv, 32), x0);
+        c1[v] = _mm512_set1_epi64(l1);
+        c2[v] = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), x2);
+        c3[v] = p0;
+    }
     for (int r = 1; r < 9; r++) {
-        mulhilo16(m0, c0, &lo0, &hi0);
-        mulhilo16(m1, c2, &lo1, &hi1);
-        c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)key[r][0]), 0x96);
-        c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)key[r][1]), 0x96);
-        c1 = lo1;
-        c3 = lo0;
+        __m512i k0 = _mm512_set1_epi64(key[r][0]), k1 = _mm512_set1_epi64(key[r][1]);
+        for (int v = 0; v < NV; v++) {
+            __m512i p0 = _mm512_mul_epu32(m0, c0[v]), p1 = _mm512_mul_epu32(m1, c2[v]);
+            c0[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1[v], k0, 0x96);
+            c2[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3[v], k1, 0x96);
+            c1[v] = p1;
+            c3[v] = p0;
+        }
     }
     /* round 9: only words 0 and 1 are wanted, and they come from word 2 alone */
-    mulhilo16(m1, c2, &lo1, &hi1);
-    *w0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)key[9][0]), 0x96);
-    *w1 = lo1;
+    __m512i k0 = _mm512_set1_epi64(key[9][0]);
+    for (int v = 0; v < NV; v++) {
+        __m512i p1 = _mm512_mul_epu32(m1, c2[v]);
+        w0[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1[v], k0, 0x96);
+        w1[v] = p1;
+    }
+}
+
+/* x = (a << 21) ^ (b >> 11) from words with garbage high halves */
+static inline TARGET __m512i x53_8(__m512i a, __m512i b) {
+    return _mm512_or_si512(_mm512_srli_epi64(_mm512_slli_epi64(a, 32), 11),
+                           _mm512_srli_epi64(_mm512_slli_epi64(b, 32), 43));
 }
 
 static void round_keys(uint64_t seed, uint32_t key[10][2]) {
@@ -116,22 +141,17 @@ static TARGET void uniform_avx512(uint64_t seed, uint64_t counter, int64_t n, do
     uint32_t key[10][2];
     round_keys(seed, key);
     const __m512d scale = _mm512_set1_pd(0x1.0p-53), two21 = _mm512_set1_pd(0x1.0p21);
-    for (int64_t i = 0; i < n; i += 16) {
-        __m512i a, b;
-        philox16(key, counter + (uint64_t)i, &a, &b);
-        b = _mm512_srli_epi32(b, 11);
-        /* x = a · 2^21 + (b >> 11) < 2^53, and each step below is exact */
-        __m512d lo = _mm512_mul_pd(_mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(a)), two21,
-                                                   _mm512_cvtepu32_pd(_mm512_castsi512_si256(b))), scale);
-        __m512d hi = _mm512_mul_pd(_mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(a, 1)), two21,
-                                                   _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(b, 1))), scale);
-        int64_t left = n - i;
-        if (left >= 16) {
-            _mm512_storeu_pd(out + i, lo);
-            _mm512_storeu_pd(out + i + 8, hi);
-        } else {
-            _mm512_mask_storeu_pd(out + i, (__mmask8)(left >= 8 ? 0xFF : (1u << left) - 1), lo);
-            if (left > 8) _mm512_mask_storeu_pd(out + i + 8, (__mmask8)((1u << (left - 8)) - 1), hi);
+    for (int64_t i = 0; i < n; i += STEP) {
+        __m512i a[NV], b[NV];
+        philox8x4(key, counter + (uint64_t)i, a, b);
+        for (int v = 0; v < NV; v++) {
+            /* x = a · 2^21 + (b >> 11) < 2^53, and each step below is exact */
+            __m512d ad = _mm512_cvtepu32_pd(_mm512_cvtepi64_epi32(a[v]));
+            __m512d bd = _mm512_cvtepu32_pd(_mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_slli_epi64(b[v], 32), 43)));
+            __m512d u = _mm512_mul_pd(_mm512_fmadd_pd(ad, two21, bd), scale);
+            int64_t left = n - i - 8 * v;
+            if (left >= 8) _mm512_storeu_pd(out + i + 8 * v, u);
+            else if (left > 0) _mm512_mask_storeu_pd(out + i + 8 * v, (__mmask8)((1u << left) - 1), u);
         }
     }
 }
@@ -140,34 +160,28 @@ static TARGET void keep_avx512(uint64_t seed, uint64_t counter, int64_t n, uint6
                                uint8_t *keep, uint8_t *bits) {
     uint32_t key[10][2];
     round_keys(seed, key);
-    /* x < t, x = a · 2^21 + (b >> 11): a < t >> 21, or a equal to it and b >> 11 below t's low 21 bits */
-    bool all = t >= (uint64_t)1 << 53;
-    __m512i thi = _mm512_set1_epi32((int)(uint32_t)(t >> 21)), tlo = _mm512_set1_epi32((int)(t & 0x1FFFFF));
-    for (int64_t i = 0; i < n; i += 16) {
-        __m512i a, b;
-        philox16(key, counter + (uint64_t)i, &a, &b);
-        __mmask16 below = _mm512_cmplt_epu32_mask(a, thi) |
-                          _mm512_mask_cmplt_epu32_mask(_mm512_cmpeq_epi32_mask(a, thi), _mm512_srli_epi32(b, 11), tlo);
-        uint16_t k = (uint16_t)((all ? 0xFFFF : below) ^ (at_least ? 0xFFFF : 0));
-        int64_t left = n - i;
-        if (keep) {
-            __m128i bytes = _mm512_cvtepi32_epi8(_mm512_maskz_set1_epi32(k, 1));
-            if (left >= 16) {
-                _mm_storeu_si128((__m128i *)(keep + i), bytes);
-            } else {
-                uint8_t tmp[16];
-                _mm_storeu_si128((__m128i *)tmp, bytes);
-                memcpy(keep + i, tmp, (size_t)left);
-            }
+    const __m512i tv = _mm512_set1_epi64((long long)t), one = _mm512_set1_epi64(1);
+    const uint32_t flip = at_least ? 0xFFFFFFFFu : 0;
+    for (int64_t i = 0; i < n; i += STEP) {
+        __m512i a[NV], b[NV];
+        philox8x4(key, counter + (uint64_t)i, a, b);
+        uint32_t k = 0;
+        uint8_t bytes[STEP];
+        for (int v = 0; v < NV; v++) {
+            __mmask8 m = _mm512_cmplt_epu64_mask(x53_8(a[v], b[v]), tv) ^ (__mmask8)flip;
+            k |= (uint32_t)m << 8 * v;
+            if (keep) _mm_storel_epi64((__m128i *)(bytes + 8 * v), _mm512_cvtepi64_epi8(_mm512_maskz_mov_epi64(m, one)));
         }
+        int64_t left = n - i;
+        if (keep) memcpy(keep + i, bytes, (size_t)(left < STEP ? left : STEP));
         if (bits) {
             uint8_t *o = bits + (i >> 3);
-            if (left >= 16) {
-                o[0] = (uint8_t)k, o[1] = (uint8_t)(k >> 8);
+            if (left >= STEP) {
+                for (int j = 0; j < STEP / 8; j++) o[j] = (uint8_t)(k >> 8 * j);
             } else { /* whole bytes, then the last one's low bits (its others are kept) */
                 for (int64_t j = 0; j < left / 8; j++) o[j] = (uint8_t)(k >> 8 * j);
                 unsigned part = (unsigned)(left & 7), m = (1u << part) - 1;
-                if (part) o[left / 8] = (uint8_t)((o[left / 8] & ~m) | ((unsigned)(k >> (left & ~7)) & m));
+                if (part) o[left / 8] = (uint8_t)((o[left / 8] & ~m) | ((k >> (left & ~7)) & m));
             }
         }
     }
