@@ -230,7 +230,8 @@ static ag_rng global_rng = {0x5eed, 0};
 ag_rng *ag_rng_global(void) { return &global_rng; }
 void ag_manual_seed(uint64_t seed) { global_rng = ag_rng_new(seed); }
 
-/* blocks of draws spread over the threads above AG_PAR_THRESHOLD (a multiple of 16) */
+/* draws per block, each block from its own counter: the blocks go to the threads above
+ * AG_PAR_THRESHOLD draws, and only this top-level entry opens an OpenMP region */
 #define RNG_BLOCK 4096
 
 void ag_rng_uniform_f64(ag_rng *rng, int64_t n, double *out) {
