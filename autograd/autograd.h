@@ -67,6 +67,7 @@ typedef struct ag_params {
     int64_t capacity;
     int cap_list;
     ag_arena *meta;
+    uint32_t version, grad_version; /* the slabs' version counters (ag_version), one per slab */
 } ag_params;
 
 ag_params *ag_params_new(ag_dtype dt);
@@ -76,7 +77,7 @@ void ag_params_free(ag_params *p);
  * but views made of parameters before the last add are invalid. Duplicate names are misuse. */
 ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape);
 ag_tensor *ag_params_find(const ag_params *p, const char *name);
-/* one memset of the gradient slab */
+/* one memset of the gradient slab (the gradients' version moves on) */
 void ag_params_zero_grad(ag_params *p);
 
 /* ---- gradient checking ------------------------------------------------------------------- */

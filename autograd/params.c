@@ -26,11 +26,14 @@ void ag_params_free(ag_params *p) {
     ag_xfree(p);
 }
 
-static ag_tensor *slab_tensor(ag_params *p, char *base, int64_t offset, int ndim, const int64_t *shape) {
+/* a view of a slab, sharing the slab's version counter */
+static ag_tensor *slab_tensor(ag_params *p, char *base, uint32_t *version, int64_t offset, int ndim,
+                              const int64_t *shape) {
     ag_arena *prev = ag_arena_use(p->meta);
     ag_tensor *t = ag_wrap(p->dtype, ndim, shape, base);
     ag_arena_use(prev);
     t->offset = offset;
+    t->version = version;
     return t;
 }
 
@@ -40,8 +43,8 @@ static void repoint(ag_params *p) {
         p->list[i]->data = p->data;
         p->list[i]->grad->data = p->grad;
     }
-    p->flat = slab_tensor(p, p->data, 0, 1, &p->numel);
-    p->flat_grad = slab_tensor(p, p->grad, 0, 1, &p->numel);
+    p->flat = slab_tensor(p, p->data, &p->version, 0, 1, &p->numel);
+    p->flat_grad = slab_tensor(p, p->grad, &p->grad_version, 0, 1, &p->numel);
 }
 
 ag_tensor *ag_params_find(const ag_params *p, const char *name) {
@@ -94,8 +97,8 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
         p->list = list;
         p->cap_list = cap;
     }
-    ag_tensor *t = slab_tensor(p, p->data, offset, ndim, shape);
-    t->grad = slab_tensor(p, p->grad, offset, ndim, shape);
+    ag_tensor *t = slab_tensor(p, p->data, &p->version, offset, ndim, shape);
+    t->grad = slab_tensor(p, p->grad, &p->grad_version, offset, ndim, shape);
     t->requires_grad = true;
     size_t len = strlen(name) + 1;
     char *copy = ag_arena_alloc(p->meta, len);
@@ -109,4 +112,5 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
 
 void ag_params_zero_grad(ag_params *p) {
     if (p->grad) ag__zero(p->grad, (size_t)p->numel * ag_dtype_size(p->dtype));
+    p->grad_version++;
 }

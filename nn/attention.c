@@ -634,7 +634,7 @@ static void attn_finish(const ag_op *OP, const attn *a, ag_tensor *out, ag_tenso
             *weights_out = pd ? pd : p;
         } else { /* p is saved for backward: hand out a copy */
             *weights_out = ag__new(p->dtype, 4, p->shape);
-            ag_copy_(*weights_out, p);
+            ag__copy(*weights_out, p);
         }
     }
 }

@@ -541,7 +541,10 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
     ag__ck_unhush(h);
     ag_ckpt_status s = ag__ck_report_status(&r, strict);
     if (s == AG_CKPT_OK || s == AG_CKPT_PARTIAL) {
-        if (params) memcpy(params->data, stage, bytes);
+        if (params) {
+            memcpy(params->data, stage, bytes);
+            params->version++; /* the parameters changed in place (ag_version) */
+        }
         if (opt) {
             for (int k = 0; k < nstate; k++) {
                 void *slab;

@@ -22,7 +22,7 @@ static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 static ag_tensor *dense(ag_tensor *t) {
     if (!t || ag_is_contiguous(t)) return t;
     ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag_copy_(c, t);
+    ag__copy(c, t);
     return c;
 }
 
@@ -303,8 +303,8 @@ static ag_tensor *gru_sequence(ag_tensor *gi, ag_tensor *h0, ag_tensor *w_hh, ag
     ag_tensor *carry = ag__new(dt, AG_SHAPE(N, H));
     ag_tensor *gates = rec ? ag__new(dt, AG_SHAPE(max1(L), N, 4 * H)) : NULL;
     ag_tensor *hprev = rec ? ag__new(dt, AG_SHAPE(max1(L), N, H)) : NULL;
-    if (h0) ag_copy_(carry, h0);
-    else ag_fill_(carry, 0.0);
+    if (h0) ag__copy(carry, h0);
+    else ag__fill(carry, 0.0);
     const kernels *k = kern(dt);
     for (int64_t s = 0; s < L; s++) {
         int64_t t = reverse ? L - 1 - s : s;

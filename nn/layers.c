@@ -274,7 +274,7 @@ ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx) 
     ag_set_grad_enabled(prev);
     if (!y) return NULL;
     ag_tensor *idx = ag__new(AG_I64, ids->ndim, ids->shape);
-    ag_copy_(idx, ids);
+    ag__copy(idx, ids);
     ag_node *n = ag_finish(&EMBEDDING, y, 1, &weight);
     if (n) {
         n->saved[0] = idx;
@@ -571,6 +571,7 @@ static ag_tensor *dropout(const ag_op *op, ag_tensor *x, double p, bool training
     drop_apply(x->dtype, ag__ptr(xd), ag__ptr(y), n, 0, p, relu, r->seed, r->counter,
                bits ? (uint8_t *)ag__ptr(bits) : NULL, false);
     drop_advance(r, n, p);
+    if (inplace) ag__bump_version(x);
     ag_node *nd = ag_finish(op, y, 1, &x);
     if (nd) {
         nd->saved[0] = bits;
@@ -711,6 +712,6 @@ ag_tensor *ag_sinusoidal_positions(int64_t L, int64_t D, ag_dtype dtype) {
             v[pos * D + j] = j % 2 ? cos((double)pos / div) : sin((double)pos / div);
     }
     ag_tensor *t = ag__new(dtype, AG_SHAPE(L, D));
-    ag_copy_(t, ag_wrap(AG_F64, AG_SHAPE(L, D), v));
+    ag__copy(t, ag_wrap(AG_F64, AG_SHAPE(L, D), v));
     return t;
 }

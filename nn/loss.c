@@ -53,7 +53,7 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
     L->reduction = red;
     *xc = ag__dense(x);
     *tc = ag__new(AG_I64, t->ndim, t->shape);
-    ag_copy_(*tc, t);
+    ag__copy(*tc, t);
     const int64_t *tv = (const int64_t *)ag__ptr(*tc);
     for (int64_t r = 0; r < L->n * L->s; r++) {
         if (tv[r] == ignore) continue;
@@ -136,7 +136,7 @@ static ag_tensor *reduce_positions(ag_dtype dt, const ag_tensor *t, const cls_in
     int64_t npos = L->n * L->s;
     if (L->reduction == AG_REDUCTION_NONE) {
         ag_tensor *y = ag__new(dt, t->ndim, t->shape);
-        ag_copy_(y, ag_wrap(AG_F64, t->ndim, t->shape, (void *)loss));
+        ag__copy(y, ag_wrap(AG_F64, t->ndim, t->shape, (void *)loss));
         return y;
     }
     double sum = 0;

@@ -297,6 +297,7 @@ static bool check_in_place(const char *op, const ag_tensor *a) {
 ag_tensor *ag_mul_scalar_(ag_tensor *a, double s) {
     if (!ag__check_float("ag_mul_scalar_", a) || !check_in_place("ag_mul_scalar_", a)) return NULL;
     unary_run(a->dtype == AG_F32 ? mul_scalar_fwd_f32 : mul_scalar_fwd_f64, a, a, NULL, NULL, s);
+    ag__bump_version(a);
     ag_tensor *y = ag__alias(a);
     ag_node *n = ag_finish(&mul_scalar_OP, y, 1, &a); /* its backward reads neither x nor y */
     if (n) n->ctx.d[0] = s;
@@ -318,6 +319,7 @@ ag_tensor *ag_add_(ag_tensor *a, ag_tensor *b) {
     const ag_tensor *src = ag__writable(op, a, b);
     if (!src) return NULL;
     ag__add_into(a, src); /* the same a + b per element as ag_add */
+    ag__bump_version(a);
     ag_tensor *y = ag__alias(a), *in[2] = {a, b};
     ag_finish(&ADD, y, 2, in);
     return y;

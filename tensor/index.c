@@ -1,4 +1,4 @@
-/* Joining, splitting and indexing. cat/stack copy through ag_copy_ (any dtype); split/chunk
+/* Joining, splitting and indexing. cat/stack copy through ag__copy (any dtype); split/chunk
  * are views. index_select, gather and embedding_lookup are one "take" along an indexed
  * stride: out[pos] = src[pos·src_stride + index[pos·index_stride] * step]. Their backward is
  * the matching scatter-add, parallel only across destination elements that no two positions
@@ -66,7 +66,7 @@ ag_tensor *ag_cat(int n, ag_tensor *const *ts, int dim) {
     ag_tensor *out = ag__new(t0->dtype, t0->ndim, shape);
     int64_t start = 0;
     for (int i = 0; i < n; i++) {
-        ag_copy_(ag_narrow(out, d, start, ts[i]->shape[d]), ts[i]); /* out needs no grad: no node */
+        ag__copy(ag_narrow(out, d, start, ts[i]->shape[d]), ts[i]); /* out needs no grad: no node */
         start += ts[i]->shape[d];
     }
     if (is_float(out->dtype)) {

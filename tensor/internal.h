@@ -28,10 +28,23 @@ ag_tensor *ag__dense(ag_tensor *t);
 /* every GEMM of attograd: ag__sgemm, ag__dgemm, ag__gemm (any float dtype) */
 #include "gemm.h"
 
-/* Contiguous tensor of shape (no grad, no node), from the current arena. */
+/* Contiguous tensor of shape (no grad, no node), from the current arena; version 0. */
 ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
-/* Header copy of t sharing its storage (a view to be reshaped by the caller). */
+/* Header copy of t sharing its storage and its version counter (a view to be reshaped by the
+ * caller). */
 ag_tensor *ag__alias(const ag_tensor *t);
+/* An in-place write into t's existing values through the API: its storage's version moves on
+ * (every public function that changes data a caller already holds calls this once). Kernels
+ * writing a new result do not. A header without a counter (one built on the stack) is skipped. */
+static inline void ag__bump_version(ag_tensor *t) {
+    if (t->version) ++*t->version;
+}
+/* ag_version, inline for the recording and the check of every node */
+static inline uint32_t ag__version(const ag_tensor *t) { return t && t->version ? *t->version : 0; }
+/* ag_copy_ and ag_fill_ without the version bump, for results being made (a new tensor is at
+ * version 0 when handed out). They return false after reporting misuse (shapes, overlap). */
+bool ag__copy(ag_tensor *dst, const ag_tensor *src);
+bool ag__fill(ag_tensor *t, double value);
 /* Row-major strides of shape into stride. */
 void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 int64_t ag__shape_numel(int ndim, const int64_t *shape);

@@ -490,7 +490,7 @@ static bool writable(const mat *x) {
 /* contiguous copy outside the graph (a recorded clone would be an orphan node) */
 static ag_tensor *packed(ag_tensor *t) {
     ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag_copy_(c, t);
+    ag__copy(c, t);
     return c;
 }
 

@@ -93,6 +93,7 @@ static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
     AG_UNPOISON(chunk + POOL_HEADER, need);
     ag_tensor *g = (ag_tensor *)chunk;
     memset(g, 0, sizeof *g);
+    g->version = &g->own_version;
     g->dtype = like->dtype;
     g->ndim = like->ndim;
     memcpy(g->shape, like->shape, sizeof g->shape);

@@ -92,7 +92,7 @@ const ag_tensor *ag__writable(const char *op, const ag_tensor *dst, const ag_ten
         return NULL;
     case AG_OVERLAP_MAYBE: {
         ag_tensor *copy = ag__new(src->dtype, src->ndim, src->shape);
-        ag_copy_(copy, src);
+        ag__copy(copy, src);
         return copy;
     }
     default:
@@ -139,9 +139,12 @@ static bool check_shape(const char *op, int ndim, const int64_t *shape) {
     return true;
 }
 
+/* a zeroed header that starts a storage of its own as far as versions go: the counter lives in
+ * the header, which an arena forgets no sooner than data allocated after it */
 static ag_tensor *header(void) {
     ag_tensor *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
     memset(t, 0, sizeof *t);
+    t->version = &t->own_version;
     return t;
 }
 
@@ -163,8 +166,11 @@ ag_tensor *ag__alias(const ag_tensor *src) {
     t->dtype = src->dtype;
     memcpy(t->shape, src->shape, sizeof t->shape);
     memcpy(t->stride, src->stride, sizeof t->stride);
+    t->version = src->version;
     return t;
 }
+
+uint32_t ag_version(const ag_tensor *t) { return ag__version(t); }
 
 ag_tensor *ag_empty(ag_dtype dt, int ndim, const int64_t *shape) {
     if (!check_shape("ag_empty", ndim, shape)) return NULL;
@@ -181,7 +187,7 @@ ag_tensor *ag_zeros(ag_dtype dt, int ndim, const int64_t *shape) {
 ag_tensor *ag_full(ag_dtype dt, int ndim, const int64_t *shape, double value) {
     if (!check_shape("ag_full", ndim, shape)) return NULL;
     ag_tensor *t = ag__new(dt, ndim, shape);
-    ag_fill_(t, value);
+    ag__fill(t, value);
     return t;
 }
 
@@ -189,6 +195,8 @@ ag_tensor *ag_ones(ag_dtype dt, int ndim, const int64_t *shape) { return ag_full
 ag_tensor *ag_empty_like(const ag_tensor *t) { return ag__new(t->dtype, t->ndim, t->shape); }
 ag_tensor *ag_zeros_like(const ag_tensor *t) { return ag_zeros(t->dtype, t->ndim, t->shape); }
 ag_tensor *ag_scalar(ag_dtype dt, double value) { return ag_full(dt, 0, NULL, value); }
+
+static void store(char *p, ag_dtype dt, double v);
 
 ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step) {
     if (step == 0 || (end - start) * step < 0) {
@@ -201,7 +209,7 @@ ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step) {
     int64_t n = (int64_t)ceil((end - start) / step);
     if (n < 0) n = 0;
     ag_tensor *t = ag__new(dt, 1, &n);
-    for (int64_t i = 0; i < n; i++) ag_set(t, &i, start + (double)i * step);
+    for (int64_t i = 0; i < n; i++) store(t->data + i * (int64_t)ag_dtype_size(dt), dt, start + (double)i * step);
     return t;
 }
 
@@ -292,6 +300,7 @@ double ag_get(const ag_tensor *t, const int64_t *index) {
 void ag_set(ag_tensor *t, const int64_t *index, double value) {
     if (!check_index("ag_set", t, index)) return;
     store(t->data + linear_offset(t, index) * (int64_t)ag_dtype_size(t->dtype), t->dtype, value);
+    ag__bump_version(t);
 }
 
 double ag_item(const ag_tensor *t) {
@@ -326,8 +335,8 @@ static void copy_run(int64_t n, char *const *p, const int64_t *s, void *vctx) {
     }
 }
 
-void ag_copy_(ag_tensor *dst, const ag_tensor *src) {
-    if (!ag__check_not_null("ag_copy_", dst) || !ag__check_not_null("ag_copy_", src)) return;
+bool ag__copy(ag_tensor *dst, const ag_tensor *src) {
+    if (!ag__check_not_null("ag_copy_", dst) || !ag__check_not_null("ag_copy_", src)) return false;
     int64_t bs[2][AG_MAX_DIMS];
     char b1[128], b2[128];
     if (src->ndim > dst->ndim) goto bad;
@@ -335,21 +344,26 @@ void ag_copy_(ag_tensor *dst, const ag_tensor *src) {
         int64_t ss = src->shape[src->ndim - 1 - i], ds = dst->shape[dst->ndim - 1 - i];
         if (ss != ds && ss != 1) goto bad;
     }
-    if (!(src = ag__writable("ag_copy_", dst, src))) return;
+    if (!(src = ag__writable("ag_copy_", dst, src))) return false;
     ag__bcast_bstrides(dst, dst->ndim, dst->shape, bs[0]);
     ag__bcast_bstrides(src, dst->ndim, dst->shape, bs[1]);
     conv_ctx c = {dst->dtype, src->dtype};
     char *base[2] = {ag__ptr(dst), ag__ptr(src)};
     ag__foreach(dst->ndim, dst->shape, 2, base, (const int64_t(*)[AG_MAX_DIMS])bs, copy_run, &c);
-    return;
+    return true;
 bad:
     ag_error("ag_copy_", "source %s cannot be broadcast to destination %s", ag_shape_str(src, b1),
              ag_shape_str(dst, b2));
+    return false;
+}
+
+void ag_copy_(ag_tensor *dst, const ag_tensor *src) {
+    if (ag__copy(dst, src)) ag__bump_version(dst);
 }
 
 void ag_to_buffer(const ag_tensor *t, ag_dtype dt, void *out) {
     ag_tensor *dst = ag_wrap(dt, t->ndim, t->shape, out);
-    ag_copy_(dst, t);
+    ag__copy(dst, t);
 }
 
 /* ---- fills ---- */
@@ -361,23 +375,28 @@ static void fill_run(int64_t n, char *const *p, const int64_t *s, void *ctx) {
     for (int64_t i = 0; i < n; i++) store(p[0] + i * s[0], c->dt, c->v);
 }
 
-void ag_fill_(ag_tensor *t, double value) {
-    if (!ag__check_not_null("ag_fill_", t) || !ag__writable("ag_fill_", t, NULL)) return;
+bool ag__fill(ag_tensor *t, double value) {
+    if (!ag__check_not_null("ag_fill_", t) || !ag__writable("ag_fill_", t, NULL)) return false;
     fill_ctx c = {t->dtype, value};
     int64_t bs[1][AG_MAX_DIMS];
     ag__bcast_bstrides(t, t->ndim, t->shape, bs[0]);
     char *base[1] = {ag__ptr(t)};
     ag__foreach(t->ndim, t->shape, 1, base, (const int64_t(*)[AG_MAX_DIMS])bs, fill_run, &c);
+    return true;
+}
+
+void ag_fill_(ag_tensor *t, double value) {
+    if (ag__fill(t, value)) ag__bump_version(t);
 }
 
 /* Random fills draw numel values in row-major order of t (so a view and a contiguous tensor
  * of the same shape get the same numbers) and write them through t's strides. */
-static void fill_from_f64(ag_tensor *t, const double *v) {
+static bool fill_from_f64(ag_tensor *t, const double *v) {
     ag_tensor *src = ag_wrap(AG_F64, t->ndim, t->shape, (void *)v);
-    ag_copy_(t, src);
+    return ag__copy(t, src);
 }
 
-void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi) {
+static bool uniform_fill(ag_rng *rng, ag_tensor *t, double lo, double hi) {
     int64_t n = ag_numel(t);
     ag_arena *a = ag_arena_current();
     ag_arena_mark m = ag_arena_get_mark(a); /* the draws are scratch: a model's construction leaves nothing behind */
@@ -388,19 +407,29 @@ void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi) {
         /* rounding to f32 must not reach hi */
         if (t->dtype == AG_F32 && (float)v[i] >= (float)hi && hi > lo) v[i] = nextafterf((float)hi, (float)lo);
     }
-    fill_from_f64(t, v);
+    bool ok = fill_from_f64(t, v);
     ag_arena_rewind(a, m);
+    return ok;
 }
 
-void ag_normal_(ag_rng *rng, ag_tensor *t, double mean, double std) {
+static bool normal_fill(ag_rng *rng, ag_tensor *t, double mean, double std) {
     int64_t n = ag_numel(t);
     ag_arena *a = ag_arena_current();
     ag_arena_mark m = ag_arena_get_mark(a);
     double *v = ag_arena_alloc(a, (size_t)n * sizeof(double));
     ag_rng_normal_f64(rng, n, v);
     for (int64_t i = 0; i < n; i++) v[i] = mean + std * v[i];
-    fill_from_f64(t, v);
+    bool ok = fill_from_f64(t, v);
     ag_arena_rewind(a, m);
+    return ok;
+}
+
+void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi) {
+    if (uniform_fill(rng, t, lo, hi)) ag__bump_version(t);
+}
+
+void ag_normal_(ag_rng *rng, ag_tensor *t, double mean, double std) {
+    if (normal_fill(rng, t, mean, std)) ag__bump_version(t);
 }
 
 ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
@@ -410,7 +439,7 @@ ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, 
         return NULL;
     }
     ag_tensor *t = ag__new(dt, ndim, shape);
-    ag_uniform_(rng, t, lo, hi);
+    uniform_fill(rng, t, lo, hi);
     return t;
 }
 
@@ -425,7 +454,7 @@ ag_tensor *ag_randn(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape) {
         return NULL;
     }
     ag_tensor *t = ag__new(dt, ndim, shape);
-    ag_normal_(rng, t, 0.0, 1.0);
+    normal_fill(rng, t, 0.0, 1.0);
     return t;
 }
 

@@ -41,7 +41,9 @@ typedef struct ag_tensor {
     struct ag_tensor *grad;        /* same shape and dtype, contiguous; NULL until needed */
     ag_node *node;                 /* op that produced this tensor; NULL for leaves */
     uint32_t grad_pass;            /* backward pass in which a non-leaf grad was last written */
+    uint32_t own_version;          /* the version counter of a tensor made with new storage */
     const char *name;              /* optional (parameters carry their state_dict name) */
+    uint32_t *version;             /* its storage's counter, shared by every view (see ag_version) */
 } ag_tensor;
 
 /* Build a shape argument pair: ag_zeros(AG_F32, AG_SHAPE(2, 3)). */
@@ -111,7 +113,8 @@ ag_tensor *ag_scalar(ag_dtype dt, double value);                   /* 0-d tensor
 ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step);
 /* copy a row-major buffer of dtype dt */
 ag_tensor *ag_from_buffer(ag_dtype dt, int ndim, const int64_t *shape, const void *data);
-/* wrap caller memory (row-major, not copied, not owned) */
+/* wrap caller memory (row-major, not copied, not owned); a new storage for ag_version, whose
+ * counter lives in the returned header: its views must not outlive the arena it came from */
 ag_tensor *ag_wrap(ag_dtype dt, int ndim, const int64_t *shape, void *data);
 ag_tensor *ag_rand(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape);   /* U[0,1) */
 ag_tensor *ag_randn(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape);  /* N(0,1) */
@@ -121,20 +124,29 @@ ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, 
  * at one address), and a source sharing some of its elements in another dense layout (x[1:]
  * into x[:-1], x into x^T) is an error: clone the source first. The same view, and strided
  * views whose ranges meet, are fine: the source's old values are read. */
-/* fill in place (no grad recorded) */
+/* Fill in place. No grad is recorded, so these may initialise leaves that require grad (as
+ * torch.nn.init does under no_grad); each write moves t's version on (ag_version). */
 void ag_fill_(ag_tensor *t, double value);
 void ag_uniform_(ag_rng *rng, ag_tensor *t, double lo, double hi);
 void ag_normal_(ag_rng *rng, ag_tensor *t, double mean, double std);
-/* dst[...] = src broadcast to dst's shape, converting dtype; no grad recorded */
+/* dst[...] = src broadcast to dst's shape, converting dtype; no grad recorded; moves dst's
+ * version on, as the fills do */
 void ag_copy_(ag_tensor *dst, const ag_tensor *src);
 
 /* ---- inspection ------------------------------------------------------------------------ */
 int64_t ag_numel(const ag_tensor *t);
 bool ag_is_contiguous(const ag_tensor *t);
+/* The version of t's storage (torch's t._version): 0 when made, +1 for every write into existing
+ * data through the API (ag_add_, ag_mul_scalar_, the in-place dropouts, ag_copy_, ag_fill_,
+ * ag_uniform_, ag_normal_, ag_set, optimizer steps, checkpoint loads), shared by every view of
+ * the storage. A recorded op notes the versions of the tensors its backward reads, and
+ * ag_backward reports one that has moved on since (tensor/node.h). The parameters of one
+ * ag_params share one counter. */
+uint32_t ag_version(const ag_tensor *t);
 /* dim < 0 counts from the end; returns -1 (after reporting through op) when out of range */
 int ag_wrap_dim(const char *op, const ag_tensor *t, int dim);
 double ag_get(const ag_tensor *t, const int64_t *index);           /* any dtype, as double */
-void ag_set(ag_tensor *t, const int64_t *index, double value);
+void ag_set(ag_tensor *t, const int64_t *index, double value);     /* moves t's version on */
 double ag_item(const ag_tensor *t);                                 /* one-element tensor */
 /* copy out as row-major dtype dt (converting) */
 void ag_to_buffer(const ag_tensor *t, ag_dtype dt, void *out);
@@ -155,7 +167,7 @@ ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape);  /* -1 keeps
 ag_tensor *ag_contiguous(ag_tensor *t);                              /* t itself if contiguous */
 ag_tensor *ag_clone(ag_tensor *t);
 ag_tensor *ag_to(ag_tensor *t, ag_dtype dt);                         /* differentiable f32<->f64 */
-/* a leaf sharing t's data, cut from the graph */
+/* a leaf sharing t's data (and its version), cut from the graph */
 ag_tensor *ag_detach(ag_tensor *t);
 
 /* ---- elementwise, with NumPy/PyTorch broadcasting; both operands must share a dtype ------ */
@@ -165,9 +177,11 @@ ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_div(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b);
 /* a += b in place, b broadcast to a's shape (Tensor.add_); returns a header on a's storage that
- * records the addition. For memory: a's old values are gone, so a must not be a leaf that
- * requires grad and no recorded backward may read them (the outputs of linear, dropout and
- * attention qualify: their backward reads inputs and masks only). Autograd cannot check that. */
+ * records the addition, and a's version moves on (ag_version). For memory: a's old values are
+ * gone, so a must not be a leaf that requires grad while grad mode is on (reported), and no
+ * recorded backward may read them (the outputs of linear, dropout and attention qualify: their
+ * backward reads inputs and masks only). If one does (exp's, whose backward reads its output),
+ * ag_backward reports it, naming that op, instead of computing a wrong gradient. */
 ag_tensor *ag_add_(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 ag_tensor *ag_sub_scalar(ag_tensor *a, double s);   /* a - s */

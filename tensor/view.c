@@ -340,7 +340,7 @@ static const ag_op TO = {"ag_to", copy_backward};
 ag_tensor *ag_clone(ag_tensor *t) {
     if (!ag__check_not_null("ag_clone", t)) return NULL;
     ag_tensor *y = ag__new(t->dtype, t->ndim, t->shape);
-    ag_copy_(y, t);
+    ag__copy(y, t);
     ag_finish(&CLONE, y, 1, &t);
     return y;
 }
@@ -348,7 +348,7 @@ ag_tensor *ag_clone(ag_tensor *t) {
 ag_tensor *ag__dense(ag_tensor *t) {
     if (ag_is_contiguous(t)) return t;
     ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag_copy_(c, t);
+    ag__copy(c, t);
     return c;
 }
 
@@ -361,7 +361,7 @@ ag_tensor *ag_to(ag_tensor *t, ag_dtype dt) {
     if (!ag__check_not_null("ag_to", t)) return NULL;
     if (t->dtype == dt) return t;
     ag_tensor *y = ag__new(dt, t->ndim, t->shape);
-    ag_copy_(y, t);
+    ag__copy(y, t);
     bool differentiable = (dt == AG_F32 || dt == AG_F64) && (t->dtype == AG_F32 || t->dtype == AG_F64);
     if (differentiable) ag_finish(&TO, y, 1, &t);
     return y;

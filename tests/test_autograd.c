@@ -306,6 +306,59 @@ static void test_backward_leaves_the_arena_as_it_found_it_and_the_pool_settles(v
     ag_params_free(m.p);
 }
 
+/* ---- versions: in-place writes, and the check at backward (PyTorch's) ---- */
+
+/* torch's t._version: 0 when made, +1 per write into existing data through the API, one
+ * counter per storage shared by every view of it */
+static void test_version_counts_in_place_writes_and_views_share_it(void **s) {
+    ag_rng r = ag_rng_new(1);
+    ag_tensor *made[] = {ag_zeros(AG_F32, AG_SHAPE(2)), ag_ones(AG_F64, AG_SHAPE(2)), ag_arange(AG_F32, 0, 4, 1),
+                         ag_randn(&r, AG_F32, AG_SHAPE(3)), ag_clone(ag_ones(AG_F32, AG_SHAPE(2))),
+                         ag_to(ag_ones(AG_F32, AG_SHAPE(2)), AG_F64), ag_exp(ag_ones(AG_F32, AG_SHAPE(2)))};
+    for (size_t i = 0; i < sizeof made / sizeof *made; i++) assert_int_equal(ag_version(made[i]), 0);
+    ag_tensor *t = ag_zeros(AG_F64, AG_SHAPE(2, 3)), *other = ag_zeros(AG_F64, AG_SHAPE(2, 3));
+    ag_tensor *tt = ag_transpose(t, 0, 1), *row = ag_select(t, 0, 1), *d = ag_detach(t);
+    ag_fill_(t, 1);
+    assert_int_equal(ag_version(t), 1);
+    ag_copy_(row, ag_ones(AG_F64, AG_SHAPE(3))); /* through views too */
+    ag_uniform_(&r, tt, 0, 1);
+    ag_normal_(&r, d, 0, 1);
+    ag_set(t, (int64_t[]){0, 0}, 5);
+    ag_add_(tt, ag_ones(AG_F64, AG_SHAPE(3, 2)));
+    ag_mul_scalar_(row, 2);
+    ag_dropout_(t, 0.5, true, &r);
+    ag_relu_dropout_(t, 0.5, true, &r);
+    ag_tensor *views[] = {t, tt, row, d, ag_reshape(t, AG_SHAPE(6))};
+    for (size_t i = 0; i < sizeof views / sizeof *views; i++) assert_int_equal(ag_version(views[i]), 9);
+    /* no write, no move: dropout off, in-place dropout of a strided view (done out of place), copies */
+    ag_dropout_(t, 0.5, false, &r);
+    ag_dropout_(tt, 0.5, true, &r);
+    assert_int_equal(ag_version(t), 9);
+    assert_int_equal(ag_version(ag_contiguous(tt)), 0);
+    assert_int_equal(ag_version(other), 0);
+}
+
+/* the parameters are views of one slab: a write to one, or an optimizer step, moves them all */
+static void test_parameters_share_their_slab_version_and_an_optimizer_step_moves_it(void **s) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_tensor *w = ag_params_add(p, "w", AG_SHAPE(2, 2)), *b = ag_params_add(p, "b", AG_SHAPE(2));
+    assert_int_equal(ag_version(w), 0);
+    ag_fill_(w, 0.5);
+    assert_int_equal(ag_version(b), 1);
+    assert_int_equal(ag_version(p->flat), 1);
+    ag_optim *o = ag_sgd_new(p, 0.1, 0, 0, 0, false);
+    ag_optim_step(o);
+    assert_int_equal(ag_version(w), 2);
+    assert_int_equal(ag_version(w->grad), 0); /* the gradients are the other slab */
+    ag_params_zero_grad(p);
+    ag_clip_grad_norm(p, 1.0);
+    assert_int_equal(ag_version(b->grad), 2);
+    assert_int_equal(ag_version(p->flat_grad), 2);
+    assert_int_equal(ag_version(w), 2);
+    ag_optim_free(o);
+    ag_params_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_backward_accumulates_across_calls_until_zeroed, tu_setup, tu_teardown),
@@ -328,6 +381,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_non_leaf_gradients_are_freed_unless_retained, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_backward_leaves_the_arena_as_it_found_it_and_the_pool_settles, tu_setup,
                                         tu_teardown),
+        cmocka_unit_test_setup_teardown(test_version_counts_in_place_writes_and_views_share_it, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_parameters_share_their_slab_version_and_an_optimizer_step_moves_it,
+                                        tu_setup, tu_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -304,7 +304,9 @@ static void test_f64_file_loads_into_f32_params_rounded_and_f32_into_f64_exactly
     double v[3] = {0.1, 1.0 + 0x1p-30, -1e300};
     memcpy(first(ta), v, sizeof v);
     save_ok(p64, a, NULL, NULL);
+    assert_int_equal(ag_version(tb), 0);
     assert_load(AG_CKPT_OK, p64, b, NULL, NULL, NULL, "");
+    assert_int_equal(ag_version(tb), 1); /* changed in place: a graph that saved it would say so */
     const float *f = (const float *)first(tb);
     /* C's double->float conversion rounds to nearest: the witness */
     assert_true(f[0] == (float)0.1 && f[1] == 1.0f && f[2] == -INFINITY);

@@ -551,7 +551,8 @@ static void test_arena_rewind_keep_moves_the_result_to_the_mark(void **state) {
             double want = k == 3 ? (double)(col * 30 + row) : (double)i;
             assert_true(((const double *)kept->data)[i] == want);
         }
-        assert_true(ag_arena_used(a) - used < 600 * sizeof(double) + 256); /* the values and a header */
+        /* the values and a header (arena allocations are whole 64-byte lines) */
+        assert_true(ag_arena_used(a) - used <= 600 * sizeof(double) + (sizeof(ag_tensor) + 63) / 64 * 64);
         ag_arena_rewind(a, m);
     }
     tu_assert_values(before, 0, 0, 1, 2, 3);

@@ -108,11 +108,8 @@ void tu_assert_values_(const char *file, int line, const ag_tensor *t, const dou
 }
 
 ag_tensor *tu_tensor_(ag_dtype dt, int ndim, const int64_t *shape, const double *v, int64_t n) {
-    ag_tensor *src = ag_wrap(AG_F64, ndim, shape, (void *)v);
-    assert_int_equal(ag_numel(src), n);
-    ag_tensor *t = ag_empty(dt, ndim, shape);
-    ag_copy_(t, src);
-    return t;
+    assert_int_equal(ag_numel(ag_wrap(AG_F64, ndim, shape, (void *)v)), n);
+    return ag_to(ag_from_buffer(AG_F64, ndim, shape, v), dt); /* a new tensor: version 0 */
 }
 
 ag_tensor *tu_leaf(ag_tensor *t) {
@@ -129,12 +126,10 @@ void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n,
 }
 
 ag_tensor *tu_seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double c) {
-    ag_tensor *t = ag_empty(dt, ndim, shape);
-    int64_t n = ag_numel(t);
+    int64_t n = ag_numel(ag_wrap(AG_F64, ndim, shape, NULL));
     double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(n + 1));
     for (int64_t i = 0; i < n; i++) v[i] = sin(a * (double)i + c);
-    ag_copy_(t, ag_wrap(AG_F64, ndim, shape, v));
-    return t;
+    return ag_to(ag_from_buffer(AG_F64, ndim, shape, v), dt); /* a new tensor: version 0 */
 }
 
 void tu_assert_same_state(const ag_train_state *a, const ag_train_state *b) {
