@@ -556,14 +556,14 @@ static bool check_p(const char *op, const ag_tensor *x, double p) {
 }
 
 /* The three dropouts: out of place, in place (y shares x's storage), and relu + dropout in place.
- * In place needs a contiguous x that is not a leaf requiring grad; other x are done out of place
- * (the same values and gradients, only the memory differs). */
+ * In place needs a contiguous x that is not a leaf requiring grad while grad mode is on; other x
+ * are done out of place (the same values and gradients, only the memory differs). */
 static ag_tensor *dropout(const ag_op *op, ag_tensor *x, double p, bool training, ag_rng *rng) {
     bool relu = op == &RELU_DROPOUT_, inplace = op != &DROPOUT;
     if (!ag__check_float(op->name, x) || !check_p(op->name, x, p)) return NULL;
     if (!training) p = 0;
     if (p == 0 && !relu) return x;
-    if (inplace && (!ag_is_contiguous(x) || (x->requires_grad && !x->node))) inplace = false;
+    if (inplace && (!ag_is_contiguous(x) || (ag_grad_enabled() && x->requires_grad && !x->node))) inplace = false;
     int64_t n = ag_numel(x);
     ag_tensor *bits = relu ? NULL : ag__new(AG_BOOL, 1, (int64_t[]){(n + 7) / 8}), *xd = ag__dense(x);
     ag_tensor *y = inplace ? ag__alias(x) : ag__new(x->dtype, x->ndim, x->shape);

@@ -284,11 +284,13 @@ ag_tensor *ag_mul(ag_tensor *a, ag_tensor *b) { return binary_op(&MUL, &MUL_K, a
 ag_tensor *ag_div(ag_tensor *a, ag_tensor *b) { return binary_op(&DIV, &DIV_K, a, b); }
 ag_tensor *ag_pow(ag_tensor *a, ag_tensor *b) { return binary_op(&POW, &POW_K, a, b); }
 
-/* an in-place op may change a: not a leaf that requires grad (as torch), not an expanded view */
+/* an in-place op may change a unless it is a leaf that requires grad while grad mode is on (as
+ * torch: with grad off, e.g. in an optimizer step, it may), or an expanded view */
 static bool check_in_place(const char *op, const ag_tensor *a) {
     char b[128];
-    if (a->requires_grad && !a->node) {
-        ag_error(op, "%s is a leaf that requires grad: it cannot be changed in place", ag_shape_str(a, b));
+    if (ag_grad_enabled() && a->requires_grad && !a->node) {
+        ag_error(op, "%s is a leaf that requires grad, used in an in-place operation with grad mode on: change it "
+                     "with grad mode off (ag_set_grad_enabled(false)), or out of place", ag_shape_str(a, b));
         return false;
     }
     return ag__writable(op, a, NULL) != NULL;
