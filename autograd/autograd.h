@@ -33,7 +33,9 @@ void ag_backward(ag_tensor *out, ag_tensor *grad);
  * that requires grad, other than parameters (leaves), must be one of the nin inputs (checked).
  * rng is the generator fn draws from (NULL: the global one); it must live until backward, as
  * must what ctx points to. Without grad mode it is fn(ctx, in). Reports through the error
- * handler and returns NULL on misuse. */
+ * handler and returns NULL on misuse. The version check (tensor/node.h) covers the inputs and
+ * the parameters fn reads, which backward reads again, not y, which it does not (y may be
+ * changed in place). */
 typedef ag_tensor *(*ag_recompute_fn)(void *ctx, ag_tensor *const *in);
 ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, int nin, ag_tensor *const *in,
                         ag_rng *rng);

@@ -56,6 +56,43 @@ static bool anomaly;
 
 static void check_backward(ag_node *n);
 
+/* does op's saves name input k (or, with k == nin, the output)? (tensor/node.h) */
+static bool saved(unsigned saves, int k, int nin) {
+    if (saves == AG_SAVES_ALL) return true;
+    unsigned bit = k == nin ? AG_SAVES_OUTPUT & ~AG_SAVES_NONE : 1u << (k < 29 ? k : 29);
+    return saves & bit;
+}
+
+/* set when a pass stops at a failed version check, so that the passes it is nested in (an
+ * op's backward that runs one: ag_recompute) stop too; cleared when the outermost one ends */
+static bool stopped;
+
+/* PyTorch's version check: false (after reporting the first one) when a tensor that n's
+ * backward reads was changed in place since n was recorded */
+static bool versions_unchanged(const ag_node *n) {
+    for (int k = 0; k <= n->nin; k++) {
+        const ag_tensor *t = k < n->nin ? n->in[k] : n->out;
+        uint32_t now = ag__version(t);
+        if (now == n->versions[k] || !saved(n->op->saves, k, n->nin)) continue;
+        char b[128], what[320];
+        const char *name = t->name ? t->name : "";
+        if (k == n->nin)
+            snprintf(what, sizeof what, "its output %s %s", ag_shape_str(t, b), ag_dtype_name(t->dtype));
+        else
+            snprintf(what, sizeof what, "its input %d, %s %s%s%s%s (%s%s)", k, ag_shape_str(t, b),
+                     ag_dtype_name(t->dtype), *name ? " '" : "", name, *name ? "'" : "",
+                     t->node ? "the output of " : "a leaf", t->node ? t->node->op->name : "");
+        ag_error(n->op->name,
+                 "a tensor needed for gradient computation has been modified by an in-place operation: %s is at "
+                 "version %u; expected version %u instead (as in the forward). Hint: an in-place op (ag_add_, "
+                 "ag_mul_scalar_, an in-place dropout, ag_copy_, ag_fill_, ag_set, an optimizer step) changed it "
+                 "or a view of its storage after this op ran: give it a copy (ag_clone) or do that op out of place",
+                 what, now, n->versions[k]);
+        return false;
+    }
+    return true;
+}
+
 void ag_backward(ag_tensor *out, ag_tensor *grad) {
     const char *op = "ag_backward";
     char b1[128], b2[128];
@@ -93,6 +130,11 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
     for (size_t i = 0; i < count; i++) {
         ag_node *n = order[base + i]; /* order may move when a nested pass grows it */
         if (!n->out->grad || n->out->grad_pass != pass) continue; /* no gradient reached it */
+        if (n->versions && !versions_unchanged(n)) stopped = true; /* reported: it stops, as torch raises */
+        if (stopped) {
+            for (; i < count; i++) ag__grad_release(order[base + i]->out);
+            break;
+        }
         /* leaves' buffers first: they outlive the rewind below */
         for (int k = 0; k < n->nin; k++)
             if (n->in[k] && !n->in[k]->node) ag_grad_buffer(n->in[k]);
@@ -105,6 +147,7 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
     ag_set_grad_enabled(prev);
     order_top = base;
     if (base) ag__grad_pass = outer;
+    else stopped = false;
 }
 
 void ag_retain_grad(ag_tensor *t) {

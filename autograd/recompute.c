@@ -43,7 +43,10 @@ static void recompute_backward(ag_node *n) {
         if (in[i]->grad) ag_accum_grad(n->in[i], in[i]->grad);
 }
 
-static const ag_op RECOMPUTE = {"ag_recompute", recompute_backward};
+/* backward runs fn again on the inputs and the parameters (the node's inputs): their values
+ * must be those of the forward; the output's values are not read (it may be changed in place,
+ * as the Transformer's residual does) */
+static const ag_op RECOMPUTE = {"ag_recompute", recompute_backward, AG_SAVES_INPUTS};
 
 /* The graph fn recorded, walked from its output: the leaves requiring grad that it reads go
  * to scan.leaves (the inputs first, then each parameter once); false when it reaches a tensor

@@ -246,7 +246,7 @@ static void masked_softmax_backward(ag_node *n) {
         ag_accum_grad(mask, ds);
     }
 }
-static const ag_op MASKED_SOFTMAX = {"ag_masked_softmax", masked_softmax_backward};
+static const ag_op MASKED_SOFTMAX = {"ag_masked_softmax", masked_softmax_backward, AG_SAVES_OUTPUT};
 
 ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim) {
     const char *op = "ag_masked_softmax";
@@ -526,7 +526,9 @@ static void attention_backward(ag_node *n) {
     a.dout = dense_mat(n->out->grad);
     attn_backward(n, &a);
 }
-static const ag_op ATTENTION = {"ag_attention", attention_backward};
+/* q, k, v and the mask (the probabilities are its own); the same for the packed heads below */
+#define ATTENTION_SAVES (AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(2) | AG_SAVES_INPUT(3))
+static const ag_op ATTENTION = {"ag_attention", attention_backward, ATTENTION_SAVES};
 
 /* true when the column ranges [off[i], off[i] + width[i]) of the roles i whose input is t tile
  * t's width exactly (no gap, no overlap): every element of t's gradient then belongs to
@@ -568,7 +570,7 @@ static void heads_backward(ag_node *n) {
     a.dout = head_mat(n->out->grad, 0, a.Dv);
     attn_backward(n, &a);
 }
-static const ag_op ATTENTION_HEADS = {"ag_attention", heads_backward};
+static const ag_op ATTENTION_HEADS = {"ag_attention", heads_backward, ATTENTION_SAVES};
 
 /* keep[i] when draw i of rng is a uniform >= p (with probability 1-p); blocks of draws go to
  * the threads, each from its own counter, so the mask is the same for any thread count */

@@ -191,7 +191,9 @@ static void cell_backward(ag_node *n) { /* saved: x, h, gates, w_ih, w_hh (dense
     if (dbih) kern(dt)->col_sums(ag__ptr(dgi), N, 3 * H, ag__ptr(dbih));
     if (dbhh) kern(dt)->col_sums(ag__ptr(dgh), N, 3 * H, ag__ptr(dbhh));
 }
-static const ag_op GRU_CELL = {"ag_gru_cell", cell_backward};
+/* x, h, w_ih, w_hh (the saved dense ones are those themselves when contiguous); not the biases */
+static const ag_op GRU_CELL = {"ag_gru_cell", cell_backward,
+                               AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(2) | AG_SAVES_INPUT(3)};
 
 /* same dtype as ref; reports otherwise */
 static bool same_dtype(const char *op, const ag_tensor *ref, int n, ag_tensor *const *ts, const char *const *names) {
@@ -286,7 +288,7 @@ static void seq_backward(ag_node *n) { /* saved: gates (L,N,4H), hprev (L,N,H), 
     if (dwhh) gemm(dt, true, false, 3 * H, H, L * N, dp, 3 * H, hp, H, 1, ag__ptr(dwhh), H);
     if (dbhh) k->col_sums(dp, L * N, 3 * H, ag__ptr(dbhh));
 }
-static const ag_op GRU_SEQUENCE = {"ag_gru_sequence", seq_backward};
+static const ag_op GRU_SEQUENCE = {"ag_gru_sequence", seq_backward, AG_SAVES_INPUT(2)}; /* w_hh; the rest its own */
 
 /* gi (L,N,3H) input projections with b_ih included, h0 (N,H) or NULL, w_hh (3H,H), b_hh (3H) or
  * NULL -> (L+1,N,H): outputs of steps 0..L-1 (0 where inactive), then the final state. Shapes
@@ -515,7 +517,8 @@ static void scores_backward(ag_node *n) { /* saved: kp, qp, v (dense) */
         for (int64_t i = 0; i < A; i++) sp[i] += vpart[b * A + i];
     ag__add_into(dv, ag_view(ag_to(sum, dt), dv->ndim, dv->shape));
 }
-static const ag_op ADDITIVE_SCORES = {"ag_additive_scores", scores_backward};
+static const ag_op ADDITIVE_SCORES = {"ag_additive_scores", scores_backward,
+                                      AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(2)};
 
 ag_tensor *ag_additive_scores(ag_tensor *keys_proj, ag_tensor *query_proj, ag_tensor *v) {
     const char *op = "ag_additive_scores";

@@ -154,7 +154,8 @@ static void linear_backward(ag_node *n) {
     linear_bwd(dy->dtype, ag__ptr(dy), as_matrix(x, m, in), as_matrix(w, out, in), m, in, out, dx ? ag__ptr(dx) : NULL,
                fresh, grad_ptr(n->in[1]), grad_ptr(n->in[2]));
 }
-static const ag_op LINEAR = {"ag_linear", linear_backward};
+/* x and w (saved as themselves unless copied); not the bias */
+static const ag_op LINEAR = {"ag_linear", linear_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
 ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     const char *op = "ag_linear";
@@ -252,7 +253,7 @@ static void embedding_backward(ag_node *n) {
     (dw->dtype == AG_F32 ? embed_scatter_f32 : embed_scatter_f64)(
         ag__ptr(dw), ag__ptr(dy), (const int64_t *)ag__ptr(ids), ag_numel(ids), dw->shape[1], n->ctx.i[0]);
 }
-static const ag_op EMBEDDING = {"ag_embedding", embedding_backward};
+static const ag_op EMBEDDING = {"ag_embedding", embedding_backward, AG_SAVES_NONE}; /* its own ids */
 
 ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx) {
     const char *op = "ag_embedding";
@@ -399,7 +400,7 @@ static void layer_norm_backward(ag_node *n) {
     (x->dtype == AG_F32 ? ln_backward_f32 : ln_backward_f64)(ag__ptr(x), ag__ptr(dy), m, d, ptr_or_null(w),
                                                                w ? w->stride[0] : 0, mean, rstd, dx, dw, db);
 }
-static const ag_op LAYER_NORM = {"ag_layer_norm", layer_norm_backward};
+static const ag_op LAYER_NORM = {"ag_layer_norm", layer_norm_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
 ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps) {
     const char *op = "ag_layer_norm";
@@ -545,8 +546,9 @@ static void dropout_backward(ag_node *n) {
     if (g->dtype == AG_F32) drop_bwd_f32(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), (float)n->ctx.d[0]);
     else drop_bwd_f64(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), n->ctx.d[0]);
 }
-static const ag_op DROPOUT = {"ag_dropout", dropout_backward}, DROPOUT_ = {"ag_dropout_", dropout_backward},
-                   RELU_DROPOUT_ = {"ag_relu_dropout_", dropout_backward};
+static const ag_op DROPOUT = {"ag_dropout", dropout_backward, AG_SAVES_NONE},
+                   DROPOUT_ = {"ag_dropout_", dropout_backward, AG_SAVES_NONE},
+                   RELU_DROPOUT_ = {"ag_relu_dropout_", dropout_backward, AG_SAVES_OUTPUT};
 
 static bool check_p(const char *op, const ag_tensor *x, double p) {
     if (p >= 0 && p <= 1) return true;
@@ -643,7 +645,9 @@ static void feed_forward_backward(ag_node *n) {
         linear_bwd(dt, ag__ptr(da), xr, w1m, r, d, ff, dx ? dx + (size_t)(r0 * d) * es : NULL, fresh, dw1, db1);
     }
 }
-static const ag_op FEED_FORWARD = {"ag_feed_forward", feed_forward_backward};
+/* x, w1, b1, w2: the hidden activation is recomputed from them; not b2 */
+static const ag_op FEED_FORWARD = {"ag_feed_forward", feed_forward_backward,
+                                   AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(2) | AG_SAVES_INPUT(3)};
 
 ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
                            bool training, ag_rng *rng) {

@@ -162,7 +162,8 @@ static void cross_entropy_backward(ag_node *n) {
         ag__ptr(n->saved[0]), (const int64_t *)ag__ptr(n->saved[1]), L, (const double *)ag__ptr(n->saved[2]),
         ag__ptr(n->out->grad), gs, scale, ag__ptr(dx));
 }
-static const ag_op CROSS_ENTROPY = {"ag_cross_entropy", cross_entropy_backward};
+/* saved[0] is the logits themselves when contiguous */
+static const ag_op CROSS_ENTROPY = {"ag_cross_entropy", cross_entropy_backward, AG_SAVES_INPUT(0)};
 
 ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, int64_t ignore_index, double label_smoothing,
                             ag_reduction reduction) {
@@ -205,7 +206,7 @@ static void nll_backward(ag_node *n) {
     (dx->dtype == AG_F32 ? nll_backward_f32 : nll_backward_f64)((const int64_t *)ag__ptr(n->saved[0]), L,
                                                                  ag__ptr(n->out->grad), gs, scale, ag__ptr(dx));
 }
-static const ag_op NLL_LOSS = {"ag_nll_loss", nll_backward};
+static const ag_op NLL_LOSS = {"ag_nll_loss", nll_backward, AG_SAVES_NONE}; /* its own targets */
 
 ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_index, ag_reduction reduction) {
     cls_info L;
@@ -269,7 +270,7 @@ static void mse_backward(ag_node *n) {
         ag__ptr(a), ag__ptr(n->saved[1]), count, ag__ptr(n->out->grad), red == AG_REDUCTION_NONE ? 1 : 0, scale,
         da ? ag__ptr(da) : NULL, db ? ag__ptr(db) : NULL);
 }
-static const ag_op MSE_LOSS = {"ag_mse_loss", mse_backward};
+static const ag_op MSE_LOSS = {"ag_mse_loss", mse_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
 ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
     const char *op = "ag_mse_loss";

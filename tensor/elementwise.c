@@ -19,28 +19,32 @@
 #define INV_SQRT_2PI 0.39894228040143267794
 #define GELU_TANH_IN(x) ((T)SQRT_2_OVER_PI * ((x) + (T)0.044715 * (x) * (x) * (x)))
 
-/*      name       forward                                  dx = (g: upstream grad)                              */
+/* reads: the values dx reads besides g (ag_op.saves): IN x, OUT y, or NONE */
+#define READS_NONE AG_SAVES_NONE
+#define READS_IN AG_SAVES_INPUT(0)
+#define READS_OUT AG_SAVES_OUTPUT
+/*      name  reads  forward                                dx = (g: upstream grad)                              */
 #define UNARY_OPS(X)                                                                                              \
-    X(neg, -x, -g)                                                                                                \
-    X(exp, exp(x), g * y)                                                                                         \
-    X(log, log(x), g / x)                                                                                         \
-    X(sqrt, sqrt(x), g / (2 * y))                                                                                 \
-    X(abs, fabs(x), x > 0 ? g : x < 0 ? -g : 0)                                                                   \
-    X(tanh, tanh(x), g * (1 - y * y))                                                                             \
-    X(sigmoid, 1 / (1 + exp(-x)), g * y * (1 - y))                                                                \
-    X(relu, x > 0 || isnan(x) ? x : 0, y > 0 || isnan(y) ? g : 0) /* NaN propagates, as in torch */              \
-    X(gelu, (T)0.5 * x * (1 + erf(x * (T)M_SQRT1_2)),                                                             \
+    X(neg, NONE, -x, -g)                                                                                          \
+    X(exp, OUT, exp(x), g * y)                                                                                    \
+    X(log, IN, log(x), g / x)                                                                                     \
+    X(sqrt, OUT, sqrt(x), g / (2 * y))                                                                            \
+    X(abs, IN, fabs(x), x > 0 ? g : x < 0 ? -g : 0)                                                               \
+    X(tanh, OUT, tanh(x), g * (1 - y * y))                                                                        \
+    X(sigmoid, OUT, 1 / (1 + exp(-x)), g * y * (1 - y))                                                           \
+    X(relu, OUT, x > 0 || isnan(x) ? x : 0, y > 0 || isnan(y) ? g : 0) /* NaN propagates, as in torch */         \
+    X(gelu, IN, (T)0.5 * x * (1 + erf(x * (T)M_SQRT1_2)),                                                         \
       g * ((T)0.5 * (1 + erf(x * (T)M_SQRT1_2)) + x * (T)INV_SQRT_2PI * exp((T)-0.5 * x * x)))                   \
-    X(gelu_tanh, (T)0.5 * x * (1 + tanh(GELU_TANH_IN(x))),                                                        \
+    X(gelu_tanh, IN, (T)0.5 * x * (1 + tanh(GELU_TANH_IN(x))),                                                    \
       g * ((T)0.5 * (1 + tanh(GELU_TANH_IN(x))) +                                                                 \
            (T)0.5 * x * (1 - tanh(GELU_TANH_IN(x)) * tanh(GELU_TANH_IN(x))) * (T)SQRT_2_OVER_PI *               \
                (1 + (T)3 * (T)0.044715 * x * x)))                                                                 \
-    X(add_scalar, x + s, g)                                                                                       \
-    X(sub_scalar, x - s, g)                                                                                       \
-    X(rsub_scalar, s - x, -g)                                                                                     \
-    X(mul_scalar, x * s, g * s)                                                                                   \
-    X(div_scalar, x / s, g / s)                                                                                   \
-    X(pow_scalar, pow(x, s), s == 0 ? 0 : g * s * pow(x, s - 1))
+    X(add_scalar, NONE, x + s, g)                                                                                 \
+    X(sub_scalar, NONE, x - s, g)                                                                                 \
+    X(rsub_scalar, NONE, s - x, -g)                                                                               \
+    X(mul_scalar, NONE, x * s, g * s)                                                                             \
+    X(div_scalar, NONE, x / s, g / s)                                                                             \
+    X(pow_scalar, IN, pow(x, s), s == 0 ? 0 : g * s * pow(x, s - 1))
 
 typedef struct { double s; } scalar_ctx;
 
@@ -89,7 +93,7 @@ typedef struct { double s; } scalar_ctx;
         }                                                                                                         \
     }
 
-#define UNARY_DEFINE(NAME, FWD, BWD)                                                                              \
+#define UNARY_DEFINE(NAME, READS, FWD, BWD)                                                                       \
     UNARY_KERNELS(float, f32, AG_F32, NAME, FWD, BWD)                                                             \
     UNARY_KERNELS(double, f64, AG_F64, NAME, FWD, BWD)                                                            \
     static void NAME##_backward(ag_node *n) {                                                                     \
@@ -98,7 +102,7 @@ typedef struct { double s; } scalar_ctx;
         ag_run_fn fn = x->dtype == AG_F32 ? NAME##_bwd_f32 : NAME##_bwd_f64;                                      \
         unary_run(fn, dx, y->grad, x, y, n->ctx.d[0]);                                                            \
     }                                                                                                             \
-    static const ag_op NAME##_OP = {"ag_" #NAME, NAME##_backward};                                                \
+    static const ag_op NAME##_OP = {"ag_" #NAME, NAME##_backward, READS_##READS};                                 \
     static ag_tensor *unary_##NAME(ag_tensor *x, double s) {                                                      \
         if (!ag__check_float("ag_" #NAME, x)) return NULL;                                                        \
         ag_tensor *y = ag__new(x->dtype, x->ndim, x->shape);                                                      \
@@ -268,8 +272,10 @@ static void pow_backward(ag_node *n) { /* da = g b a^(b-1); db = g y log a, take
         ag_accum_grad(b, ag_mul(g, ag_mul(n->out, loga)));
     }
 }
-static const ag_op ADD = {"ag_add", add_backward}, SUB = {"ag_sub", sub_backward}, MUL = {"ag_mul", mul_backward},
-                   DIV = {"ag_div", div_backward}, POW = {"ag_pow", pow_backward};
+static const ag_op ADD = {"ag_add", add_backward, AG_SAVES_NONE}, SUB = {"ag_sub", sub_backward, AG_SAVES_NONE},
+                   MUL = {"ag_mul", mul_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)},
+                   DIV = {"ag_div", div_backward, AG_SAVES_INPUT(1) | AG_SAVES_OUTPUT},
+                   POW = {"ag_pow", pow_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_OUTPUT};
 
 static ag_tensor *binary_op(const ag_op *op, const kernels *ks, ag_tensor *a, ag_tensor *b) {
     ag_tensor *y = binary(op->name, ks, a, b, -1);
@@ -371,7 +377,7 @@ static void where_backward(ag_node *n) {
     if (wants(n->in[1])) ag_accum_grad(n->in[1], ag_where(c, g, zero));
     if (wants(n->in[2])) ag_accum_grad(n->in[2], ag_where(c, zero, g));
 }
-static const ag_op WHERE = {"ag_where", where_backward};
+static const ag_op WHERE = {"ag_where", where_backward, AG_SAVES_INPUT(0)}; /* the condition */
 
 static ag_tensor *where(const char *op, ag_tensor *c, ag_tensor *a, ag_tensor *b) {
     if (!ag__check_not_null(op, c) || !ag__check_not_null(op, a) || !ag__check_not_null(op, b)) return NULL;
@@ -411,7 +417,7 @@ ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
 static void masked_fill_backward(ag_node *n) {
     ag_accum_grad(n->in[0], ag_masked_fill(n->out->grad, n->in[1], 0));
 }
-static const ag_op MASKED_FILL = {"ag_masked_fill", masked_fill_backward};
+static const ag_op MASKED_FILL = {"ag_masked_fill", masked_fill_backward, AG_SAVES_INPUT(1)}; /* the mask */
 
 ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value) {
     const char *op = "ag_masked_fill";

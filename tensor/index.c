@@ -20,7 +20,7 @@ static void cat_backward(ag_node *n) {
         start += in->shape[dim];
     }
 }
-static const ag_op CAT = {"ag_cat", cat_backward};
+static const ag_op CAT = {"ag_cat", cat_backward, AG_SAVES_NONE};
 
 static bool check_list(const char *op, int n, ag_tensor *const *ts) {
     if (n <= 0 || !ts) {
@@ -316,7 +316,7 @@ static void index_select_plan_node(const ag_tensor *buf, ag_node *n, take_plan *
     index_select_plan(buf, (int)n->ctx.i[0], n->in[1], q);
 }
 static void index_select_backward(ag_node *n) { scatter_backward(n, index_select_plan_node); }
-static const ag_op INDEX_SELECT = {"ag_index_select", index_select_backward};
+static const ag_op INDEX_SELECT = {"ag_index_select", index_select_backward, AG_SAVES_INPUT(1)};
 
 /* t (…, s, …), index (L) -> (…, L, …) with out[…, i, …] = t[…, index[i], …] */
 ag_tensor *ag_index_select(ag_tensor *t, int dim, ag_tensor *index) {
@@ -360,7 +360,7 @@ static void gather_plan_node(const ag_tensor *buf, ag_node *n, take_plan *q) {
     gather_plan(buf, (int)n->ctx.i[0], n->in[1], q);
 }
 static void gather_backward(ag_node *n) { scatter_backward(n, gather_plan_node); }
-static const ag_op GATHER = {"ag_gather", gather_backward};
+static const ag_op GATHER = {"ag_gather", gather_backward, AG_SAVES_INPUT(1)};
 
 /* t and index of one ndim, index no larger than t off dim -> index's shape; out[i][j] =
  * t[index[i][j]][j] for dim 0 */
@@ -410,7 +410,7 @@ static void embedding_plan(const ag_tensor *w, const ag_tensor *ids, take_plan *
 
 static void embedding_plan_node(const ag_tensor *buf, ag_node *n, take_plan *q) { embedding_plan(buf, n->in[1], q); }
 static void embedding_backward(ag_node *n) { scatter_backward(n, embedding_plan_node); }
-static const ag_op EMBEDDING = {"ag_embedding_lookup", embedding_backward};
+static const ag_op EMBEDDING = {"ag_embedding_lookup", embedding_backward, AG_SAVES_INPUT(1)};
 
 /* weight (V, E), ids (…) -> (…, E) */
 ag_tensor *ag_embedding_lookup(ag_tensor *weight, ag_tensor *ids) {

@@ -635,7 +635,7 @@ static void matmul_backward(ag_node *n) {
         grad_into(b, mb, &at, &dc, &g);
     }
 }
-static const ag_op MATMUL = {"ag_matmul", matmul_backward};
+static const ag_op MATMUL = {"ag_matmul", matmul_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
 /* a (…,m,k) or (k), b (…,k,n) or (k) -> broadcast(…) + (m) + (n), the 1-d dims dropped */
 ag_tensor *ag_matmul(ag_tensor *a, ag_tensor *b) {

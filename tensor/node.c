@@ -40,8 +40,16 @@ ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *
     n->op = op;
     n->out = out;
     n->nin = nin;
-    n->in = ag_arena_alloc(a, sizeof(ag_tensor *) * (size_t)(nin ? nin : 1));
+    /* the input pointers, then (unless the op saves nothing) the versions: one allocation */
+    bool versions = op->saves != AG_SAVES_NONE;
+    size_t ptrs = sizeof(ag_tensor *) * (size_t)(nin ? nin : 1);
+    n->in = ag_arena_alloc(a, ptrs + (versions ? sizeof(uint32_t) * (size_t)(nin + 1) : 0));
     memcpy(n->in, in, sizeof(ag_tensor *) * (size_t)nin);
+    if (versions) {
+        n->versions = (uint32_t *)((char *)n->in + ptrs);
+        for (int k = 0; k < nin; k++) n->versions[k] = ag__version(in[k]);
+        n->versions[nin] = ag__version(out);
+    }
     n->seq = next_seq++;
     out->node = n;
     out->requires_grad = true;

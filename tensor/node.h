@@ -1,13 +1,14 @@
 /* The recording half of autograd, for op authors (tensor/, nn/ and user extensions).
  *
  * An op is one public function that checks shapes, computes the forward result and ends with
- * ag_finish(); its backward is a static function beside it, named in a const ag_op:
+ * ag_finish(); its backward is a static function beside it, named in a const ag_op with the
+ * tensors that backward reads:
  *
  *     static void scale_backward(ag_node *n) {            // dx += dy * s
  *         ag_tensor *dy = n->out->grad;
  *         ag_accum_grad(n->in[0], ag_mul_scalar(dy, n->ctx.d[0]));
  *     }
- *     static const ag_op SCALE = {"scale", scale_backward};
+ *     static const ag_op SCALE = {"scale", scale_backward, AG_SAVES_NONE}; // reads no values
  *     ag_tensor *scale(ag_tensor *x, double s) {
  *         ag_tensor *y = ...forward...;
  *         ag_node *n = ag_finish(&SCALE, y, 1, &x);
@@ -16,7 +17,22 @@
  *     }
  *
  * Backward runs with grad mode off, so ops called inside it record nothing (no double
- * backward). autograd/ walks the recorded nodes in reverse (ag_backward). */
+ * backward). autograd/ walks the recorded nodes in reverse (ag_backward).
+ *
+ * Version checks (PyTorch's): every tensor's storage has a version (ag_version) that each
+ * in-place write moves on. ag_finish notes the versions of the tensors the op declares in
+ * ag_op.saves, and ag_backward, before it calls the op's backward, compares them with the
+ * versions then: if one of those tensors (or a view of its storage) was changed in place in
+ * between, backward would read the wrong values, so it reports through the error handler
+ * (naming the op, which input or the output, its shape, dtype and both versions) and stops.
+ * So an op author states exactly which of the inputs and the output backward reads the
+ * *values* of (shapes and strides do not count; what the op keeps in n->saved[] or n->extra is
+ * its own unless it may be one of the inputs, e.g. t itself when contiguous):
+ *     AG_SAVES_INPUT(k) | AG_SAVES_OUTPUT  some of them (input 29 stands for 29 and later)
+ *     AG_SAVES_INPUTS                      every input, not the output (ag_recompute)
+ *     AG_SAVES_NONE                        none (add, sum, views, a saved mask of its own...)
+ *     0, or the field left out             all inputs and the output: the safe default, so an
+ *                                          op that does not say is checked conservatively. */
 #ifndef AG_NODE_H
 #define AG_NODE_H
 
@@ -29,7 +45,14 @@ extern "C" {
 typedef struct ag_op {
     const char *name;
     void (*backward)(ag_node *n);  /* accumulate into the inputs' grads from n->out->grad */
+    unsigned saves;                /* the tensors backward reads (AG_SAVES_*); 0: all of them */
 } ag_op;
+
+#define AG_SAVES_ALL 0u
+#define AG_SAVES_NONE (1u << 31) /* the bit that says "declared" */
+#define AG_SAVES_OUTPUT (AG_SAVES_NONE | 1u << 30)
+#define AG_SAVES_INPUT(k) (AG_SAVES_NONE | 1u << (k)) /* k <= 29; 29 stands for 29 and later */
+#define AG_SAVES_INPUTS (AG_SAVES_NONE | ((1u << 30) - 1)) /* every input, not the output */
 
 struct ag_node {
     const ag_op *op;
@@ -44,6 +67,8 @@ struct ag_node {
     } ctx;
     ag_tensor *saved[4]; /* saved tensors (e.g. softmax probabilities) */
     void *extra;         /* larger op-specific state, arena-allocated */
+    uint32_t *versions;  /* ag_version of in[k] at versions[k], of out at versions[nin], when
+                            recorded; NULL for an op that saves nothing (engine bookkeeping) */
 };
 
 /* Grad mode (on by default). Returns the previous setting, so scopes nest:
@@ -55,7 +80,9 @@ bool ag_grad_enabled(void);
 bool ag_any_requires_grad(int nin, ag_tensor *const *in);
 
 /* End of every op's forward: runs the anomaly check if enabled and records a node when
- * needed (copying the input pointers). Returns the node, or NULL when nothing was recorded. */
+ * needed (copying the input pointers and noting their and out's versions). Returns the node,
+ * or NULL when nothing was recorded. An in-place op has changed its tensor (and moved its
+ * version on) before it calls this. */
 ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
 /* Records the node whatever the inputs (ag_finish's second half), for an op that knows its
  * output needs a gradient although no input requires one (ag_recompute: parameters inside). */

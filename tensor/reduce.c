@@ -287,7 +287,7 @@ static ag_tensor *sum_into_new(const ag_tensor *t, unsigned mask, int ndim, cons
 static void sum_backward(ag_node *n) {
     ag_accum_grad(n->in[0], keepdim_view(n->out->grad, n->in[0], (unsigned)n->ctx.i[0]));
 }
-static const ag_op SUM = {"ag_sum", sum_backward};
+static const ag_op SUM = {"ag_sum", sum_backward, AG_SAVES_NONE};
 
 /* t: any shape and dtype; returns t's shape reduced over dims (f32/f64 keep their dtype,
  * integers and bool sum to i64) */
@@ -310,7 +310,7 @@ static void mean_backward(ag_node *n) {
     ag_tensor *g = ag_div_scalar(n->out->grad, (double)n->ctx.i[1]);
     ag_accum_grad(x, keepdim_view(g, x, (unsigned)n->ctx.i[0]));
 }
-static const ag_op MEAN = {"ag_mean", mean_backward};
+static const ag_op MEAN = {"ag_mean", mean_backward, AG_SAVES_NONE};
 
 static int64_t reduced_count(const ag_tensor *t, unsigned mask) {
     int64_t n = 1;
@@ -341,7 +341,7 @@ static void var_backward(ag_node *n) {
     ag_tensor *g = ag_mul_scalar(keepdim_view(n->out->grad, x, (unsigned)n->ctx.i[0]), 2.0 / n->ctx.d[1]);
     ag_accum_grad(x, ag_mul(g, ag_sub(x, n->saved[0])));
 }
-static const ag_op VAR = {"ag_var", var_backward};
+static const ag_op VAR = {"ag_var", var_backward, AG_SAVES_INPUT(0)};
 
 /* t: f32/f64, any shape; returns t's shape reduced over dims: Σ(x - mean)² / max(0, N - correction) */
 ag_tensor *ag_var(ag_tensor *t, int ndims, const int *dims, int correction, bool keepdim) {
@@ -487,7 +487,7 @@ static void max_backward(ag_node *n) {
     const int64_t *idx = (const int64_t *)n->saved[0]->data;
     (x->dtype == AG_F32 ? max_bwd_f32 : max_bwd_f64)(&p, s, idx, ag__ptr(g), ag__ptr(dx));
 }
-static const ag_op MAX = {"ag_max", max_backward};
+static const ag_op MAX = {"ag_max", max_backward, AG_SAVES_NONE}; /* the argmax is its own */
 
 /* t: any numeric dtype; returns t's shape without dim (or with it as 1): the maxima */
 ag_tensor *ag_max(ag_tensor *t, int dim, bool keepdim) {
@@ -592,8 +592,8 @@ static void softmax_backward(ag_node *n) {
     (x->dtype == AG_F32 ? softmax_bwd_f32 : softmax_bwd_f64)(&p, len, comp_stride(x, d), ag__ptr(g), ag__ptr(n->out),
                                                              ag__ptr(dx), log_);
 }
-static const ag_op SOFTMAX = {"ag_softmax", softmax_backward};
-static const ag_op LOG_SOFTMAX = {"ag_log_softmax", softmax_backward};
+static const ag_op SOFTMAX = {"ag_softmax", softmax_backward, AG_SAVES_OUTPUT};
+static const ag_op LOG_SOFTMAX = {"ag_log_softmax", softmax_backward, AG_SAVES_OUTPUT};
 
 static ag_tensor *softmax(const ag_op *op, ag_tensor *t, int dim, bool log_) {
     if (!ag__check_float(op->name, t)) return NULL;
@@ -623,7 +623,7 @@ ag_tensor *ag_log_softmax(ag_tensor *t, int dim) { return softmax(&LOG_SOFTMAX, 
 
 /* the output broadcasts back to the input's shape, so accumulating it there is the expand */
 static void sum_to_shape_backward(ag_node *n) { ag_accum_grad(n->in[0], n->out->grad); }
-static const ag_op SUM_TO_SHAPE = {"ag_sum_to_shape", sum_to_shape_backward};
+static const ag_op SUM_TO_SHAPE = {"ag_sum_to_shape", sum_to_shape_backward, AG_SAVES_NONE};
 
 /* g: a shape that shape broadcasts to; returns shape (g itself when the shapes are equal).
  * Works with grad mode off: ag_accum_grad relies on it. */

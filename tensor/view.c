@@ -78,7 +78,7 @@ static void reshape_backward(ag_node *n) {
     ag_tensor *in = n->in[0];
     ag_accum_grad(in, ag_reshape(grad_of(n), in->ndim, in->shape));
 }
-static const ag_op VIEW = {"ag_view", reshape_backward};
+static const ag_op VIEW = {"ag_view", reshape_backward, AG_SAVES_NONE};
 
 static ag_tensor *make_view(const char *op, ag_tensor *t, int ndim, const int64_t *shape, bool copy_ok) {
     if (!ag__check_not_null(op, t)) return NULL;
@@ -114,7 +114,7 @@ static void permute_backward(ag_node *n) {
     for (int i = 0; i < n->out->ndim; i++) inv[n->ctx.i[i]] = i;
     ag_accum_grad(n->in[0], ag_permute(grad_of(n), inv));
 }
-static const ag_op PERMUTE = {"ag_permute", permute_backward};
+static const ag_op PERMUTE = {"ag_permute", permute_backward, AG_SAVES_NONE};
 
 static ag_tensor *permute(const char *op, ag_tensor *t, const int *dims) {
     int seen[AG_MAX_DIMS] = {0}, d[AG_MAX_DIMS];
@@ -172,7 +172,7 @@ static void slice_backward(ag_node *n) {
     v->stride[dim] *= n->ctx.i[2];
     ag__add_into(v, grad_of(n));
 }
-static const ag_op SLICE = {"ag_slice", slice_backward};
+static const ag_op SLICE = {"ag_slice", slice_backward, AG_SAVES_NONE};
 
 ag_tensor *ag_slice(ag_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
     if (!ag__check_not_null("ag_slice", t)) return NULL;
@@ -227,7 +227,7 @@ static void select_backward(ag_node *n) {
     v->ndim--;
     ag__add_into(v, grad_of(n));
 }
-static const ag_op SELECT = {"ag_select", select_backward};
+static const ag_op SELECT = {"ag_select", select_backward, AG_SAVES_NONE};
 
 ag_tensor *ag_select(ag_tensor *t, int dim, int64_t index) {
     if (!ag__check_not_null("ag_select", t)) return NULL;
@@ -297,7 +297,7 @@ ag_tensor *ag_unsqueeze(ag_tensor *t, int dim) {
 /* ---- expand ---- */
 
 static void expand_backward(ag_node *n) { ag_accum_grad(n->in[0], grad_of(n)); }
-static const ag_op EXPAND = {"ag_expand", expand_backward};
+static const ag_op EXPAND = {"ag_expand", expand_backward, AG_SAVES_NONE};
 
 ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
     if (!ag__check_not_null("ag_expand", t)) return NULL;
@@ -334,8 +334,8 @@ static void copy_backward(ag_node *n) {
     if (g->dtype != n->in[0]->dtype) g = ag_to(g, n->in[0]->dtype);
     ag_accum_grad(n->in[0], g);
 }
-static const ag_op CLONE = {"ag_clone", copy_backward};
-static const ag_op TO = {"ag_to", copy_backward};
+static const ag_op CLONE = {"ag_clone", copy_backward, AG_SAVES_NONE};
+static const ag_op TO = {"ag_to", copy_backward, AG_SAVES_NONE};
 
 ag_tensor *ag_clone(ag_tensor *t) {
     if (!ag__check_not_null("ag_clone", t)) return NULL;

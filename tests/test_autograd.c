@@ -359,6 +359,175 @@ static void test_parameters_share_their_slab_version_and_an_optimizer_step_moves
     ag_params_free(p);
 }
 
+/* y = exp(x) read by exp's backward, then doubled in place: PyTorch's "output 0 of ExpBackward0
+ * ... is at version 1; expected version 0 instead", and no gradient. The engine is fine after. */
+static void test_exp_output_changed_in_place_is_reported_at_backward_with_both_versions(void **s) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 0, 1, 2));
+    ag_tensor *y = ag_exp(x);
+    ag_backward(ag_sum(ag_mul_scalar_(y, 2), 0, NULL, false), NULL);
+    tu_assert_error("ag_exp", "modified by an in-place operation", "its output (3) f64", "at version 1",
+                    "expected version 0");
+    assert_null(x->grad);
+    assert_true(ag_grad_enabled());
+    ag_backward(ag_sum(ag_exp(x), 0, NULL, false), NULL);
+    tu_assert_values(x->grad, 1e-12, 1, exp(1.0), exp(2.0));
+}
+
+/* an input that backward reads, changed afterwards by an in-place op of any kind */
+static void test_input_changed_in_place_is_reported_naming_the_op_and_the_input(void **s) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2), 1, 2, 3, 4));
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 2), 5, 6, 7, 8));
+    /* mul reads both inputs; the first, mul_scalar's output, gets ag_add_ */
+    ag_tensor *a = ag_mul_scalar(x, 1), *y = ag_mul(a, w);
+    ag_add_(a, ag_ones(AG_F64, AG_SHAPE(2)));
+    ag_backward(y, ag_ones(AG_F64, AG_SHAPE(2, 2)));
+    tu_assert_error("ag_mul", "its input 0, (2,2) f64 (the output of ag_mul_scalar)", "at version 1",
+                    "expected version 0");
+    /* matmul's second input overwritten with ag_copy_ (which records nothing) */
+    ag_tensor *b = ag_mul_scalar(w, 1), *z = ag_matmul(x, b);
+    ag_copy_(b, ag_zeros(AG_F64, AG_SHAPE(2, 2)));
+    ag_backward(ag_sum(z, 0, NULL, false), NULL);
+    tu_assert_error("ag_matmul", "its input 1, (2,2) f64", "at version 1", "expected version 0");
+    /* a leaf changed with grad mode off (allowed, as torch: an optimizer does it) */
+    ag_tensor *v = ag_matmul(x, w);
+    bool prev = ag_set_grad_enabled(false);
+    ag_add_(w, ag_ones(AG_F64, AG_SHAPE(2)));
+    ag_mul_scalar_(w, 0.5);
+    ag_set_grad_enabled(prev);
+    ag_backward(ag_sum(v, 0, NULL, false), NULL);
+    tu_assert_error("ag_matmul", "its input 1, (2,2) f64 (a leaf)", "at version 2", "expected version 0");
+    tu_assert_values(w, 0, 3, 3.5, 4, 4.5);
+    assert_null(x->grad);
+    assert_null(w->grad);
+}
+
+/* a view shares its storage's version: writing a slice or a transposed row counts */
+static void test_change_through_a_view_of_a_saved_tensor_is_reported(void **s) {
+    ag_tensor *x = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.3, 0.1));
+    ag_tensor *y = ag_tanh(x); /* backward reads y */
+    ag_tensor *loss = ag_sum(y, 0, NULL, false);
+    ag_fill_(ag_select(ag_transpose(y, 0, 1), 0, 2), 0);
+    ag_backward(loss, NULL);
+    tu_assert_error("ag_tanh", "its output (2,3) f64", "at version 1", "expected version 0");
+    y = ag_sigmoid(x);
+    loss = ag_sum(y, 0, NULL, false);
+    ag_mul_scalar_(ag_slice(y, 1, 0, 3, 2), 3);
+    ag_backward(loss, NULL);
+    tu_assert_error("ag_sigmoid", "its output (2,3) f64", "at version 1", "expected version 0");
+}
+
+/* a parameter updated between forward and backward: the message names it */
+static void test_optimizer_step_between_forward_and_backward_is_reported_by_name(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_rng r = ag_rng_new(2);
+    ag_linear_t lin = ag_linear_new(p, "lin", 3, 2, true, &r);
+    ag_optim *o = ag_sgd_new(p, 0.1, 0, 0, 0, false);
+    ag_tensor *loss = ag_sum(ag_linear_forward(&lin, tu_seq(AG_F64, AG_SHAPE(4, 3), 0.5, 0.2)), 0, NULL, false);
+    ag_optim_step(o);
+    ag_backward(loss, NULL);
+    tu_assert_error("ag_linear", "its input 1, (2,3) f64 'lin.weight' (a leaf)", "expected version");
+    ag_optim_free(o);
+    ag_params_free(p);
+}
+
+/* relu + dropout in place keeps no mask: its backward reads its output, so that is checked */
+static void test_output_of_relu_dropout_changed_in_place_is_reported(void **s) {
+    ag_rng r = ag_rng_new(3);
+    ag_tensor *x = tu_leaf(tu_seq(AG_F64, AG_SHAPE(4), 1.1, 0.2));
+    ag_tensor *h = ag_relu_dropout_(ag_mul_scalar(x, 1), 0.5, true, &r);
+    ag_backward(ag_add_(h, ag_ones(AG_F64, AG_SHAPE(4))), ag_ones(AG_F64, AG_SHAPE(4)));
+    tu_assert_error("ag_relu_dropout_", "its output (4) f64", "at version 2", "expected version 1");
+}
+
+/* An op that does not say what its backward reads is checked on all its tensors; one that says
+ * AG_SAVES_NONE on none. Both: y = 2x, dx = 2g. */
+static void twice_backward(ag_node *n) { ag_accum_grad(n->in[0], ag_mul_scalar(n->out->grad, 2)); }
+static const ag_op TWICE_UNSAID = {.name = "twice_unsaid", .backward = twice_backward};
+static const ag_op TWICE_NONE = {"twice_none", twice_backward, AG_SAVES_NONE};
+static ag_tensor *twice(const ag_op *op, ag_tensor *x) {
+    bool prev = ag_set_grad_enabled(false);
+    ag_tensor *y = ag_mul_scalar(x, 2);
+    ag_set_grad_enabled(prev);
+    ag_finish(op, y, 1, &x);
+    return y;
+}
+
+static void test_an_op_that_does_not_declare_what_it_reads_is_checked_on_everything(void **s) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 2));
+    ag_tensor *a = ag_mul_scalar(x, 1), *y = twice(&TWICE_UNSAID, a);
+    ag_fill_(a, 0);
+    ag_backward(y, ag_ones(AG_F64, AG_SHAPE(2)));
+    tu_assert_error("twice_unsaid", "its input 0", "at version 1", "expected version 0");
+    y = twice(&TWICE_UNSAID, x);
+    ag_mul_scalar_(y, 3);
+    ag_backward(y, ag_ones(AG_F64, AG_SHAPE(2)));
+    tu_assert_error("twice_unsaid", "its output (2) f64", "at version 1", "expected version 0");
+    a = ag_mul_scalar(x, 1);
+    y = twice(&TWICE_NONE, a);
+    ag_fill_(a, 0);
+    ag_backward(ag_mul_scalar_(y, 3), ag_ones(AG_F64, AG_SHAPE(2)));
+    tu_assert_values(x->grad, 0, 6, 6);
+}
+
+/* add's backward reads neither input: changing one in place afterwards is legal, and the
+ * gradient is that of the out-of-place sum */
+static void test_in_place_change_of_an_input_of_add_keeps_the_exact_gradient(void **s) {
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 1, 2, 3));
+    ag_tensor *b = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3), 4, 5, 6));
+    ag_tensor *a = ag_mul_scalar(x, 2), *y = ag_add(a, b);
+    ag_mul_scalar_(a, 10);
+    ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(3), 1, -1, 0.5));
+    tu_assert_values(x->grad, 0, 2, -2, 1);
+    tu_assert_values(b->grad, 0, 1, -1, 0.5);
+    tu_assert_values(y, 0, 6, 9, 12); /* y was computed before a changed */
+}
+
+/* The Transformer's residual (nn/transformer.c): block(x) = dropout_(linear(x)), then the sum
+ * made in the block's output, ag_add_(block, x), then LayerNorm. Legal: the ops that read the
+ * overwritten values (linear reads its input, not its output; dropout_ its mask) do not. */
+typedef struct { bool in_place; } residual_ctx;
+
+static ag_tensor *residual(int n, ag_tensor **in, void *ctx) {
+    const residual_ctx *c = ctx;
+    ag_rng r = ag_rng_new(9); /* the same mask in every call */
+    ag_tensor *x = ag_tanh(in[0]), *h = ag_linear(x, in[1], in[2]);
+    ag_tensor *y = c->in_place ? ag_add_(ag_dropout_(h, 0.3, true, &r), x) : ag_add(ag_dropout(h, 0.3, true, &r), x);
+    ag_tensor *out = ag_layer_norm(y, NULL, NULL, 1e-5);
+    return ag_sum(ag_mul(out, tu_seq(AG_F64, AG_SHAPE(5, 4), 0.9, 0.4)), 0, NULL, false);
+}
+
+static void test_transformer_residual_in_place_passes_gradcheck_and_equals_out_of_place(void **s) {
+    ag_tensor *in[3] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(5, 4), 0.7, 0.1)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 4), 1.3, 0.2)),
+                        tu_leaf(tu_seq(AG_F64, AG_SHAPE(4), 0.5, 0.3))};
+    residual_ctx inplace = {true}, outofplace = {false};
+    tu_assert_gradcheck(residual, &inplace, 3, in);
+    double g[3][20];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 3; i++) ag_zero_grad_(in[i]);
+        ag_backward(residual(3, in, pass ? &outofplace : &inplace), NULL);
+        for (int i = 0; i < 3; i++) {
+            if (pass == 0) ag_to_buffer(in[i]->grad, AG_F64, g[i]);
+            else tu_assert_values_(__FILE__, __LINE__, in[i]->grad, g[i], ag_numel(in[i]), 0);
+        }
+    }
+}
+
+/* Reusing a batch buffer: once the backward that read it is done, overwriting it is legal and a
+ * new graph reads the new values; only a second backward over the old graph is refused. */
+static void test_writing_a_saved_tensor_after_its_backward_is_done_is_legal(void **s) {
+    ag_tensor *w = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 1, 1));
+    ag_tensor *batch = tu_tensor(AG_F64, AG_SHAPE(2), 3, 4);
+    ag_tensor *first = ag_sum(ag_mul(batch, w), 0, NULL, false);
+    ag_backward(first, NULL);
+    tu_assert_values(w->grad, 0, 3, 4);
+    ag_copy_(batch, tu_tensor(AG_F64, AG_SHAPE(2), 10, 20));
+    ag_backward(ag_sum(ag_mul(batch, w), 0, NULL, false), NULL);
+    tu_assert_values(w->grad, 0, 13, 24);
+    ag_backward(first, NULL);
+    tu_assert_error("ag_mul", "its input 0, (2) f64 (a leaf)", "at version 1", "expected version 0");
+    tu_assert_values(w->grad, 0, 13, 24);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_backward_accumulates_across_calls_until_zeroed, tu_setup, tu_teardown),
@@ -383,6 +552,24 @@ int main(void) {
                                         tu_teardown),
         cmocka_unit_test_setup_teardown(test_version_counts_in_place_writes_and_views_share_it, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_parameters_share_their_slab_version_and_an_optimizer_step_moves_it,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_exp_output_changed_in_place_is_reported_at_backward_with_both_versions,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_input_changed_in_place_is_reported_naming_the_op_and_the_input,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_change_through_a_view_of_a_saved_tensor_is_reported,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_optimizer_step_between_forward_and_backward_is_reported_by_name,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_output_of_relu_dropout_changed_in_place_is_reported,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_an_op_that_does_not_declare_what_it_reads_is_checked_on_everything,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_in_place_change_of_an_input_of_add_keeps_the_exact_gradient,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_transformer_residual_in_place_passes_gradcheck_and_equals_out_of_place,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_writing_a_saved_tensor_after_its_backward_is_done_is_legal,
                                         tu_setup, tu_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,7 +10,7 @@
 /* ---- a custom op with a deliberately wrong backward: y = x², dx = g·x (should be 2·g·x) ---- */
 
 static void wrong_square_backward(ag_node *n) { ag_accum_grad(n->in[0], ag_mul(n->out->grad, n->in[0])); }
-static const ag_op WRONG_SQUARE = {"wrong_square", wrong_square_backward};
+static const ag_op WRONG_SQUARE = {"wrong_square", wrong_square_backward, AG_SAVES_INPUT(0)};
 static ag_tensor *wrong_square(ag_tensor *x) {
     bool prev = ag_set_grad_enabled(false);
     ag_tensor *y = ag_mul(x, x);

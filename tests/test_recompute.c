@@ -147,6 +147,68 @@ static void test_recompute_refuses_a_function_reading_a_graph_tensor_outside_its
     assert_false(y->requires_grad);
 }
 
+/* The version check (tensor/node.h) on a recomputed block: backward reads its inputs and
+ * parameters again, so changing one in place is reported; not its output, so adding into that in
+ * place (as the Transformer's residual does) is legal and gives the plain gradients. */
+static void test_recompute_checks_its_inputs_and_parameters_and_lets_its_output_change_in_place(void **s) {
+    (void)s;
+    ag_tensor *w = tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 4), 0.7, 0.1)), *b = tu_leaf(tu_seq(AG_F64, AG_SHAPE(4), 1.3, 0.2));
+    ag_rng rng = ag_rng_new(5);
+    block_ctx c = {w, b, &rng, 0.25};
+    ag_tensor *x = ag_mul_scalar(tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 4), 0.37, 0.5)), 1.0);
+    ag_tensor *y = ag_recompute(block, &c, sizeof c, 1, &x, &rng);
+    ag_mul_scalar_(x, 2);
+    ag_backward(ag_sum(y, 0, NULL, false), NULL);
+    tu_assert_error("ag_recompute", "its input 0, (3,4) f64 (the output of ag_mul_scalar)", "at version 1",
+                    "expected version 0");
+    assert_null(w->grad);
+    /* so are the parameters fn reads (the node lists them among its inputs): one updated in place */
+    x = ag_mul_scalar(tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 4), 0.37, 0.5)), 1.0);
+    y = ag_recompute(block, &c, sizeof c, 1, &x, &rng);
+    bool prev = ag_set_grad_enabled(false);
+    ag_mul_scalar_(w, 0.5);
+    ag_set_grad_enabled(prev);
+    ag_backward(ag_sum(y, 0, NULL, false), NULL);
+    tu_assert_error("ag_recompute", "(4,4) f64 (a leaf)", "at version 1", "expected version 0");
+    prev = ag_set_grad_enabled(false);
+    ag_mul_scalar_(w, 2); /* back to its values (exactly: a power of two) */
+    ag_set_grad_enabled(prev);
+    ag_tensor *gx[2], *gw[2];
+    for (int r = 0; r < 2; r++) {
+        ag_rng rr = ag_rng_new(11);
+        block_ctx cr = {w, b, &rr, 0.25};
+        ag_tensor *x0 = tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 4), 0.37, 0.5)), *xr = ag_mul_scalar(x0, 1.0);
+        w->grad = NULL;
+        ag_tensor *yr = r ? ag_recompute(block, &cr, sizeof cr, 1, &xr, &rr) : block(&cr, &xr);
+        ag_tensor *sum = ag_add_(yr, xr);
+        ag_backward(ag_sum(ag_mul(sum, sum), 0, NULL, false), NULL);
+        gx[r] = x0->grad;
+        gw[r] = w->grad;
+    }
+    assert_int_equal(tu_error_count(), 0);
+    assert_true(near(gx[1], gx[0], 1e-14));
+    assert_true(near(gw[1], gw[0], 0));
+}
+
+/* A version check failing in the graph a recompute builds in backward (fn changes exp's output
+ * in place) stops the outer pass too, as torch's exception would: nothing after it runs. */
+static ag_tensor *doubles_exp_in_place(void *ctx, ag_tensor *const *in) {
+    (void)ctx;
+    return ag_mul_scalar_(ag_exp(in[0]), 2);
+}
+
+static void test_a_version_error_inside_a_recomputed_graph_stops_the_outer_pass(void **s) {
+    (void)s;
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 0, 1));
+    ag_tensor *z = ag_mul_scalar(x, 3); /* recorded first: its backward comes after the block's */
+    ag_tensor *y = ag_recompute(doubles_exp_in_place, NULL, 0, 1, &x, NULL);
+    ag_backward(ag_sum(ag_add(y, z), 0, NULL, false), NULL);
+    tu_assert_error("ag_exp", "its output (2) f64", "at version 1", "expected version 0");
+    tu_assert_values(x->grad, 0, 0, 0); /* made for the block's backward, which added nothing; z's never ran */
+    ag_backward(ag_sum(z, 0, NULL, false), NULL); /* and the next pass runs whole */
+    tu_assert_values(x->grad, 0, 3, 3);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
 int main(void) {
@@ -156,6 +218,8 @@ int main(void) {
         T(test_recompute_keeps_only_the_output_after_forward),
         T(test_nested_recompute_matches_the_plain_gradients),
         T(test_recompute_refuses_a_function_reading_a_graph_tensor_outside_its_inputs),
+        T(test_recompute_checks_its_inputs_and_parameters_and_lets_its_output_change_in_place),
+        T(test_a_version_error_inside_a_recomputed_graph_stops_the_outer_pass),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
