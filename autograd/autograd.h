@@ -17,7 +17,10 @@ extern "C" {
 #endif
 
 /* Backpropagate from out. grad is dL/d(out) with out's shape; NULL means 1 and then out must
- * have one element. Reports through the error handler (and returns) on misuse.
+ * have one element. Reports through the error handler (and returns) on misuse, and when a
+ * tensor that a recorded op's backward reads was changed in place after that op ran (the
+ * version check, tensor/node.h): the pass stops before that op, and leaves keep what the ops
+ * whose backward already ran in it accumulated.
  * As in PyTorch, only leaves keep their gradients: a non-leaf's ->grad is NULL afterwards
  * unless ag_retain_grad was called on it. Temporaries of each op's backward are freed (the
  * current arena is rewound) as soon as that op is done, and a non-leaf's gradient buffer goes
@@ -76,7 +79,11 @@ ag_params *ag_params_new(ag_dtype dt);
 void ag_params_free(ag_params *p);
 /* Add a zero-initialised parameter named name (copied; PyTorch state_dict style, e.g.
  * "encoder.layers.0.linear1.weight"). Adding may move the slab: tensors keep their headers,
- * but views made of parameters before the last add are invalid. Duplicate names are misuse. */
+ * but views made of parameters before the last add are invalid. Duplicate names are misuse.
+ * The parameters are views of one storage, the slab, and share its version counter (as views
+ * of one buffer do in PyTorch): an in-place change to any of them (an optimizer step, a
+ * checkpoint load, ag_fill_ on one) moves all their versions on, and a recorded graph that
+ * saved one of them reports it at backward (tensor/node.h). Gradients share the other slab's. */
 ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape);
 ag_tensor *ag_params_find(const ag_params *p, const char *name);
 /* one memset of the gradient slab (the gradients' version moves on) */

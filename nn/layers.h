@@ -69,13 +69,16 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x);
  * row-major order), so it is reproducible and independent of the thread count. Returns x
  * itself (drawing nothing) when !training or p == 0; zeros when p == 1 (drawing nothing). */
 ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng);
-/* The same in place (F.dropout(inplace=True)): y shares x's storage, for memory. x's old
- * values are gone, so no recorded backward may read them (true of the outputs of linear and
- * attention); a non-contiguous x, or a leaf that requires grad, is done out of place. */
+/* The same in place (F.dropout(inplace=True)): y shares x's storage, for memory, and x's
+ * version moves on (ag_version). x's old values are gone, so no recorded backward may read them
+ * (true of the outputs of linear and attention): if one does, ag_backward reports it naming
+ * that op (the version check, tensor/node.h). A non-contiguous x, or a leaf that requires grad
+ * while grad mode is on, is done out of place. */
 ag_tensor *ag_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng);
 /* dropout(relu(x)) in place, with the same rng draws as ag_dropout: the transformer's
  * feed-forward activation. Keeps no mask: its backward reads only y (dx = g·scale where
- * y ≠ 0). Not training or p == 0: relu in place. Same conditions on x as ag_dropout_. */
+ * y ≠ 0), so y must not be changed in place before backward (checked). Not training or
+ * p == 0: relu in place. Same conditions on x as ag_dropout_. */
 ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng);
 
 /* ---- the Transformer's feed-forward block ------------------------------------------------- */
@@ -83,7 +86,7 @@ ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng);
  * (same rng draws), holding no (..., ff) activation: backward recomputes it from x and a one-bit
  * keep mask (one extra GEMM per step for memory: the hidden activation is the largest tensor of
  * a Transformer layer). x (..., d), w1 (ff, d), b1 (ff) or NULL, w2 (out, ff), b2 (out) or NULL
- * -> (..., out). Backward reads x, so x must keep its values until then. */
+ * -> (..., out). Backward reads x, so x must keep its values until then (checked). */
 ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
                            bool training, ag_rng *rng);
 

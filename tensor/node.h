@@ -32,7 +32,8 @@
  *     AG_SAVES_INPUTS                      every input, not the output (ag_recompute)
  *     AG_SAVES_NONE                        none (add, sum, views, a saved mask of its own...)
  *     0, or the field left out             all inputs and the output: the safe default, so an
- *                                          op that does not say is checked conservatively. */
+ *                                          op that does not say is checked conservatively
+ * (-Wextra warns about a field left out of a positional initializer: write AG_SAVES_ALL). */
 #ifndef AG_NODE_H
 #define AG_NODE_H
 

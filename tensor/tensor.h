@@ -187,7 +187,7 @@ ag_tensor *ag_add_scalar(ag_tensor *a, double s);
 ag_tensor *ag_sub_scalar(ag_tensor *a, double s);   /* a - s */
 ag_tensor *ag_rsub_scalar(ag_tensor *a, double s);  /* s - a */
 ag_tensor *ag_mul_scalar(ag_tensor *a, double s);
-/* a *= s in place (Tensor.mul_), on the terms of ag_add_ (below) */
+/* a *= s in place (Tensor.mul_), on the terms of ag_add_ (above) */
 ag_tensor *ag_mul_scalar_(ag_tensor *a, double s);
 ag_tensor *ag_div_scalar(ag_tensor *a, double s);
 ag_tensor *ag_pow_scalar(ag_tensor *a, double p);   /* a ** p */
