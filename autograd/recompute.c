@@ -118,7 +118,7 @@ ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, in
     ag_tensor *y = fn((void *)ctx, in);
     if (!y) return NULL;
     if (!y->requires_grad) return ag_arena_rewind_keep(a, m, y); /* no gradient will be asked for */
-    if (y->node->seq < seq0) return y; /* fn handed back an existing tensor: nothing to forget */
+    if (!y->node || y->node->seq < seq0) return y; /* fn handed back an existing tensor: nothing to forget */
     if (!scan_graph(y, seq0, nin, in)) {
         ag_error(op, "the function reads a tensor that requires grad but is not one of its %d inputs: pass every "
                  "such tensor in the inputs (its gradient would be lost)", nin);

@@ -133,6 +133,20 @@ static void test_nested_recompute_matches_the_plain_gradients(void **s) {
  * gradient: refused */
 static ag_tensor *reads_ctx_tensor(void *ctx, ag_tensor *const *in) { return ag_mul(in[0], *(ag_tensor **)ctx); }
 
+static ag_tensor *identity(void *ctx, ag_tensor *const *in) {
+    (void)ctx;
+    return in[0];
+}
+
+static void test_recompute_of_a_function_handing_back_its_input_returns_it(void **s) {
+    (void)s;
+    ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2), 3, 4));
+    ag_tensor *y = ag_recompute(identity, NULL, 0, 1, &x, NULL);
+    assert_ptr_equal(y, x);
+    ag_backward(ag_sum(ag_mul(y, y), 0, NULL, false), NULL);
+    tu_assert_values(x->grad, 0, 6, 8);
+}
+
 static void test_recompute_refuses_a_function_reading_a_graph_tensor_outside_its_inputs(void **s) {
     (void)s;
     ag_tensor *x = tu_leaf(ag_ones(AG_F64, AG_SHAPE(3)));
@@ -218,6 +232,7 @@ int main(void) {
         T(test_recompute_keeps_only_the_output_after_forward),
         T(test_nested_recompute_matches_the_plain_gradients),
         T(test_recompute_refuses_a_function_reading_a_graph_tensor_outside_its_inputs),
+        T(test_recompute_of_a_function_handing_back_its_input_returns_it),
         T(test_recompute_checks_its_inputs_and_parameters_and_lets_its_output_change_in_place),
         T(test_a_version_error_inside_a_recomputed_graph_stops_the_outer_pass),
     };
