@@ -478,13 +478,21 @@ static void test_optimizer_kind_mismatch_fails_even_when_not_strict(void **state
     ag_params_free(p);
 }
 
-static void test_config_alone_loads_without_a_model(void **state) {
-    const char *path = in_tmp("config.h5");
+/* fill(s), saved with a small model to tmp/name and loaded back into t (zeroed first) */
+static void config_round_trip(const char *name, void (*fill)(ag_train_state *), ag_train_state *s,
+                              ag_train_state *t) {
+    const char *path = in_tmp(name);
     ag_params *p = small_params(AG_F32, 0);
-    ag_train_state s = {0}, t = {0};
-    trainer_config(&s);
-    save_ok(path, p, NULL, &s);
-    assert_load(AG_CKPT_OK, path, NULL, NULL, &t, NULL, "");
+    fill(s);
+    save_ok(path, p, NULL, s);
+    *t = (ag_train_state){0};
+    assert_load(AG_CKPT_OK, path, NULL, NULL, t, NULL, "");
+    ag_params_free(p);
+}
+
+static void test_config_alone_loads_without_a_model(void **state) {
+    ag_train_state s = {0}, t;
+    config_round_trip("config.h5", trainer_config, &s, &t);
     int64_t hidden;
     double dropout;
     assert_true(ag_config_get_int(&t, "hidden", &hidden) && hidden == 16);
@@ -493,7 +501,6 @@ static void test_config_alone_loads_without_a_model(void **state) {
     assert_false(ag_config_get_int(&t, "dropout", &hidden)); /* a double is not an int */
     ag_train_state_clear(&s);
     ag_train_state_clear(&t);
-    ag_params_free(p);
 }
 
 /* ---- bad files ---- */
@@ -819,11 +826,8 @@ static void big_config(ag_train_state *s) {
 
 static void test_a_1_mib_config_string_and_500_entries_round_trip_exactly(void **state) {
     const char *path = in_tmp("big_config.h5");
-    ag_params *p = small_params(AG_F32, 0);
-    ag_train_state s = {0}, t = {0};
-    big_config(&s);
-    save_ok(path, p, NULL, &s);
-    assert_load(AG_CKPT_OK, path, NULL, NULL, &t, NULL, "");
+    ag_train_state s = {0}, t;
+    config_round_trip("big_config.h5", big_config, &s, &t);
     /* every entry, by key (strings over 255 bytes are datasets, which load after the attributes) */
     assert_int_equal(t.nconfig, 500);
     int ndatasets = 0;
@@ -870,7 +874,6 @@ static void test_a_1_mib_config_string_and_500_entries_round_trip_exactly(void *
     assert_memory_equal(ag_config_get_string(&c, "src_vocab"), ag_config_get_string(&s, "src_vocab"), (1 << 20) + 1);
     ag_train_state_clear(&c);
     ag_train_state_clear(&s);
-    ag_params_free(p);
 }
 
 static void put_i64(hid_t loc, const char *name, int64_t v) {
