@@ -14,16 +14,7 @@ static ag_node **order;
 static size_t order_cap, order_top;
 static uint32_t passes = 1; /* the last pass number handed out */
 
-static void order_reserve(size_t n) {
-    if (n <= order_cap) return;
-    size_t cap = order_cap ? order_cap : 1024;
-    while (cap < n) cap *= 2;
-    ag_node **o = ag_xmalloc(cap * sizeof *o);
-    if (order) memcpy(o, order, order_cap * sizeof *o);
-    ag_xfree(order);
-    order = o;
-    order_cap = cap;
-}
+static void order_reserve(size_t n) { order = ag__grow(order, &order_cap, n, sizeof *order); }
 
 static int newest_first(const void *a, const void *b) {
     uint64_t x = (*(ag_node *const *)a)->seq, y = (*(ag_node *const *)b)->seq;

@@ -59,23 +59,12 @@ static struct {
     size_t nleaves, cap_leaves, cap_stack;
 } scan;
 
-static void *grow(void *p, size_t *cap, size_t need, size_t size) {
-    if (need <= *cap) return p;
-    size_t cap2 = *cap ? 2 * *cap : 64;
-    while (cap2 < need) cap2 *= 2;
-    void *q = ag_xmalloc(cap2 * size);
-    if (p) memcpy(q, p, *cap * size);
-    ag_xfree(p);
-    *cap = cap2;
-    return q;
-}
-
 static bool scan_graph(ag_tensor *y, uint64_t seq0, int nin, ag_tensor *const *in) {
-    scan.leaves = grow(scan.leaves, &scan.cap_leaves, (size_t)nin, sizeof *scan.leaves);
+    scan.leaves = ag__grow(scan.leaves, &scan.cap_leaves, (size_t)nin, sizeof *scan.leaves);
     memcpy(scan.leaves, in, sizeof *in * (size_t)nin);
     scan.nleaves = (size_t)nin;
     size_t top = 0;
-    scan.stack = grow(scan.stack, &scan.cap_stack, 1, sizeof *scan.stack);
+    scan.stack = ag__grow(scan.stack, &scan.cap_stack, 1, sizeof *scan.stack);
     scan.stack[top++] = y->node;
     y->node->visit = SEEN;
     while (top) {
@@ -87,13 +76,13 @@ static bool scan_graph(ag_tensor *y, uint64_t seq0, int nin, ag_tensor *const *i
             for (size_t i = 0; i < scan.nleaves && !known; i++) known = scan.leaves[i] == t;
             if (known) continue;
             if (!t->node) { /* a parameter */
-                scan.leaves = grow(scan.leaves, &scan.cap_leaves, scan.nleaves + 1, sizeof *scan.leaves);
+                scan.leaves = ag__grow(scan.leaves, &scan.cap_leaves, scan.nleaves + 1, sizeof *scan.leaves);
                 scan.leaves[scan.nleaves++] = t;
             } else if (t->node->seq < seq0) {
                 return false;
             } else if (t->node->visit != SEEN) {
                 t->node->visit = SEEN;
-                scan.stack = grow(scan.stack, &scan.cap_stack, top + 1, sizeof *scan.stack);
+                scan.stack = ag__grow(scan.stack, &scan.cap_stack, top + 1, sizeof *scan.stack);
                 scan.stack[top++] = t->node;
             }
         }

@@ -87,6 +87,17 @@ void *ag_xmalloc(size_t bytes) {
 
 void ag_xfree(void *p) { free(p); }
 
+void *ag__grow(void *p, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return p;
+    size_t cap2 = *cap ? 2 * *cap : 64;
+    while (cap2 < need) cap2 *= 2;
+    void *q = ag_xmalloc(cap2 * size);
+    if (p) memcpy(q, p, *cap * size);
+    ag_xfree(p);
+    *cap = cap2;
+    return q;
+}
+
 void ag__zero(void *p, size_t bytes) {
     enum { PIECE = 1 << 18 }; /* 256 KiB per task */
     int64_t pieces = (int64_t)((bytes + PIECE - 1) / PIECE), par_work = (int64_t)bytes / 4;

@@ -28,6 +28,10 @@ ag_tensor *ag__dense(ag_tensor *t);
 /* every GEMM of attograd: ag__sgemm, ag__dgemm, ag__gemm (any float dtype) */
 #include "gemm.h"
 
+/* A growable array p of *cap elements of size bytes, grown (doubling, contents kept) to hold
+ * need; returns it. For buffers kept across steps, so growth stops after warm-up. */
+void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
+
 /* Contiguous tensor of shape (no grad, no node), from the current arena; version 0. */
 ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
 /* Header copy of t sharing its storage and its version counter (a view to be reshaped by the

@@ -78,7 +78,8 @@ ag_overlap ag__overlap(const ag_tensor *dst, const ag_tensor *src) {
 
 const ag_tensor *ag__writable(const char *op, const ag_tensor *dst, const ag_tensor *src) {
     char b1[128], b2[128];
-    for (int i = 0; i < dst->ndim && ag_numel(dst); i++)
+    bool empty = ag_numel(dst) == 0;
+    for (int i = 0; i < dst->ndim && !empty; i++)
         if (dst->stride[i] == 0 && dst->shape[i] > 1) {
             ag_error(op, "the destination %s has several elements at one memory location (an expanded view): "
                          "clone it before writing into it", ag_shape_str(dst, b1));
