@@ -2,7 +2,6 @@
  * padding mask over the last quarter of the keys, need_weights off, eval mode (no dropout).
  * bench/bench_mha.py runs the same shapes and data through torch.
  * usage: bench_mha [--quick] [--reps N] [--only B,L,E,H] */
-#include <cblas.h>
 
 #include "../attograd.h"
 #include "bench_util.h"
@@ -69,7 +68,6 @@ static void run(shape_t s, int reps, int threads) {
 
 int main(int argc, char **argv) {
     int reps = bench_reps(argc, argv, 60), threads = bench_threads();
-    openblas_set_num_threads(threads);
     shape_t shapes[] = {{32, 64, 256, 8}, {64, 16, 64, 4}, {8, 256, 512, 8}};
     const char *only = NULL;
     for (int i = 1; i < argc; i++)

@@ -10,7 +10,6 @@
  *     attograd-translate trains); the row is then train_<config>_recompute
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the
  * last step: equal for every thread count), allocs (heap allocations during the timed steps). */
-#include <cblas.h>
 
 #include "../attograd.h"
 #include "bench_util.h"
@@ -92,7 +91,6 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--recompute")) recompute = true;
     }
     int reps = rss ? 3 : bench_reps(argc, argv, c->reps), threads = bench_threads(), warm = rss ? 2 : 3;
-    openblas_set_num_threads(threads);
     ag_arena *persist = ag_arena_new(1 << 20), *step = ag_arena_new(64 << 20);
     ag_arena_use(persist);
     ag_params *p = ag_params_new(AG_F32);

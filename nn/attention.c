@@ -495,6 +495,7 @@ static void for_each_head(void (*fn)(const attn *, int64_t), const attn *a) {
     int64_t nbh = a->B * a->H, work = nbh * a->L * a->S * (a->Dh + a->Dv);
     int nt = omp_get_max_threads();
     if (nt > 1 && nbh >= 2 * (int64_t)nt && work > AG_PAR_THRESHOLD) {
+        ag__blas_single_threaded();
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < nbh; i++) fn(a, i);
     } else {

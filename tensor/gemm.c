@@ -13,8 +13,16 @@
 #define GEMM_BLOCK 128
 #define GEMM_SPLIT_WORK (1 << 21)
 
-/* once, when the library is loaded: before any parallel region could call OpenBLAS */
+/* OpenBLAS single-threaded: once when the library is loaded, and again whenever a GEMM finds
+ * that the program has raised its thread count since (openblas_set_num_threads or a library
+ * that calls it): a threaded OpenBLAS inside attograd's blocks would oversubscribe the cores
+ * and, worse, make results depend on the thread count. Checked outside parallel regions only,
+ * so the setting never changes under a running GEMM. */
 __attribute__((constructor)) static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+
+void ag__blas_single_threaded(void) {
+    if (!omp_in_parallel() && openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
 
 static inline blasint ld(int64_t v) { return (blasint)(v > 1 ? v : 1); } /* BLAS wants >= 1 */
 
@@ -32,6 +40,7 @@ static void gemm1(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
                    int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
+    ag__blas_single_threaded();
     const char *A = a, *B = b;
     char *C = c;
     int64_t es = (int64_t)ag_dtype_size(dt);

@@ -27,6 +27,10 @@ void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
  * (tensor/gemm.c): results independent of the thread count */
 void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
                    int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+/* sets OpenBLAS back to one thread if the program raised it (a no-op inside a parallel region):
+ * ag__blas_gemm calls it, and so does code that calls GEMMs from its own parallel regions,
+ * before opening them */
+void ag__blas_single_threaded(void);
 /* true when ag__sgemm uses the AVX-512 kernel (AG_GEMM=blas in the environment turns it off) */
 bool ag__sgemm_native(void);
 #endif

@@ -2,6 +2,7 @@
  * broadcast cases of torch.matmul, errors, and gradients. The witness for values is
  * naive_matmul below: the definition as a triple loop in double over ag_get, with torch's
  * promotion and broadcasting rules written out independently of the library's. */
+#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -216,6 +217,30 @@ static void test_batched_result_does_not_depend_on_the_thread_count(void **s) {
     assert_int_equal(memcmp(c1->data, c2->data, 256 * 8 * 8 * sizeof(float)), 0);
 }
 
+static void test_large_products_do_not_depend_on_the_thread_count_even_if_blas_was_threaded(void **s) {
+    /* big enough to be cut into blocks over the threads (tensor/gemm.c), in both dtypes; the
+     * program has asked OpenBLAS for 2 threads, which attograd must undo: a threaded OpenBLAS
+     * inside its blocks gave results that changed with the thread count */
+    ag_rng r = ag_rng_new(18);
+    int prev = omp_get_max_threads();
+    for (int dt = AG_F32; dt <= AG_F64; dt++) {
+        ag_tensor *a = rnd(&r, dt, AG_SHAPE(300, 200)), *b = rnd(&r, dt, AG_SHAPE(200, 400));
+        openblas_set_num_threads(2);
+        omp_set_num_threads(1);
+        ag_tensor *c1 = ag_matmul(a, b);
+        assert_int_equal(openblas_get_num_threads(), 1);
+        openblas_set_num_threads(2);
+        omp_set_num_threads(2);
+        ag_tensor *c2 = ag_matmul(a, b);
+        assert_int_equal(openblas_get_num_threads(), 1);
+        assert_int_equal(memcmp(c1->data, c2->data, 300 * 400 * ag_dtype_size(dt)), 0);
+        double *ref = ag_arena_alloc(ag_arena_current(), sizeof(double) * 300 * 400);
+        int64_t n = naive_matmul(a, b, ref);
+        tu_assert_values_(__FILE__, __LINE__, c2, ref, n, dt == AG_F32 ? 1e-4 : 1e-12);
+    }
+    omp_set_num_threads(prev);
+}
+
 static void test_empty_inner_dim_gives_zeros_and_empty_outer_dims_give_empty(void **s) {
     ag_tensor *c = ag_matmul(ag_ones(AG_F32, AG_SHAPE(2, 0)), ag_ones(AG_F32, AG_SHAPE(0, 3)));
     tu_assert_shape(c, 2, 3);
@@ -422,6 +447,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_one_d_and_batched_shapes_match_the_witness, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_many_small_batches_match_the_witness, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_batched_result_does_not_depend_on_the_thread_count, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_large_products_do_not_depend_on_the_thread_count_even_if_blas_was_threaded,
+                                        tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_empty_inner_dim_gives_zeros_and_empty_outer_dims_give_empty, tu_setup,
                                         tu_teardown),
         cmocka_unit_test_setup_teardown(test_layouts_blas_cannot_read_are_copied_and_still_right, tu_setup,
