@@ -469,14 +469,34 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
  * as through ag_relu), for one chunk of n; y may be x. dx += keep ? g·scale : 0, keep one bit per
  * element; with relu keep is NULL and y decides: dx += y ≠ 0 ? g·scale : 0 (scale ≥ 1, so a kept
  * positive x never rounds to 0). */
+/* keep[i] = bit e0+i of bits (0/1 bytes), for i < n: eight at a time by a multiply that spreads a
+ * byte's bits over the bytes of a word */
+static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *keep) {
+    int64_t i = 0;
+    for (; i < n && (e0 + i) % 8; i++) keep[i] = bits[(e0 + i) >> 3] >> ((e0 + i) & 7) & 1;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = bits[(e0 + i) >> 3] * 0x0101010101010101ull & 0x8040201008040201ull; /* bit q in byte q */
+        w = (w + 0x7F7F7F7F7F7F7F7Full) >> 7 & 0x0101010101010101ull; /* a nonzero byte carries into bit 7 */
+        memcpy(keep + i, &w, 8); /* little-endian: byte q of w is keep[i + q] */
+    }
+    for (; i < n; i++) keep[i] = bits[(e0 + i) >> 3] >> ((e0 + i) & 7) & 1;
+}
+
+/* Both sides of each select are computed and the select is branch-free, so the loops vectorise. */
 #define DROPOUT_KERNELS(T, S, D)                                                                                  \
     static void drop_fwd_##S(const uint8_t *keep, const char *x_, char *y_, int64_t n, T sc, bool relu) {         \
         const T *x = (const T *)x_;                                                                               \
         T *y = (T *)y_;                                                                                           \
         if (relu)                                                                                                 \
-            for (int64_t i = 0; i < n; i++) y[i] = keep[i] && !(x[i] <= 0) ? x[i] * sc : 0;                       \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T v = x[i] * sc;                                                                                  \
+                y[i] = (keep[i] != 0) & !(x[i] <= 0) ? v : 0;                                                     \
+            }                                                                                                     \
         else                                                                                                      \
-            for (int64_t i = 0; i < n; i++) y[i] = keep[i] ? x[i] * sc : 0;                                       \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T v = x[i] * sc;                                                                                  \
+                y[i] = keep[i] != 0 ? v : 0;                                                                      \
+            }                                                                                                     \
     }                                                                                                             \
     static void drop_bwd_##S(const uint8_t *bits, const char *y_, const char *g_, char *dx_, int64_t n, T sc) {   \
         const T *g = (const T *)g_, *y = (const T *)y_;                                                           \
@@ -484,13 +504,27 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
         int64_t par_work = n;                                                                                     \
         if (bits) {                                                                                               \
             AG_PAR_FOR                                                                                            \
-            for (int64_t i = 0; i < n; i++) dx[i] += bits[i >> 3] >> (i & 7) & 1 ? g[i] * sc : 0;                 \
+            for (int64_t c = 0; c < n; c += DROP_CHUNK) {                                                         \
+                uint8_t k[DROP_CHUNK];                                                                            \
+                int64_t m = n - c < DROP_CHUNK ? n - c : DROP_CHUNK;                                              \
+                bits_to_bytes(bits, c, m, k);                                                                     \
+                for (int64_t i = 0; i < m; i++) {                                                                 \
+                    T v = g[c + i] * sc;                                                                          \
+                    dx[c + i] += k[i] != 0 ? v : 0;                                                               \
+                }                                                                                                 \
+            }                                                                                                     \
         } else if (dx_ == g_) { /* dx = (y ≠ 0)·g·scale in place of g */                                          \
             AG_PAR_FOR                                                                                            \
-            for (int64_t i = 0; i < n; i++) dx[i] = y[i] != 0 ? dx[i] * sc : 0;                                   \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T v = dx[i] * sc;                                                                                 \
+                dx[i] = y[i] != 0 ? v : 0;                                                                        \
+            }                                                                                                     \
         } else {                                                                                                  \
             AG_PAR_FOR                                                                                            \
-            for (int64_t i = 0; i < n; i++) dx[i] += y[i] != 0 ? g[i] * sc : 0;                                   \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T v = g[i] * sc;                                                                                  \
+                dx[i] += y[i] != 0 ? v : 0;                                                                       \
+            }                                                                                                     \
         }                                                                                                         \
     }
 AG_FLOAT_TYPES(DROPOUT_KERNELS)
@@ -519,7 +553,7 @@ static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e
             packed = bits && lo % 8 == 0;
             ag__rng_keep(seed, base + (uint64_t)lo, m, below, false, k, packed ? bits + lo / 8 : NULL);
         } else if (replay && p > 0) {
-            for (int64_t i = 0, e = lo; i < m; i++, e++) k[i] = bits[e >> 3] >> (e & 7) & 1;
+            bits_to_bytes(bits, lo, m, k);
         } else {
             memset(k, p < 1, (size_t)m);
         }

@@ -122,11 +122,12 @@ void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *
 uint64_t ag__u53_count_below(double v);
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                   uint8_t *bits);
-/* the one-block-per-draw reference of both (tests compare), and whether the vector path runs */
+/* the one-block-per-draw reference of both (tests compare), and which vector path runs:
+ * "AVX-512", "AVX2" or NULL (the scalar reference) */
 void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out);
 void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                          uint8_t *bits);
-bool ag__rng_vectorised(void);
+const char *ag__rng_vector_path(void);
 
 /* Check that t is non-NULL and of a float dtype; reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);

@@ -1,7 +1,8 @@
 /* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11).
  * Value i of a draw depends only on (seed, counter + i), so any split of the work across
  * threads gives the same numbers. Where the CPU has AVX-512F, 32 counters run at once, 8 per
- * vector, with the same integer arithmetic: the same numbers, bit for bit. */
+ * vector, and with AVX2 8 at once, 4 per vector, with the same integer arithmetic: the same
+ * numbers, bit for bit. */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -132,6 +133,14 @@ static inline TARGET __m512i x53_8(__m512i a, __m512i b) {
                            _mm512_srli_epi64(_mm512_slli_epi64(b, 32), 43));
 }
 
+/* the first n (<= 32) bits of k from bit 0 of o on: whole bytes, then the last one's low bits
+ * (its others are kept) */
+static inline void put_bits(uint8_t *o, uint32_t k, int64_t n) {
+    for (int64_t j = 0; j < n / 8; j++) o[j] = (uint8_t)(k >> 8 * j);
+    unsigned part = (unsigned)(n & 7), m = (1u << part) - 1;
+    if (part) o[n / 8] = (uint8_t)((o[n / 8] & ~m) | ((k >> (n & ~7)) & m));
+}
+
 static void round_keys(uint64_t seed, uint32_t key[10][2]) {
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int r = 0; r < 10; r++, k0 += PHILOX_W0, k1 += PHILOX_W1) key[r][0] = k0, key[r][1] = k1;
@@ -174,39 +183,126 @@ static TARGET void keep_avx512(uint64_t seed, uint64_t counter, int64_t n, uint6
         }
         int64_t left = n - i;
         if (keep) memcpy(keep + i, bytes, (size_t)(left < STEP ? left : STEP));
-        if (bits) {
-            uint8_t *o = bits + (i >> 3);
-            if (left >= STEP) {
-                for (int j = 0; j < STEP / 8; j++) o[j] = (uint8_t)(k >> 8 * j);
-            } else { /* whole bytes, then the last one's low bits (its others are kept) */
-                for (int64_t j = 0; j < left / 8; j++) o[j] = (uint8_t)(k >> 8 * j);
-                unsigned part = (unsigned)(left & 7), m = (1u << part) - 1;
-                if (part) o[left / 8] = (uint8_t)((o[left / 8] & ~m) | ((k >> (left & ~7)) & m));
+        if (bits) put_bits(bits + (i >> 3), k, left < STEP ? left : STEP);
+    }
+}
+
+/* ---- 4 counters per AVX2 vector, NV2 vectors at a time ----
+ * The same arithmetic as above in 256-bit lanes (AVX2 has vpmuludq and 64-bit shifts; three-way
+ * xors are two xors). 4 chains measured fastest on Zen 3 (2.4 ns a draw; 2: 2.9) although their
+ * 16 words do not all fit the 16 registers. */
+#define TARGET2 __attribute__((target("avx2")))
+#define NV2 4
+#define STEP2 (4 * NV2)
+
+static inline TARGET2 void philox_avx2(const uint32_t key[10][2], uint64_t ctr, __m256i w0[NV2], __m256i w1[NV2]) {
+    const __m256i m0 = _mm256_set1_epi64x(PHILOX_M0), m1 = _mm256_set1_epi64x(PHILOX_M1);
+    __m256i c0[NV2], c1[NV2], c2[NV2], c3[NV2];
+    uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);
+    __m256i x0 = _mm256_set1_epi64x(h1 ^ key[0][0]), x2 = _mm256_set1_epi64x(PHILOX_W1 ^ key[0][1]);
+    for (int v = 0; v < NV2; v++) {
+        __m256i ctrv = _mm256_add_epi64(_mm256_set1_epi64x((long long)ctr),
+                                        _mm256_setr_epi64x(4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3));
+        __m256i p0 = _mm256_mul_epu32(m0, ctrv);
+        c0[v] = _mm256_xor_si256(_mm256_srli_epi64(ctrv, 32), x0);
+        c1[v] = _mm256_set1_epi64x(l1);
+        c2[v] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), x2);
+        c3[v] = p0;
+    }
+    for (int r = 1; r < 9; r++) {
+        __m256i k0 = _mm256_set1_epi64x(key[r][0]), k1 = _mm256_set1_epi64x(key[r][1]);
+        for (int v = 0; v < NV2; v++) {
+            __m256i p0 = _mm256_mul_epu32(m0, c0[v]), p1 = _mm256_mul_epu32(m1, c2[v]);
+            c0[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[v]), k0);
+            c2[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[v]), k1);
+            c1[v] = p1;
+            c3[v] = p0;
+        }
+    }
+    __m256i k0 = _mm256_set1_epi64x(key[9][0]);
+    for (int v = 0; v < NV2; v++) {
+        __m256i p1 = _mm256_mul_epu32(m1, c2[v]);
+        w0[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[v]), k0);
+        w1[v] = p1;
+    }
+}
+
+static inline TARGET2 __m256i x53_4(__m256i a, __m256i b) {
+    return _mm256_or_si256(_mm256_srli_epi64(_mm256_slli_epi64(a, 32), 11),
+                           _mm256_srli_epi64(_mm256_slli_epi64(b, 32), 43));
+}
+
+static TARGET2 void uniform_avx2(uint64_t seed, uint64_t counter, int64_t n, double *out) {
+    uint32_t key[10][2];
+    round_keys(seed, key);
+    /* an integer y < 2^52 becomes a double exactly as bits(y | 2^52's exponent) - 2^52 */
+    const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF), magic = _mm256_set1_epi64x(0x4330000000000000);
+    const __m256d two52 = _mm256_set1_pd(0x1.0p52), scale = _mm256_set1_pd(0x1.0p-53), two21 = _mm256_set1_pd(0x1.0p21);
+    for (int64_t i = 0; i < n; i += STEP2) {
+        __m256i a[NV2], b[NV2];
+        philox_avx2(key, counter + (uint64_t)i, a, b);
+        for (int v = 0; v < NV2; v++) {
+            __m256d ad = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(a[v], lo32), magic)), two52);
+            __m256i bs = _mm256_srli_epi64(_mm256_slli_epi64(b[v], 32), 43);
+            __m256d bd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(bs, magic)), two52);
+            __m256d u = _mm256_mul_pd(_mm256_fmadd_pd(ad, two21, bd), scale); /* exact, as above */
+            int64_t left = n - i - 4 * v;
+            if (left >= 4) {
+                _mm256_storeu_pd(out + i + 4 * v, u);
+            } else if (left > 0) {
+                double t[4];
+                _mm256_storeu_pd(t, u);
+                memcpy(out + i + 4 * v, t, (size_t)left * sizeof(double));
             }
         }
     }
 }
+
+static TARGET2 void keep_avx2(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
+                              uint8_t *bits) {
+    uint32_t key[10][2];
+    round_keys(seed, key);
+    /* x < 2^53 and t <= 2^53, so the signed 64-bit compare AVX2 has is the unsigned one */
+    const __m256i tv = _mm256_set1_epi64x((long long)t);
+    const unsigned flip = at_least ? (1u << STEP2) - 1 : 0;
+    for (int64_t i = 0; i < n; i += STEP2) {
+        __m256i a[NV2], b[NV2];
+        philox_avx2(key, counter + (uint64_t)i, a, b);
+        unsigned k = 0;
+        for (int v = 0; v < NV2; v++)
+            k |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(tv, x53_4(a[v], b[v])))) << 4 * v;
+        k ^= flip;
+        int64_t left = n - i < STEP2 ? n - i : STEP2;
+        if (keep)
+            for (int64_t j = 0; j < left; j++) keep[i + j] = (uint8_t)(k >> j & 1);
+        if (bits) put_bits(bits + (i >> 3), k, left);
+    }
+}
 #endif
 
-static bool use_avx512;
-static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
-static void check_avx512(void) {
+enum { SCALAR, AVX2, AVX512 };
+static int isa;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static void check_isa(void) {
 #ifdef RNG_X86
     __builtin_cpu_init();
-    use_avx512 = __builtin_cpu_supports("avx512f");
+    isa = __builtin_cpu_supports("avx512f") ? AVX512 : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? AVX2 : SCALAR;
 #endif
 }
-bool ag__rng_vectorised(void) {
-    pthread_once(&avx512_once, check_avx512);
-    return use_avx512;
+static int rng_isa(void) {
+    pthread_once(&isa_once, check_isa);
+    return isa;
+}
+const char *ag__rng_vector_path(void) {
+    static const char *names[] = {NULL, "AVX2", "AVX-512"};
+    return names[rng_isa()];
 }
 
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out) {
 #ifdef RNG_X86
-    if (ag__rng_vectorised()) {
-        uniform_avx512(seed, counter, n, out);
-        return;
-    }
+    if (rng_isa() == AVX512) uniform_avx512(seed, counter, n, out);
+    if (rng_isa() == AVX2) uniform_avx2(seed, counter, n, out);
+    if (rng_isa() != SCALAR) return;
 #endif
     ag__rng_uniform_scalar(seed, counter, n, out);
 }
@@ -214,10 +310,9 @@ void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                   uint8_t *bits) {
 #ifdef RNG_X86
-    if (ag__rng_vectorised()) {
-        keep_avx512(seed, counter, n, t, at_least, keep, bits);
-        return;
-    }
+    if (rng_isa() == AVX512) keep_avx512(seed, counter, n, t, at_least, keep, bits);
+    if (rng_isa() == AVX2) keep_avx2(seed, counter, n, t, at_least, keep, bits);
+    if (rng_isa() != SCALAR) return;
 #endif
     ag__rng_keep_scalar(seed, counter, n, t, at_least, keep, bits);
 }

@@ -82,7 +82,9 @@ static const int64_t LENGTHS[] = {0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 
 
 static void test_vector_path_draws_the_reference_uniforms_bit_for_bit(void **state) {
     (void)state;
-    if (!ag__rng_vectorised()) print_message("      (no AVX-512 here: both paths are the scalar one)\n");
+    const char *path = ag__rng_vector_path();
+    if (path) print_message("      (the vector path here: %s)\n", path);
+    else print_message("      (no AVX2 or AVX-512 here: both paths are the scalar one)\n");
     double *a = malloc(4100 * sizeof(double)), *b = malloc(4100 * sizeof(double));
     for (size_t s = 0; s < sizeof SEEDS / sizeof *SEEDS; s++)
         for (size_t c = 0; c < sizeof COUNTERS / sizeof *COUNTERS; c++)
