@@ -36,6 +36,11 @@ static inline TARGET void store_n(float *x, int64_t c, __m256 v) {
     else if (c > 0) _mm256_maskstore_ps(x, first8(c), v);
 }
 
+/* the first c floats at o (=, +=) scale·acc */
+static inline TARGET void put(float *o, int64_t c, __m256 acc, __m256 scale, bool assign) {
+    store_n(o, c, assign ? _mm256_mul_ps(acc, scale) : _mm256_fmadd_ps(acc, scale, load_n(o, c)));
+}
+
 /* every lane the max (sum) of the 8 */
 static inline TARGET __m256 hmax8(__m256 m) {
     m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
@@ -108,14 +113,11 @@ static TARGET void mac(int64_t R, int64_t K, int64_t D, const float *a, int64_t 
                     }
                 }
             }
-            for (int r = 0; r < mr; r++) {
+            for (int r = 0; r < RB; r++) { /* a constant trip count: acc stays in registers */
+                if (r >= mr) break;
                 float *o = out + (r0 + r) * ldo + c;
-                for (int h = 0; h < 2; h++) {
-                    int64_t w = dc - 8 * h;
-                    if (w <= 0) break;
-                    store_n(o + 8 * h, w, assign ? _mm256_mul_ps(acc[r][h], sc)
-                                                 : _mm256_fmadd_ps(acc[r][h], sc, load_n(o + 8 * h, w)));
-                }
+                put(o, dc, acc[r][0], sc, assign);
+                if (dc > 8) put(o + 8, dc - 8, acc[r][1], sc, assign);
             }
         }
     }
