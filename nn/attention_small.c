@@ -1,5 +1,6 @@
-/* The fused small-attention kernels (nn/attention_small.h). Layout: the keys of a query row
- * are the 16 lanes of a vector, so
+/* The fused small-attention kernels (nn/attention_small.h): the choice of kernels per CPU, and
+ * the AVX-512 kernels themselves (the AVX2 ones: nn/attention_small_avx2.c). Layout: the keys
+ * of a query row are the 16 lanes of a vector, so
  *   scores  s_i = Σ_d Q[i][d] · Kᵀ[d]        (Kᵀ: K transposed once per head, 16 lanes a row)
  *   softmax over the lanes of s_i            (two horizontal reductions per row)
  *   output  O[i] = Σ_j P[i][j] · V[j]        (V's rows as they lie, 16 columns a vector)
@@ -10,9 +11,9 @@
 #include "attention_small.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
-
-#include "../tensor/gemm.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -20,7 +21,34 @@
 #define KEYS AG_ATTN_SMALL_KEYS
 #define RB 8 /* query rows per block */
 
-bool ag__attn_small_available(void) { return ag__sgemm_native(); }
+/* The kernels' own CPU check, once: AVX-512F first, else AVX2 with FMA (not the GEMM's, whose
+ * choice of kernels is its own). AG_GEMM=blas turns both off, as it does the own GEMM. */
+static enum { ISA_NONE, ISA_AVX2, ISA_AVX512 } isa;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static void check_isa(void) {
+    const char *e = getenv("AG_GEMM");
+    if (e && !strcmp(e, "blas")) return;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) isa = ISA_AVX512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = ISA_AVX2;
+}
+
+bool ag__attn_small_available(void) {
+    pthread_once(&isa_once, check_isa);
+    return isa != ISA_NONE;
+}
+
+void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
+    if (isa == ISA_AVX512) ag__attn_small_fwd_avx512(t, p, ldp, o, ldo);
+    else ag__attn_small_fwd_avx2(t, p, ldp, o, ldo);
+}
+
+void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
+                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {
+    if (isa == ISA_AVX512) ag__attn_small_bwd_avx512(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
+    else ag__attn_small_bwd_avx2(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
+}
 
 #define TARGET __attribute__((target("avx512f,fma")))
 
@@ -94,7 +122,7 @@ static inline TARGET __m512 exp16(__m512 x) {
  * scores of key j over the 16 rows are one vector, xᵀ[j] = Σ_d Kᵀ[d][j] · Qᵀ[d], so the mask
  * is a per-lane select and max, exp, sum and scale are vertical operations (no horizontal
  * chain per row). Oᵀ = Σ_j V[j]ᵀ · Pᵀ[j] with broadcasts of V; P and O are transposed back. */
-TARGET void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
+TARGET void ag__attn_small_fwd_avx512(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
     float kt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(64)));
     float qt[AG_ATTN_SMALL_DIM * 16] __attribute__((aligned(64)));
     float mt[KEYS * 16] __attribute__((aligned(64))); /* the additive mask, transposed */
@@ -215,9 +243,9 @@ static TARGET void keys_by_columns(const float *w, int64_t ldw, __mmask16 wm, co
     }
 }
 
-TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
-                               float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv,
-                               int64_t assign_S) {
+TARGET void ag__attn_small_bwd_avx512(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout,
+                                      int64_t lddo, float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv,
+                                      int64_t lddv, int64_t assign_S) {
     float vt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(64)));
     float ds[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(64)));
     int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv;
@@ -265,7 +293,7 @@ TARGET void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t l
     if (dk) keys_by_columns(ds, KEYS, 0xFFFF, t->q, t->ldq, L, Dh, n, al, dk, lddk, assign_S);
 }
 
-#else /* no AVX-512 kernels on this platform: nn/attention.c never calls them */
+#else /* no fused kernels on this platform: nn/attention.c never calls them */
 
 bool ag__attn_small_available(void) { return false; }
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {}

@@ -149,9 +149,16 @@ static void test_sgemm_results_do_not_depend_on_thread_count(void **s) {
 
 /* ---- fused small attention ---- */
 
+typedef void (*attn_fwd_fn)(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);
+typedef void (*attn_bwd_fn)(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
+                            float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv,
+                            int64_t assign_S);
+
 typedef struct {
     int64_t L, n, Dh, Dv, ldp;
     int mask; /* 0 none, 1 dead bits per row (some rows all dead), 2 additive rows with -inf, 3 one shared additive row */
+    attn_fwd_fn fwd;
+    attn_bwd_fn bwd;
 } attn_case;
 
 static float *fill(int64_t count, uint32_t *seed) {
@@ -199,10 +206,10 @@ static int check_attn(attn_case c, uint32_t seed) {
     ag__attn_tile t = {.L = L, .n = n, .Dh = Dh, .Dv = Dv, .q = q, .k = k, .v = v, .ldq = ldq, .ldk = ldk,
                        .ldv = ldv, .alpha = alpha, .madd = c.mask >= 2 ? madd : NULL, .madd_ld = c.mask == 3 ? 0 : K,
                        .dead = c.mask == 1 ? dead : NULL, .dead_ld = 1};
-    ag__attn_small_fwd(&t, p, ldp, o, ldo);
-    ag__attn_small_bwd(&t, p, ldp, dout, ldo, dq, ldq, dk, ldk, dv, ldv, 0);
+    c.fwd(&t, p, ldp, o, ldo);
+    c.bwd(&t, p, ldp, dout, ldo, dq, ldq, dk, ldk, dv, ldv, 0);
     float *dq2 = nans(L * ldq), *dk2 = nans((n + 3) * ldk), *dv2 = nans((n + 3) * ldv);
-    ag__attn_small_bwd(&t, p, ldp, dout, ldo, dq2, ldq, dk2, ldk, dv2, ldv, n + 3);
+    c.bwd(&t, p, ldp, dout, ldo, dq2, ldq, dk2, ldk, dv2, ldv, n + 3);
     int bad = 0;
     double *pr = malloc(sizeof(double) * (size_t)(L * K)), *ds = malloc(sizeof(double) * (size_t)(L * K));
     for (int64_t i = 0; i < L; i++) {
@@ -274,20 +281,40 @@ static int check_attn(attn_case c, uint32_t seed) {
     return bad;
 }
 
+/* the kernels of every instruction set this CPU runs, whichever ag__attn_small_fwd would pick */
 static void test_small_attention_matches_double_reference_around_tile_edges(void **s) {
-    if (!ag__attn_small_available()) skip();
-    const int64_t Ls[] = {1, 2, 7, 8, 9, 16, 17, 33, 40, 64}, ns[] = {1, 5, 8, 12, 15, 16};
-    uint32_t seed = 77;
-    for (int il = 0; il < 10; il++)
-        for (int in = 0; in < 6; in++)
-            for (int64_t Dh = 1; Dh <= 33; Dh++) {
-                int64_t n = ns[in];
-                attn_case c = {Ls[il], n, Dh, Dh % 3 ? Dh : 49 - Dh, Dh % 2 ? n : n + 9, (int)(Dh % 4)};
-                int bad = check_attn(c, seed++);
-                if (bad)
-                    fail_msg("L=%lld n=%lld Dh=%lld Dv=%lld ldp=%lld mask=%d: %d elements off", (long long)c.L,
-                             (long long)c.n, (long long)c.Dh, (long long)c.Dv, (long long)c.ldp, c.mask, bad);
-            }
+#if defined(__x86_64__) && defined(__GNUC__)
+    struct {
+        const char *name;
+        attn_fwd_fn fwd;
+        attn_bwd_fn bwd;
+    } isas[] = {{"avx512", ag__attn_small_fwd_avx512, ag__attn_small_bwd_avx512},
+                {"avx2", ag__attn_small_fwd_avx2, ag__attn_small_bwd_avx2}};
+    const int64_t Ls[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 40, 63, 64};
+    int ran = 0;
+    __builtin_cpu_init();
+    for (int is = 0; is < 2; is++) {
+        bool has = is == 0 ? __builtin_cpu_supports("avx512f")
+                           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        if (!has) continue;
+        ran++;
+        uint32_t seed = 77;
+        for (int il = 0; il < 14; il++)
+            for (int64_t n = 1; n <= AG_ATTN_SMALL_KEYS; n++)
+                for (int64_t Dh = 1; Dh <= 33; Dh++) {
+                    attn_case c = {Ls[il], n, Dh, Dh % 3 ? Dh : 49 - Dh, Dh % 2 ? n : n + 9, (int)(Dh % 4),
+                                   isas[is].fwd, isas[is].bwd};
+                    int bad = check_attn(c, seed++);
+                    if (bad)
+                        fail_msg("%s: L=%lld n=%lld Dh=%lld Dv=%lld ldp=%lld mask=%d: %d elements off", isas[is].name,
+                                 (long long)c.L, (long long)c.n, (long long)c.Dh, (long long)c.Dv, (long long)c.ldp,
+                                 c.mask, bad);
+                }
+    }
+    if (!ran) skip();
+#else
+    skip();
+#endif
 }
 
 int main(void) {
