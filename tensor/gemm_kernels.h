@@ -36,4 +36,10 @@ extern const ag__sgemm_kernels ag__sgemm_avx512, ag__sgemm_avx2;
 
 /* the set ag__sgemm runs, NULL when it goes to OpenBLAS (tensor/matmul.c) */
 const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void);
+/* ag__sgemm (ag__sgemm_bias when bias is non-NULL) with the set K on the small unpacked path
+ * (small: beta 0 or 1, and with tb k·n <= 64K) or the blocked one, whatever the size: the
+ * driver's paths one by one, for tests */
+void ag__sgemm_path(const ag__sgemm_kernels *K, bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                    int64_t ldc, const float *bias);
 #endif

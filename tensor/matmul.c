@@ -242,6 +242,17 @@ static bool small_fits(const ag__sgemm_kernels *K, bool tb, int64_t m, int64_t n
     return m * n * k <= K->small && (!tb || k * n <= SMALL_TB);
 }
 
+void ag__sgemm_path(const ag__sgemm_kernels *K, bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                    int64_t ldc, const float *bias) {
+    if (small) {
+        sgemm_small(K, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta == 1, bias);
+    } else {
+        sgemm_args g = {K, ta, tb, m, n, k, alpha, a, b, bias, lda, ldb, ldc, c};
+        sgemm_blocked(&g, beta);
+    }
+}
+
 void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
@@ -256,12 +267,10 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
     if (!K) {
         ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    } else if ((beta == 0 || beta == 1) && small_fits(K, tb, m, n, k)) {
-        sgemm_small(K, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta == 1, NULL);
-    } else {
-        sgemm_args g = {K, ta, tb, m, n, k, alpha, a, b, NULL, lda, ldb, ldc, c};
-        sgemm_blocked(&g, beta);
+        return;
     }
+    bool small = (beta == 0 || beta == 1) && small_fits(K, tb, m, n, k);
+    ag__sgemm_path(K, small, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
 }
 
 void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
@@ -270,12 +279,7 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
     ag__blas_single_threaded();
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
     if (k > 0 && K) {
-        if (small_fits(K, tb, m, n, k)) {
-            sgemm_small(K, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, c, ldc, false, bias);
-        } else {
-            sgemm_args g = {K, ta, tb, m, n, k, 1.0f, a, b, bias, lda, ldb, ldc, c};
-            sgemm_blocked(&g, 0.0f);
-        }
+        ag__sgemm_path(K, small_fits(K, tb, m, n, k), ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);
         return;
     }
     for (int64_t i = 0; i < m; i++)
