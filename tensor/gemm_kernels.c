@@ -93,8 +93,8 @@ T512 static void small_avx512(int64_t kc, const float *a, int64_t ars, int64_t a
     }
 }
 
-const ag__sgemm_kernels ag__sgemm_avx512 = {"avx512", MR5, NR5, 384, 64, 256, 96 * 96 * 96, packed_avx512,
-                                            small_avx512};
+const ag__sgemm_kernels ag__sgemm_avx512 = {"avx512", MR5, NR5, 384, 64, 256, 96 * 96 * 96, false,
+                                            packed_avx512, small_avx512};
 
 /* ---- AVX2 + FMA ---- */
 
@@ -198,7 +198,10 @@ T2 static void small_avx2(int64_t kc, const float *a, int64_t ars, int64_t aks, 
 }
 
 /* KC·NR2 floats of a B panel (16 KiB) and MR2·KC of A stay in the 32 KiB L1d; a task's
- * MC×KC of A and KC×NCH of B (288 KiB) in the 512 KiB L2 */
-const ag__sgemm_kernels ag__sgemm_avx2 = {"avx2", MR2, NR2, 256, 72, 256, 96 * 96 * 96, packed_avx2, small_avx2};
+ * MC×KC of A and KC×NCH of B (288 KiB) in the 512 KiB L2. Weight gradients (Aᵀ B, k the
+ * batch's rows: 128×128×1280 to 1024×256×2048) ran 5-25% slower than OpenBLAS on Zen 3, so
+ * those go there; their small cousins (attention's backward) are 2-4x faster here. */
+const ag__sgemm_kernels ag__sgemm_avx2 = {"avx2", MR2, NR2, 256, 72, 256, 96 * 96 * 96, true, packed_avx2,
+                                          small_avx2};
 
 #endif

@@ -265,11 +265,11 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
      * single-threaded from any GEMM, as with OpenBLAS (cheap: two calls) */
     ag__blas_single_threaded();
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
-    if (!K) {
+    bool small = K && (beta == 0 || beta == 1) && small_fits(K, tb, m, n, k);
+    if (!K || (!small && ta && K->ta_to_blas)) {
         ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    bool small = (beta == 0 || beta == 1) && small_fits(K, tb, m, n, k);
     ag__sgemm_path(K, small, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
 }
 
@@ -278,8 +278,9 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
     if (m <= 0 || n <= 0) return;
     ag__blas_single_threaded();
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
-    if (k > 0 && K) {
-        ag__sgemm_path(K, small_fits(K, tb, m, n, k), ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);
+    bool small = K && small_fits(K, tb, m, n, k);
+    if (k > 0 && K && (small || !ta || !K->ta_to_blas)) {
+        ag__sgemm_path(K, small, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);
         return;
     }
     for (int64_t i = 0; i < m; i++)
