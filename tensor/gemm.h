@@ -2,12 +2,13 @@
  * alpha·op(A)·op(B) + beta·C, with cblas_?gemm's arguments. What runs where, chosen once at run
  * time (so a build for any x86-64 runs everywhere):
  *   f32, CPU with AVX-512F:      attograd's own kernel, 8×32 register tile
- *   f32, CPU with AVX2 and FMA:  the same driver with a 6×16 AVX2 tile
+ *   f32, CPU with AVX2 and FMA:  the same driver with a 6×16 AVX2 tile, except products with
+ *                                a transposed A past the small path (OpenBLAS, faster there)
  *   f32 otherwise, and all f64:  OpenBLAS through ag__blas_gemm
  * AG_GEMM=blas in the environment forces OpenBLAS for f32 too (AG_GEMM=avx2 picks the AVX2
- * tile on an AVX-512 CPU). valgrind hides AVX-512, so under it an AVX-512 machine runs the
- * AVX2 kernel. The own kernel splits the work over OpenMP threads by output blocks with a
- * fixed summation order, and ag__blas_gemm cuts products into shape-determined blocks, so no
+ * tile on an AVX-512 CPU). valgrind hides AVX-512: under it the AVX2 tile runs. The own kernel
+ * splits the work over OpenMP threads by output blocks with a fixed summation order, and
+ * ag__blas_gemm cuts products into shape-determined blocks, so no
  * result depends on the thread count; called inside a parallel region, the own kernel runs on
  * the caller's thread alone. */
 #ifndef AG_GEMM_H
