@@ -1,7 +1,7 @@
 /* sgemm peak of the linked OpenBLAS: C = A B for square f32 matrices (n = 512, 1024), the
  * yardstick the other benchmarks' GFLOP/s are compared with. Also the same product through
  * ag_matmul, to show the library adds nothing around BLAS: attograd's own kernel where the CPU
- * has AVX-512, else OpenBLAS kept single-threaded in blocks that attograd deals to its threads. */
+ * has AVX-512 or AVX2+FMA, else OpenBLAS kept single-threaded in blocks that attograd deals to its threads. */
 #include <cblas.h>
 
 #include "../attograd.h"

@@ -1,10 +1,16 @@
-/* The GEMM entry points of the library (tensor/matmul.c, tensor/gemm.c): row-major C = alpha·op(A)·op(B) +
- * beta·C, with cblas_?gemm's arguments. f32 runs attograd's own AVX-512 kernel when the CPU
- * has AVX-512F (checked at run time, so a build for any x86-64 runs everywhere; valgrind hides
- * AVX-512 and so gets OpenBLAS), else OpenBLAS; f64 always OpenBLAS (both through ag__blas_gemm, thread-count independent). The own kernel splits the
- * work over OpenMP threads by output blocks with a fixed summation order, so its results do
- * not depend on the thread count; called inside a parallel region it runs on the caller's
- * thread alone. */
+/* The GEMM entry points of the library (tensor/matmul.c, tensor/gemm.c): row-major C =
+ * alpha·op(A)·op(B) + beta·C, with cblas_?gemm's arguments. What runs where, chosen once at run
+ * time (so a build for any x86-64 runs everywhere):
+ *   f32, CPU with AVX-512F:      attograd's own kernel, 8×32 register tile
+ *   f32, CPU with AVX2 and FMA:  the same driver with a 6×16 AVX2 tile, except products with
+ *                                a transposed A past the small path (OpenBLAS, faster there)
+ *   f32 otherwise, and all f64:  OpenBLAS through ag__blas_gemm
+ * AG_GEMM=blas in the environment forces OpenBLAS for f32 too (AG_GEMM=avx2 picks the AVX2
+ * tile on an AVX-512 CPU). valgrind hides AVX-512: under it the AVX2 tile runs. The own kernel
+ * splits the work over OpenMP threads by output blocks with a fixed summation order, and
+ * ag__blas_gemm cuts products into shape-determined blocks, so no
+ * result depends on the thread count; called inside a parallel region, the own kernel runs on
+ * the caller's thread alone. */
 #ifndef AG_GEMM_H
 #define AG_GEMM_H
 #include <stdbool.h>
@@ -31,6 +37,11 @@ void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t 
  * ag__blas_gemm calls it, and so does code that calls GEMMs from its own parallel regions,
  * before opening them */
 void ag__blas_single_threaded(void);
-/* true when ag__sgemm uses the AVX-512 kernel (AG_GEMM=blas in the environment turns it off) */
+/* which f32 kernel ag__sgemm runs (AG_GEMM=blas gives AG_SGEMM_BLAS). Code with kernels of
+ * its own for one ISA (nn/attention_small.c) asks here, so that AG_GEMM turns it off as well. */
+typedef enum { AG_SGEMM_BLAS, AG_SGEMM_AVX2, AG_SGEMM_AVX512 } ag__sgemm_isa;
+ag__sgemm_isa ag__sgemm_isa_in_use(void);
+/* ag__sgemm_isa_in_use() == AG_SGEMM_AVX512: the AVX-512 kernels run (not AVX2: nn/attention_small.c
+ * reads this as "its AVX-512 kernels may run") */
 bool ag__sgemm_native(void);
 #endif

@@ -11,14 +11,8 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "gemm_kernels.h"
 #include "internal.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define AG_GEMM_X86 1 /* the AVX-512 kernel exists; elsewhere every GEMM goes to BLAS */
-#else
-#define AG_GEMM_X86 0
-#endif
 
 /* ---- the GEMM (tensor/gemm.h) ----
  * BLIS's loop structure: C is cut into blocks of MC rows × NCH columns (one task each, spread
@@ -26,34 +20,46 @@
  * panels and each task packs its MC×KC block of A into MR-high panels (k-major, zero-padded),
  * then an MR×NR register-tile kernel runs over every (A panel, B panel) pair. Packing absorbs
  * every transpose and stride. The K slices are added into C in order and each element of C
- * belongs to one task, so the sums never depend on the thread count. */
-#define MR 8
-#define NR 32
-#define KC 384
-#define MC 64
-#define NCH 256
-/* m·n·k up to which the unpacked small-matrix kernel runs */
-#define SMALL (96 * 96 * 96)
-/* ... and op(B) transposed into a buffer of at most this many floats */
+ * belongs to one task, so the sums never depend on the thread count.
+ * One driver for every ISA: the tile (MR, NR), the blocking (KC, MC, NCH, the small-path
+ * bound) and the kernels come from the set chosen once at run time (tensor/gemm_kernels.c):
+ * AVX-512F (8×32), else AVX2+FMA (6×16), else none, and every f32 product goes to OpenBLAS
+ * (ag__blas_gemm, tensor/gemm.c). AG_GEMM=blas forces OpenBLAS; AG_GEMM=avx2 takes the AVX2
+ * set on an AVX-512 CPU too, to test it there. */
+
+/* op(B) transposed into a buffer of at most this many floats on the small path */
 #define SMALL_TB (64 * 1024)
 
-static bool use_native;
-static pthread_once_t native_once = PTHREAD_ONCE_INIT;
+static const ag__sgemm_kernels *kernels; /* NULL: OpenBLAS */
+static ag__sgemm_isa isa = AG_SGEMM_BLAS;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
-static void check_native(void) {
-#if AG_GEMM_X86
+static void choose_isa(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
     const char *e = getenv("AG_GEMM");
+    if (e && !strcmp(e, "blas")) return;
     __builtin_cpu_init();
-    use_native = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "blas"));
+    if (__builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "avx2"))) {
+        isa = AG_SGEMM_AVX512;
+        kernels = &ag__sgemm_avx512;
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        isa = AG_SGEMM_AVX2;
+        kernels = &ag__sgemm_avx2;
+    }
 #endif
 }
 
-bool ag__sgemm_native(void) {
-    pthread_once(&native_once, check_native);
-    return use_native;
+ag__sgemm_isa ag__sgemm_isa_in_use(void) {
+    pthread_once(&isa_once, choose_isa);
+    return isa;
 }
 
-#if AG_GEMM_X86
+const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void) {
+    pthread_once(&isa_once, choose_isa);
+    return kernels;
+}
+
+bool ag__sgemm_native(void) { return ag__sgemm_isa_in_use() == AG_SGEMM_AVX512; }
 
 /* Per-thread packing buffers, grown when needed (counted by ag_alloc_count) and kept; a
  * thread's are freed when it exits (OpenMP may retire pool threads when the team size changes). */
@@ -82,8 +88,9 @@ static float *grow(float **buf, size_t *cap, size_t n) {
     return *buf;
 }
 
-/* op(A)(i, k) with A row-major: a[i·lda + k], or transposed: a[k·lda + i] */
-static void pack_a(const float *a, int64_t lda, bool ta, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float *ap) {
+/* op(A)(i, k) with A row-major: a[i·lda + k], or transposed: a[k·lda + i]; panels MR high */
+static void pack_a(const float *a, int64_t lda, bool ta, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float *ap,
+                   int64_t MR) {
     for (int64_t ir = 0; ir < mc; ir += MR) {
         int64_t mr = mc - ir < MR ? mc - ir : MR;
         float *dst = ap + ir * kc;
@@ -106,10 +113,10 @@ static void pack_a(const float *a, int64_t lda, bool ta, int64_t i0, int64_t mc,
     }
 }
 
-/* op(B)(k, j) with B row-major: b[k·ldb + j], or transposed: b[j·ldb + k]; panel jp covers
- * columns j0 + jp·NR .. */
+/* op(B)(k, j) with B row-major: b[k·ldb + j], or transposed: b[j·ldb + k]; the NR-wide panel
+ * of columns j0.. (nc of them left) */
 static void pack_b_panel(const float *b, int64_t ldb, bool tb, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                         float *bp) {
+                         float *bp, int64_t NR) {
     int64_t nr = nc < NR ? nc : NR;
     if (!tb) {
         for (int64_t k = 0; k < kc; k++) {
@@ -130,86 +137,12 @@ static void pack_b_panel(const float *b, int64_t ldb, bool tb, int64_t k0, int64
     }
 }
 
-/* C tile (MR×NR, rows ldc apart) = alpha · Ap Bp (+ bias row, NULL for none) over kc, or += it (add) */
-__attribute__((target("avx512f,fma"))) static void kernel_avx512(int64_t kc, const float *ap, const float *bp,
-                                                                    float *c, int64_t ldc, float alpha, bool add,
-                                                                    const float *bias) {
-    __m512 acc[MR][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            __m512 ai = _mm512_set1_ps(ap[i]);
-            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
-        }
-        ap += MR;
-        bp += NR;
-    }
-    __m512 al = _mm512_set1_ps(alpha), z0 = _mm512_setzero_ps(), z1 = z0;
-    if (bias) {
-        z0 = _mm512_loadu_ps(bias);
-        z1 = _mm512_loadu_ps(bias + 16);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        __m512 v0 = _mm512_fmadd_ps(acc[i][0], al, z0), v1 = _mm512_fmadd_ps(acc[i][1], al, z1);
-        if (add) {
-            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(c + i * ldc));
-            v1 = _mm512_add_ps(v1, _mm512_loadu_ps(c + i * ldc + 16));
-        }
-        _mm512_storeu_ps(c + i * ldc, v0);
-        _mm512_storeu_ps(c + i * ldc + 16, v1);
-    }
-}
-
-/* Small products (attention heads: 16×16×16 up to 64×64×64) skip packing: A is read in place,
- * B too when its rows are unit-stride (else it is transposed once into a small buffer), and
- * the row and column tails are masked instead of padded. Same MR×NR register tile. */
-__attribute__((target("avx512f,fma"))) static void kernel_small(int64_t kc, const float *a, int64_t ars,
-                                                                   int64_t aks, int64_t mr, const float *b,
-                                                                   int64_t ldb, int64_t nr, float *c, int64_t ldc,
-                                                                   float alpha, bool add, const float *bias) {
-    __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-    __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
-    const float *ar[MR];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) ar[i] = a + (i < mr ? i : mr - 1) * ars; /* spare rows repeat the last */
-    __m512 acc[MR][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + 16);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            __m512 ai = _mm512_set1_ps(ar[i][k * aks]);
-            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
-        }
-    }
-    __m512 al = _mm512_set1_ps(alpha), z0 = _mm512_setzero_ps(), z1 = z0;
-    if (bias) {
-        z0 = _mm512_maskz_loadu_ps(m0, bias);
-        z1 = _mm512_maskz_loadu_ps(m1, bias + 16);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        if (i >= mr) break;
-        __m512 v0 = _mm512_fmadd_ps(acc[i][0], al, z0), v1 = _mm512_fmadd_ps(acc[i][1], al, z1);
-        if (add) {
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c + i * ldc));
-            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16));
-        }
-        _mm512_mask_storeu_ps(c + i * ldc, m0, v0);
-        _mm512_mask_storeu_ps(c + i * ldc + 16, m1, v1);
-    }
-}
-
-/* the small path: C = alpha op(A) op(B) + bias row (NULL: none) (+ C when add) */
-static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                        int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, bool add,
+/* Small products (attention heads: 16×16×16 up to 64×64×64) skip packing: the small kernel
+ * reads A in place, B too when its rows are unit-stride (else it is transposed once into a
+ * small buffer), and masks the row and column tails instead of padding them. Same register
+ * tile. C = alpha op(A) op(B) + bias row (NULL: none) (+ C when add) */
+static void sgemm_small(const ag__sgemm_kernels *K, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, bool add,
                         const float *bias) {
     if (tb) { /* op(B) row-major into a buffer: one pass over B */
         float *t = grow(&bbuf, &bcap, (size_t)(k * n));
@@ -218,14 +151,15 @@ static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
         b = t;
         ldb = n;
     }
-    int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
+    int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1, MR = K->mr, NR = K->nr;
     for (int64_t j = 0; j < n; j += NR)
         for (int64_t i = 0; i < m; i += MR)
-            kernel_small(k, a + i * ars, ars, aks, m - i < MR ? m - i : MR, b + j, ldb, n - j < NR ? n - j : NR,
-                         c + i * ldc + j, ldc, alpha, add, bias ? bias + j : NULL);
+            K->small_tile(k, a + i * ars, ars, aks, m - i < MR ? m - i : MR, b + j, ldb, n - j < NR ? n - j : NR,
+                          c + i * ldc + j, ldc, alpha, add, bias ? bias + j : NULL);
 }
 
 typedef struct {
+    const ag__sgemm_kernels *K;
     bool ta, tb;
     int64_t m, n, k;
     float alpha;
@@ -239,8 +173,10 @@ typedef struct {
  * p·NR·kc from there. */
 static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, int64_t nc, const float *bp,
                        int64_t npan, bool beta_one) {
-    float *ap = grow(&abuf, &acap, (size_t)(MC * KC));
-    float tile[MR * NR] __attribute__((aligned(64)));
+    const ag__sgemm_kernels *K = g->K;
+    int64_t MR = K->mr, NR = K->nr, KC = K->kc;
+    float *ap = grow(&abuf, &acap, (size_t)(K->mc * KC));
+    float tile[AG_SGEMM_MAX_TILE] __attribute__((aligned(64)));
     /* The kernel only broadcasts A's elements, so A can be read where it lies: packing costs a
      * strided copy that only pays off when many B panels reuse it and A is transposed (rows of
      * op(A) a long stride apart, which alias in L1). Same sums either way. */
@@ -249,25 +185,24 @@ static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, 
     for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
         int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
         bool add = k0 > 0 || beta_one;
-        if (!inplace) pack_a(g->a, g->lda, g->ta, i0, mc, k0, kc, ap);
+        if (!inplace) pack_a(g->a, g->lda, g->ta, i0, mc, k0, kc, ap, MR);
         for (int64_t jr = 0; jr < nc; jr += NR) {
             int64_t nr = nc - jr < NR ? nc - jr : NR;
             const float *b = bp + k0 * npan * NR + (j0 + jr) / NR * NR * kc;
+            const float *bias = add || !g->bias ? NULL : g->bias + j0 + jr;
             for (int64_t ir = 0; ir < mc; ir += MR) {
                 int64_t mr = mc - ir < MR ? mc - ir : MR;
                 float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
                 if (inplace) {
-                    kernel_small(kc, g->a + (i0 + ir) * ars + k0 * aks, ars, aks, mr, b, NR, nr, c, g->ldc, g->alpha,
-                                 add, add || !g->bias ? NULL : g->bias + j0 + jr);
+                    K->small_tile(kc, g->a + (i0 + ir) * ars + k0 * aks, ars, aks, mr, b, NR, nr, c, g->ldc,
+                                  g->alpha, add, bias);
                     continue;
                 }
                 if (mr == MR && nr == NR) {
-                    kernel_avx512(kc, ap + ir * kc, b, c, g->ldc, g->alpha, add,
-                                  add || !g->bias ? NULL : g->bias + j0 + jr);
+                    K->packed(kc, ap + ir * kc, b, c, g->ldc, g->alpha, add, bias);
                     continue;
                 }
-                kernel_avx512(kc, ap + ir * kc, b, tile, NR, g->alpha, false, NULL);
-                const float *bias = add || !g->bias ? NULL : g->bias + j0 + jr;
+                K->packed(kc, ap + ir * kc, b, tile, NR, g->alpha, false, NULL);
                 for (int64_t i = 0; i < mr; i++)
                     for (int64_t j = 0; j < nr; j++)
                         c[i * g->ldc + j] = add ? c[i * g->ldc + j] + tile[i * NR + j]
@@ -278,8 +213,9 @@ static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, 
 }
 
 /* B is packed whole first, then the tasks run without further synchronisation */
-static void sgemm_native(const sgemm_args *g, float beta) {
-    int64_t m = g->m, n = g->n, k = g->k;
+static void sgemm_blocked(const sgemm_args *g, float beta) {
+    const ag__sgemm_kernels *K = g->K;
+    int64_t m = g->m, n = g->n, k = g->k, NR = K->nr, KC = K->kc, MC = K->mc, NCH = K->nch;
     if (beta != 0 && beta != 1)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) g->c[i * g->ldc + j] *= beta;
@@ -291,7 +227,7 @@ static void sgemm_native(const sgemm_args *g, float beta) {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < nks * npan; t++) {
             int64_t k0 = t / npan * KC, p = t % npan, kc = k - k0 < KC ? k - k0 : KC;
-            pack_b_panel(g->b, g->ldb, g->tb, k0, kc, p * NR, n - p * NR, bp + k0 * npan * NR + p * NR * kc);
+            pack_b_panel(g->b, g->ldb, g->tb, k0, kc, p * NR, n - p * NR, bp + k0 * npan * NR + p * NR * kc, NR);
         }
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < mt * nt; t++) {
@@ -301,7 +237,21 @@ static void sgemm_native(const sgemm_args *g, float beta) {
     }
 }
 
-#endif /* AG_GEMM_X86 */
+/* the small path's limits: work, and op(B)'s copy when B is transposed */
+static bool small_fits(const ag__sgemm_kernels *K, bool tb, int64_t m, int64_t n, int64_t k) {
+    return m * n * k <= K->small && (!tb || k * n <= SMALL_TB);
+}
+
+void ag__sgemm_path(const ag__sgemm_kernels *K, bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                    int64_t ldc, const float *bias) {
+    if (small) {
+        sgemm_small(K, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta == 1, bias);
+    } else {
+        sgemm_args g = {K, ta, tb, m, n, k, alpha, a, b, bias, lda, ldb, ldc, c};
+        sgemm_blocked(&g, beta);
+    }
+}
 
 void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -311,34 +261,28 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
         return;
     }
-#if AG_GEMM_X86
-    if (ag__sgemm_native() && m * n * k <= SMALL && (beta == 0 || beta == 1) && (!tb || k * n <= SMALL_TB)) {
-        sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta == 1, NULL);
+    /* the own kernel does not call OpenBLAS, but a program that raised its threads gets it back
+     * single-threaded from any GEMM, as with OpenBLAS (cheap: two calls) */
+    ag__blas_single_threaded();
+    const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
+    bool small = K && (beta == 0 || beta == 1) && small_fits(K, tb, m, n, k);
+    if (!K || (!small && ta && K->ta_to_blas)) {
+        ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    if (ag__sgemm_native()) {
-        sgemm_args g = {ta, tb, m, n, k, alpha, a, b, NULL, lda, ldb, ldc, c};
-        sgemm_native(&g, beta);
-        return;
-    }
-#endif
-    ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    ag__sgemm_path(K, small, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
 }
 
 void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                     int64_t ldb, const float *bias, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
-#if AG_GEMM_X86
-    if (k > 0 && ag__sgemm_native()) {
-        if (m * n * k <= SMALL && (!tb || k * n <= SMALL_TB)) {
-            sgemm_small(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, c, ldc, false, bias);
-        } else {
-            sgemm_args g = {ta, tb, m, n, k, 1.0f, a, b, bias, lda, ldb, ldc, c};
-            sgemm_native(&g, 0.0f);
-        }
+    ag__blas_single_threaded();
+    const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
+    bool small = K && small_fits(K, tb, m, n, k);
+    if (k > 0 && K && (small || !ta || !K->ta_to_blas)) {
+        ag__sgemm_path(K, small, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);
         return;
     }
-#endif
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) c[i * ldc + j] = bias ? bias[j] : 0;
     ag__sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);

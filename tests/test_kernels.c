@@ -1,9 +1,11 @@
 /* The hand-written kernels under the ops. ag__expf (tensor/fastmath.h) against libm's expf.
- * ag__sgemm (tensor/gemm.h), attograd's own AVX-512 kernel where the CPU has it: every
+ * ag__sgemm (tensor/gemm.h), attograd's own kernel where the CPU has AVX-512 or AVX2: every
  * transpose combination, sizes around the kernel's tile and block edges, padded leading
  * dimensions, alpha and beta (beta 0 must ignore NaN in C), checked element by element
  * against a double-precision triple loop (the witness) with a bound from Σ|a||b|. Also the
  * thread-count independence the library promises: 1 and 2 OpenMP threads give the same bits.
+ * Each kernel set the CPU can run (tensor/gemm_kernels.h: AVX-512 8×32, AVX2 6×16) is also
+ * driven directly through both paths of the driver, at sizes around its own tile and blocks.
  * The fused small-attention kernels (nn/attention_small.h) against a double-precision softmax
  * attention and its backward, around their tile edges (8-row blocks, 16-lane head chunks). */
 #include <math.h>
@@ -14,6 +16,7 @@
 #include "../tensor/fastmath.h"
 #include "../nn/attention_small.h"
 #include "../tensor/gemm.h"
+#include "../tensor/gemm_kernels.h"
 #include "test_util.h"
 
 /* distance in units in the last place, for finite floats of one sign */
@@ -147,6 +150,125 @@ static void test_sgemm_results_do_not_depend_on_thread_count(void **s) {
     free(c2);
 }
 
+/* ---- each kernel set through each path of the driver ---- */
+
+static float *fill(int64_t count, uint32_t *seed) {
+    float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+    for (int64_t i = 0; i < count; i++) x[i] = val(seed);
+    return x;
+}
+
+
+/* C = alpha op(A) op(B) + beta C (+ bias row) through K's small or blocked path against the
+ * double witness; returns the elements outside the bound (or touched past n) */
+static int check_path(const ag__sgemm_kernels *K, bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      float alpha, float beta, bool with_bias, uint32_t seed) {
+    int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+    int64_t ar = ta ? k : m, br = tb ? n : k;
+    float *a = fill(ar * lda, &seed), *b = fill(br * ldb, &seed), *bias = with_bias ? fill(n, &seed) : NULL;
+    float *c = fill(m * ldc, &seed), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
+    if (beta == 0)
+        for (int64_t i = 0; i < m * ldc; i++) c[i] = NAN;
+    memcpy(c0, c, sizeof(float) * (size_t)(m * ldc));
+    ag__sgemm_path(K, small, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
+    int bad = 0;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double sum = 0, mag = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double x = ta ? a[p * lda + i] : a[i * lda + p], y = tb ? b[j * ldb + p] : b[p * ldb + j];
+                sum += x * y;
+                mag += fabs(x * y);
+            }
+            double old = (beta == 0 ? 0 : beta * (double)c0[i * ldc + j]) + (bias ? bias[j] : 0);
+            double want = alpha * sum + old, tol = 1e-6 * (fabs(alpha) * mag + fabs(old)) + 1e-7 * (double)k + 1e-30;
+            if (!(fabs(c[i * ldc + j] - want) <= tol)) bad++;
+        }
+        for (int64_t j = n; j < ldc; j++)
+            if (!(c[i * ldc + j] == c0[i * ldc + j] || (isnan(c[i * ldc + j]) && isnan(c0[i * ldc + j])))) bad++;
+    }
+    free(a);
+    free(b);
+    free(bias);
+    free(c);
+    free(c0);
+    return bad;
+}
+
+/* the sets this CPU runs, whichever ag__sgemm picked */
+static int runnable_sets(const ag__sgemm_kernels *sets[2]) {
+    int n = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) sets[n++] = &ag__sgemm_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) sets[n++] = &ag__sgemm_avx2;
+#endif
+    return n;
+}
+
+static void test_each_kernel_set_matches_the_witness_around_its_tile_and_block_edges(void **s) {
+    const ag__sgemm_kernels *sets[2];
+    int nsets = runnable_sets(sets);
+    if (!nsets) skip();
+    uint32_t seed = 4242;
+    for (int si = 0; si < nsets; si++) {
+        const ag__sgemm_kernels *K = sets[si];
+        int64_t MR = K->mr, NR = K->nr, KC = K->kc;
+        const int64_t ms[] = {1, MR - 1, MR, MR + 1, 2 * MR + 1, K->mc + 1};
+        const int64_t ns[] = {1, NR - 1, NR, NR + 1, 2 * NR + 3};
+        const int64_t ks[] = {1, 3, KC - 1, KC, KC + 1, 2 * KC + 5};
+        const float betas[] = {0, 1};
+        for (int t = 0; t < 4; t++)
+            for (int im = 0; im < 6; im++)
+                for (int in = 0; in < 5; in++)
+                    for (int ik = 0; ik < 6; ik++)
+                        for (int path = 0; path < 2; path++) {
+                            int64_t m = ms[im], n = ns[in], k = ks[ik];
+                            float beta = betas[(im + in + ik) % 2], alpha = path ? 1.0f : -0.75f;
+                            bool bias = (im + ik + t) % 3 == 0 && beta == 0; /* ag__sgemm_bias: beta 0 */
+                            int bad = check_path(K, path, t & 1, t & 2, m, n, k, alpha, beta, bias, seed++);
+                            if (bad)
+                                fail_msg("%s %s path: ta=%d tb=%d m=%lld n=%lld k=%lld beta=%g bias=%d: %d elements "
+                                         "off",
+                                         K->name, path ? "small" : "blocked", t & 1, !!(t & 2), (long long)m,
+                                         (long long)n, (long long)k, beta, bias, bad);
+                        }
+    }
+}
+
+/* many tasks with row and column tails, K in several slices, bias or beta 1: the same bits at
+ * 1 and 2 threads, for every set */
+static void test_each_kernel_set_gives_the_same_bits_at_one_and_two_threads(void **s) {
+    const ag__sgemm_kernels *sets[2];
+    int nsets = runnable_sets(sets);
+    if (!nsets) skip();
+    uint32_t seed = 99;
+    int prev = omp_get_max_threads();
+    for (int si = 0; si < nsets; si++) {
+        const ag__sgemm_kernels *K = sets[si];
+        int64_t m = 2 * K->mc + K->mr + 1, n = K->nch + K->nr + 3, k = 2 * K->kc + 7;
+        for (int t = 0; t < 4; t++)
+            for (int v = 0; v < 2; v++) {
+                bool ta = t & 1, tb = t & 2;
+                int64_t lda = ta ? m : k, ldb = tb ? k : n;
+                float *a = fill(m * k, &seed), *b = fill(n * k, &seed), *bias = fill(n, &seed);
+                float *c1 = fill(m * n, &seed), *c2 = malloc(sizeof(float) * (size_t)(m * n));
+                memcpy(c2, c1, sizeof(float) * (size_t)(m * n));
+                omp_set_num_threads(1);
+                ag__sgemm_path(K, false, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, (float)v, c1, n, v ? NULL : bias);
+                omp_set_num_threads(2);
+                ag__sgemm_path(K, false, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, (float)v, c2, n, v ? NULL : bias);
+                assert_memory_equal(c1, c2, sizeof(float) * (size_t)(m * n));
+                free(a);
+                free(b);
+                free(bias);
+                free(c1);
+                free(c2);
+            }
+    }
+    omp_set_num_threads(prev);
+}
+
 /* ---- fused small attention ---- */
 
 typedef void (*attn_fwd_fn)(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);
@@ -161,11 +283,6 @@ typedef struct {
     attn_bwd_fn bwd;
 } attn_case;
 
-static float *fill(int64_t count, uint32_t *seed) {
-    float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
-    for (int64_t i = 0; i < count; i++) x[i] = val(seed);
-    return x;
-}
 
 static float *nans(int64_t count) {
     float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
@@ -324,6 +441,8 @@ int main(void) {
         cmocka_unit_test(test_sgemm_spans_several_k_slices_and_row_blocks_with_alpha_and_beta),
         cmocka_unit_test(test_sgemm_bias_adds_the_row_to_the_plain_product),
         cmocka_unit_test(test_sgemm_results_do_not_depend_on_thread_count),
+        cmocka_unit_test(test_each_kernel_set_matches_the_witness_around_its_tile_and_block_edges),
+        cmocka_unit_test(test_each_kernel_set_gives_the_same_bits_at_one_and_two_threads),
         cmocka_unit_test(test_small_attention_matches_double_reference_around_tile_edges),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);

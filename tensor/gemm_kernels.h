@@ -1,0 +1,46 @@
+/* The register-tile kernels under attograd's own f32 GEMM, one set per ISA
+ * (tensor/gemm_kernels.c), and the blocking each set is tuned for. tensor/matmul.c has the one
+ * driver (packing, task split, tails) that runs either set; ag__sgemm_kernels_in_use says which
+ * set it chose. Internal, not installed. */
+#ifndef AG_GEMM_KERNELS_H
+#define AG_GEMM_KERNELS_H
+#include <stdbool.h>
+#include <stdint.h>
+
+/* C tile (mr×nr, rows ldc apart) = alpha · Ap Bp (+ bias row, NULL for none), or += that (add).
+ * Ap: kc steps of mr floats (packed A), Bp: kc steps of nr floats (a packed B panel, aligned) */
+typedef void ag__tile_packed_fn(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha,
+                                bool add, const float *bias);
+/* the same tile from A read in place (row i, step k at a[i·ars + k·aks]) and B rows ldb apart;
+ * only rows < rows and columns < cols of C are read or written (a tail tile) */
+typedef void ag__tile_small_fn(int64_t kc, const float *a, int64_t ars, int64_t aks, int64_t rows, const float *b,
+                               int64_t ldb, int64_t cols, float *c, int64_t ldc, float alpha, bool add,
+                               const float *bias);
+
+typedef struct {
+    const char *name;
+    int64_t mr, nr;      /* the register tile */
+    int64_t kc;          /* K slice depth */
+    int64_t mc, nch;     /* rows and columns of C per task */
+    int64_t small;       /* m·n·k up to which the unpacked small path runs */
+    bool ta_to_blas;     /* products with op(A) = Aᵀ past the small path go to OpenBLAS (measured faster) */
+    ag__tile_packed_fn *packed;
+    ag__tile_small_fn *small_tile;
+} ag__sgemm_kernels;
+
+/* the largest mr·nr of any set (a tail tile's scratch) */
+#define AG_SGEMM_MAX_TILE (8 * 32)
+
+#if defined(__x86_64__) && defined(__GNUC__)
+extern const ag__sgemm_kernels ag__sgemm_avx512, ag__sgemm_avx2;
+#endif
+
+/* the set ag__sgemm runs, NULL when it goes to OpenBLAS (tensor/matmul.c) */
+const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void);
+/* ag__sgemm (ag__sgemm_bias when bias is non-NULL) with the set K on the small unpacked path
+ * (small: beta 0 or 1, and with tb k·n <= 64K) or the blocked one, whatever the size: the
+ * driver's paths one by one, for tests */
+void ag__sgemm_path(const ag__sgemm_kernels *K, bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                    int64_t ldc, const float *bias);
+#endif
