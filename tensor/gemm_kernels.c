@@ -198,9 +198,12 @@ T2 static void small_avx2(int64_t kc, const float *a, int64_t ars, int64_t aks, 
 }
 
 /* KC·NR2 floats of a B panel (16 KiB) and MR2·KC of A stay in the 32 KiB L1d; a task's
- * MC×KC of A and KC×NCH of B (288 KiB) in the 512 KiB L2. Weight gradients (Aᵀ B, k the
- * batch's rows: 128×128×1280 to 1024×256×2048) ran 5-25% slower than OpenBLAS on Zen 3, so
- * those go there; their small cousins (attention's backward) are 2-4x faster here. */
+ * MC×KC of A and KC×NCH of B (288 KiB) in the 512 KiB L2. On Zen 3 the small path is 1.5-4x
+ * faster than OpenBLAS on attention-sized products, but past it the blocked path did not beat
+ * OpenBLAS in a training step (weight gradients, Aᵀ B: 5-25% slower; the linear layers faster
+ * alone, 86-96 against 64-85 GFLOP/s, yet train_large at 2 threads took 863/724/864 ms against
+ * 727/724/808 with everything past the small path on OpenBLAS), so those go to OpenBLAS. The
+ * blocked path stays tested (tests/test_kernels.c) for CPUs where it may win. */
 const ag__sgemm_kernels ag__sgemm_avx2 = {"avx2", MR2, NR2, 256, 72, 256, 96 * 96 * 96, true, packed_avx2,
                                           small_avx2};
 

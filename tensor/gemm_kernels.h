@@ -23,7 +23,7 @@ typedef struct {
     int64_t kc;          /* K slice depth */
     int64_t mc, nch;     /* rows and columns of C per task */
     int64_t small;       /* m·n·k up to which the unpacked small path runs */
-    bool ta_to_blas;     /* products with op(A) = Aᵀ past the small path go to OpenBLAS (measured faster) */
+    bool blas_past_small; /* products past the small path go to OpenBLAS (measured as fast or faster) */
     ag__tile_packed_fn *packed;
     ag__tile_small_fn *small_tile;
 } ag__sgemm_kernels;

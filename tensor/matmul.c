@@ -266,7 +266,7 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     ag__blas_single_threaded();
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
     bool small = K && (beta == 0 || beta == 1) && small_fits(K, tb, m, n, k);
-    if (!K || (!small && ta && K->ta_to_blas)) {
+    if (!K || (!small && K->blas_past_small)) {
         ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
@@ -279,7 +279,7 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
     ag__blas_single_threaded();
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
     bool small = K && small_fits(K, tb, m, n, k);
-    if (k > 0 && K && (small || !ta || !K->ta_to_blas)) {
+    if (k > 0 && K && (small || !K->blas_past_small)) {
         ag__sgemm_path(K, small, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);
         return;
     }
