@@ -9,8 +9,12 @@
 
 #include "internal.h"
 
-/* rows (or columns) of C per block, and the work below which a product is not split */
+/* A product of at least GEMM_SPLIT_WORK multiply-adds with more than GEMM_BLOCK rows (or
+ * columns) is cut into at most GEMM_MAX_BLOCKS blocks of at least GEMM_BLOCK: every block is a
+ * whole OpenBLAS call that packs op(B) (op(A)) again, so few large blocks cost least, and four
+ * keep 2 or 4 threads evenly busy. */
 #define GEMM_BLOCK 128
+#define GEMM_MAX_BLOCKS 4
 #define GEMM_SPLIT_WORK (1 << 21)
 
 /* OpenBLAS single-threaded: once when the library is loaded, and again whenever a GEMM finds
@@ -59,10 +63,12 @@ void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t 
         return;
     }
     bool rows = m >= n;
-    int64_t total = rows ? m : n, blocks = (total + GEMM_BLOCK - 1) / GEMM_BLOCK;
+    int64_t total = rows ? m : n, size = (total + GEMM_MAX_BLOCKS - 1) / GEMM_MAX_BLOCKS;
+    size = size < GEMM_BLOCK ? GEMM_BLOCK : (size + 15) / 16 * 16;
+    int64_t blocks = (total + size - 1) / size;
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
     for (int64_t i = 0; i < blocks; i++) {
-        int64_t s = i * GEMM_BLOCK, len = total - s < GEMM_BLOCK ? total - s : GEMM_BLOCK;
+        int64_t s = i * size, len = total - s < size ? total - s : size;
         if (rows) /* rows s.. of C from rows s.. of op(A) */
             gemm1(dt, ta, tb, len, n, k, alpha, A + (ta ? s : s * lda) * es, lda, B, ldb, beta, C + s * ldc * es, ldc);
         else      /* columns s.. of C from columns s.. of op(B) */

@@ -49,37 +49,53 @@ static float val(uint32_t *s) { /* xorshift: the test's own numbers in [-1, 1) *
     return (float)((*s >> 8) * (2.0 / 16777216.0) - 1.0);
 }
 
-/* returns the number of elements outside the bound */
-static int check_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, uint32_t seed) {
+static float *fill(int64_t count, uint32_t *seed) {
+    float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+    for (int64_t i = 0; i < count; i++) x[i] = val(seed);
+    return x;
+}
+
+/* C = alpha op(A) op(B) + beta C (+ bias row) through K's small or blocked path, or through
+ * ag__sgemm when K is NULL, against the double witness; returns the elements outside the bound
+ * (or touched past n) */
+static int check_path(const ag__sgemm_kernels *K, bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      float alpha, float beta, bool with_bias, uint32_t seed) {
     int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
     int64_t ar = ta ? k : m, br = tb ? n : k;
-    float *a = malloc(sizeof(float) * (size_t)(ar * lda)), *b = malloc(sizeof(float) * (size_t)(br * ldb));
-    float *c = malloc(sizeof(float) * (size_t)(m * ldc)), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
-    for (int64_t i = 0; i < ar * lda; i++) a[i] = val(&seed);
-    for (int64_t i = 0; i < br * ldb; i++) b[i] = val(&seed);
-    for (int64_t i = 0; i < m * ldc; i++) c0[i] = c[i] = beta == 0 ? NAN : val(&seed);
-    ag__sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    float *a = fill(ar * lda, &seed), *b = fill(br * ldb, &seed), *bias = with_bias ? fill(n, &seed) : NULL;
+    float *c = fill(m * ldc, &seed), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
+    if (beta == 0)
+        for (int64_t i = 0; i < m * ldc; i++) c[i] = NAN;
+    memcpy(c0, c, sizeof(float) * (size_t)(m * ldc));
+    if (K) ag__sgemm_path(K, small, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
+    else ag__sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     int bad = 0;
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
-            double s = 0, mag = 0;
+            double sum = 0, mag = 0;
             for (int64_t p = 0; p < k; p++) {
                 double x = ta ? a[p * lda + i] : a[i * lda + p], y = tb ? b[j * ldb + p] : b[p * ldb + j];
-                s += x * y;
+                sum += x * y;
                 mag += fabs(x * y);
             }
-            double old = beta == 0 ? 0 : beta * (double)c0[i * ldc + j], want = alpha * s + old;
-            double tol = 1e-6 * (fabs(alpha) * mag + fabs(old)) + 1e-7 * (double)k + 1e-30;
+            double old = (beta == 0 ? 0 : beta * (double)c0[i * ldc + j]) + (bias ? bias[j] : 0);
+            double want = alpha * sum + old, tol = 1e-6 * (fabs(alpha) * mag + fabs(old)) + 1e-7 * (double)k + 1e-30;
             if (!(fabs(c[i * ldc + j] - want) <= tol)) bad++;
         }
-        for (int64_t j = n; j < ldc; j++) /* padding past n untouched */
+        for (int64_t j = n; j < ldc; j++)
             if (!(c[i * ldc + j] == c0[i * ldc + j] || (isnan(c[i * ldc + j]) && isnan(c0[i * ldc + j])))) bad++;
     }
     free(a);
     free(b);
+    free(bias);
     free(c);
     free(c0);
     return bad;
+}
+
+/* the same through ag__sgemm, whichever kernel it picked */
+static int check_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, uint32_t seed) {
+    return check_path(NULL, false, ta, tb, m, n, k, alpha, beta, false, seed);
 }
 
 static void test_sgemm_matches_double_reference_for_every_transpose_and_edge_size(void **s) {
@@ -151,49 +167,6 @@ static void test_sgemm_results_do_not_depend_on_thread_count(void **s) {
 }
 
 /* ---- each kernel set through each path of the driver ---- */
-
-static float *fill(int64_t count, uint32_t *seed) {
-    float *x = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
-    for (int64_t i = 0; i < count; i++) x[i] = val(seed);
-    return x;
-}
-
-
-/* C = alpha op(A) op(B) + beta C (+ bias row) through K's small or blocked path against the
- * double witness; returns the elements outside the bound (or touched past n) */
-static int check_path(const ag__sgemm_kernels *K, bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      float alpha, float beta, bool with_bias, uint32_t seed) {
-    int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
-    int64_t ar = ta ? k : m, br = tb ? n : k;
-    float *a = fill(ar * lda, &seed), *b = fill(br * ldb, &seed), *bias = with_bias ? fill(n, &seed) : NULL;
-    float *c = fill(m * ldc, &seed), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
-    if (beta == 0)
-        for (int64_t i = 0; i < m * ldc; i++) c[i] = NAN;
-    memcpy(c0, c, sizeof(float) * (size_t)(m * ldc));
-    ag__sgemm_path(K, small, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
-    int bad = 0;
-    for (int64_t i = 0; i < m; i++) {
-        for (int64_t j = 0; j < n; j++) {
-            double sum = 0, mag = 0;
-            for (int64_t p = 0; p < k; p++) {
-                double x = ta ? a[p * lda + i] : a[i * lda + p], y = tb ? b[j * ldb + p] : b[p * ldb + j];
-                sum += x * y;
-                mag += fabs(x * y);
-            }
-            double old = (beta == 0 ? 0 : beta * (double)c0[i * ldc + j]) + (bias ? bias[j] : 0);
-            double want = alpha * sum + old, tol = 1e-6 * (fabs(alpha) * mag + fabs(old)) + 1e-7 * (double)k + 1e-30;
-            if (!(fabs(c[i * ldc + j] - want) <= tol)) bad++;
-        }
-        for (int64_t j = n; j < ldc; j++)
-            if (!(c[i * ldc + j] == c0[i * ldc + j] || (isnan(c[i * ldc + j]) && isnan(c0[i * ldc + j])))) bad++;
-    }
-    free(a);
-    free(b);
-    free(bias);
-    free(c);
-    free(c0);
-    return bad;
-}
 
 /* the sets this CPU runs, whichever ag__sgemm picked */
 static int runnable_sets(const ag__sgemm_kernels *sets[2]) {
