@@ -474,11 +474,13 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
 static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *keep) {
     int64_t i = 0;
     for (; i < n && (e0 + i) % 8; i++) keep[i] = bits[(e0 + i) >> 3] >> ((e0 + i) & 7) & 1;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ /* byte q of w is keep[i + q] */
     for (; i + 8 <= n; i += 8) {
         uint64_t w = bits[(e0 + i) >> 3] * 0x0101010101010101ull & 0x8040201008040201ull; /* bit q in byte q */
         w = (w + 0x7F7F7F7F7F7F7F7Full) >> 7 & 0x0101010101010101ull; /* a nonzero byte carries into bit 7 */
-        memcpy(keep + i, &w, 8); /* little-endian: byte q of w is keep[i + q] */
+        memcpy(keep + i, &w, 8);
     }
+#endif
     for (; i < n; i++) keep[i] = bits[(e0 + i) >> 3] >> ((e0 + i) & 7) & 1;
 }
 

@@ -144,9 +144,16 @@ static void pack_b_panel(const float *b, int64_t ldb, bool tb, int64_t k0, int64
 static void sgemm_small(const ag__sgemm_kernels *K, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc, bool add,
                         const float *bias) {
-    if (tb) { /* op(B) row-major into a buffer: one pass over B */
+    if (tb) { /* op(B) row-major into a buffer: one pass over B, 8 of its rows at a time so that
+               * each step writes 8 neighbouring floats instead of 8 lines n apart */
         float *t = grow(&bbuf, &bcap, (size_t)(k * n));
-        for (int64_t j = 0; j < n; j++)
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            const float *r = b + j * ldb;
+            for (int64_t p = 0; p < k; p++)
+                for (int64_t q = 0; q < 8; q++) t[p * n + j + q] = r[q * ldb + p];
+        }
+        for (; j < n; j++)
             for (int64_t p = 0; p < k; p++) t[p * n + j] = b[j * ldb + p];
         b = t;
         ldb = n;
