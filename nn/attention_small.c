@@ -11,9 +11,10 @@
 #include "attention_small.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "../tensor/fastmath.h"
+#include "../tensor/gemm.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -21,32 +22,19 @@
 #define KEYS AG_ATTN_SMALL_KEYS
 #define RB 8 /* query rows per block */
 
-/* The kernels' own CPU check, once: AVX-512F first, else AVX2 with FMA (not the GEMM's, whose
- * choice of kernels is its own). AG_GEMM=blas turns both off, as it does the own GEMM. */
-static enum { ISA_NONE, ISA_AVX2, ISA_AVX512 } isa;
-static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
-
-static void check_isa(void) {
-    const char *e = getenv("AG_GEMM");
-    if (e && !strcmp(e, "blas")) return;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) isa = ISA_AVX512;
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = ISA_AVX2;
-}
-
-bool ag__attn_small_available(void) {
-    pthread_once(&isa_once, check_isa);
-    return isa != ISA_NONE;
-}
+/* The kernels of the instruction set the GEMM runs (tensor/gemm.h), so AG_GEMM=blas turns them
+ * off and AG_GEMM=avx2 picks the AVX2 ones on an AVX-512 CPU, as it does the GEMM's. */
+bool ag__attn_small_available(void) { return ag__sgemm_isa_in_use() != AG_ISA_NONE; }
 
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
-    if (isa == ISA_AVX512) ag__attn_small_fwd_avx512(t, p, ldp, o, ldo);
+    if (ag__sgemm_isa_in_use() == AG_ISA_AVX512) ag__attn_small_fwd_avx512(t, p, ldp, o, ldo);
     else ag__attn_small_fwd_avx2(t, p, ldp, o, ldo);
 }
 
 void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
                         float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {
-    if (isa == ISA_AVX512) ag__attn_small_bwd_avx512(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
+    if (ag__sgemm_isa_in_use() == AG_ISA_AVX512)
+        ag__attn_small_bwd_avx512(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
     else ag__attn_small_bwd_avx2(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
 }
 
@@ -95,22 +83,22 @@ static TARGET void transpose_rows(const float *x, int64_t ld, int64_t n, int64_t
 
 /* ag__expf (tensor/fastmath.h) on 16 lanes, the same steps: 0 below -87.33 (and for -inf) */
 static inline TARGET __m512 exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.3762626647949f);
-    const __m512 shift = _mm512_set1_ps(12582912.0f);
+    const __m512 lo = _mm512_set1_ps(AG_EXPF_LO), hi = _mm512_set1_ps(AG_EXPF_HI);
+    const __m512 shift = _mm512_set1_ps(AG_EXPF_SHIFT);
     __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
     __m512 xc = _mm512_mask_blend_ps(under, x, lo);
     xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(xc, hi, _CMP_GT_OQ), xc, hi);
-    __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), shift);
+    __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(AG_EXPF_LOG2E), shift);
     __m512 n = _mm512_sub_ps(t, shift);
-    __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000));
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(AG_EXPF_SHIFT_BITS));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(AG_EXPF_LN2_HI), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(AG_EXPF_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(AG_EXPF_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P5));
     p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
     __m512i bits = _mm512_slli_epi32(_mm512_and_si512(_mm512_add_epi32(ni, _mm512_set1_epi32(127)),
                                                       _mm512_set1_epi32(0xFF)), 23);

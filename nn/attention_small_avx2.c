@@ -12,6 +12,8 @@
 
 #include "attention_small.h"
 
+#include "../tensor/fastmath.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -56,22 +58,22 @@ static inline TARGET __m256 hsum8(__m256 m) {
 
 /* ag__expf (tensor/fastmath.h) on 8 lanes, the steps of exp16: 0 below -87.33 (and for -inf) */
 static inline TARGET __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.3762626647949f);
-    const __m256 shift = _mm256_set1_ps(12582912.0f);
+    const __m256 lo = _mm256_set1_ps(AG_EXPF_LO), hi = _mm256_set1_ps(AG_EXPF_HI);
+    const __m256 shift = _mm256_set1_ps(AG_EXPF_SHIFT);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     __m256 xc = _mm256_blendv_ps(x, lo, under);
     xc = _mm256_blendv_ps(xc, hi, _mm256_cmp_ps(xc, hi, _CMP_GT_OQ));
-    __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), shift);
+    __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(AG_EXPF_LOG2E), shift);
     __m256 n = _mm256_sub_ps(t, shift);
-    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000));
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(AG_EXPF_SHIFT_BITS));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(AG_EXPF_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(AG_EXPF_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(AG_EXPF_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P5));
     p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
     __m256i bits = _mm256_slli_epi32(
         _mm256_and_si256(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), _mm256_set1_epi32(0xFF)), 23);

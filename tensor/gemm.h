@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cpu.h"
 #include "tensor.h"
 
 void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
@@ -37,11 +38,8 @@ void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t 
  * ag__blas_gemm calls it, and so does code that calls GEMMs from its own parallel regions,
  * before opening them */
 void ag__blas_single_threaded(void);
-/* which f32 kernel ag__sgemm runs (AG_GEMM=blas gives AG_SGEMM_BLAS). Code with kernels of
- * its own for one ISA (nn/attention_small.c) asks here, so that AG_GEMM turns it off as well. */
-typedef enum { AG_SGEMM_BLAS, AG_SGEMM_AVX2, AG_SGEMM_AVX512 } ag__sgemm_isa;
-ag__sgemm_isa ag__sgemm_isa_in_use(void);
-/* ag__sgemm_isa_in_use() == AG_SGEMM_AVX512: the AVX-512 kernels run (not AVX2: nn/attention_small.c
- * reads this as "its AVX-512 kernels may run") */
-bool ag__sgemm_native(void);
+/* which f32 kernel set ag__sgemm runs: ag__cpu_isa(), or AG_ISA_NONE (OpenBLAS) with
+ * AG_GEMM=blas, or AG_ISA_AVX2 on an AVX-512 CPU with AG_GEMM=avx2. Code with kernels of its
+ * own per ISA (nn/attention_small.c) follows it, so that AG_GEMM switches those too. */
+ag__isa ag__sgemm_isa_in_use(void);
 #endif

@@ -31,25 +31,20 @@
 #define SMALL_TB (64 * 1024)
 
 static const ag__sgemm_kernels *kernels; /* NULL: OpenBLAS */
-static ag__sgemm_isa isa = AG_SGEMM_BLAS;
+static ag__isa isa = AG_ISA_NONE;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
 static void choose_isa(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const char *e = getenv("AG_GEMM");
     if (e && !strcmp(e, "blas")) return;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "avx2"))) {
-        isa = AG_SGEMM_AVX512;
-        kernels = &ag__sgemm_avx512;
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        isa = AG_SGEMM_AVX2;
-        kernels = &ag__sgemm_avx2;
-    }
+    isa = ag__cpu_isa();
+    if (isa == AG_ISA_AVX512 && e && !strcmp(e, "avx2")) isa = AG_ISA_AVX2;
+    kernels = isa == AG_ISA_AVX512 ? &ag__sgemm_avx512 : isa == AG_ISA_AVX2 ? &ag__sgemm_avx2 : NULL;
 #endif
 }
 
-ag__sgemm_isa ag__sgemm_isa_in_use(void) {
+ag__isa ag__sgemm_isa_in_use(void) {
     pthread_once(&isa_once, choose_isa);
     return isa;
 }
@@ -58,8 +53,6 @@ const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void) {
     pthread_once(&isa_once, choose_isa);
     return kernels;
 }
-
-bool ag__sgemm_native(void) { return ag__sgemm_isa_in_use() == AG_SGEMM_AVX512; }
 
 /* Per-thread packing buffers, grown when needed (counted by ag_alloc_count) and kept; a
  * thread's are freed when it exits (OpenMP may retire pool threads when the team size changes). */

@@ -4,7 +4,6 @@
  * vector, and with AVX2 8 at once, 4 per vector, with the same integer arithmetic: the same
  * numbers, bit for bit. */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
@@ -280,29 +279,18 @@ static TARGET2 void keep_avx2(uint64_t seed, uint64_t counter, int64_t n, uint64
 }
 #endif
 
-enum { SCALAR, AVX2, AVX512 };
-static int isa;
-static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
-static void check_isa(void) {
-#ifdef RNG_X86
-    __builtin_cpu_init();
-    isa = __builtin_cpu_supports("avx512f") ? AVX512 : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? AVX2 : SCALAR;
-#endif
-}
-static int rng_isa(void) {
-    pthread_once(&isa_once, check_isa);
-    return isa;
-}
 const char *ag__rng_vector_path(void) {
-    static const char *names[] = {NULL, "AVX2", "AVX-512"};
-    return names[rng_isa()];
+    static const char *names[] = {[AG_ISA_NONE] = NULL, [AG_ISA_AVX2] = "AVX2", [AG_ISA_AVX512] = "AVX-512"};
+    return names[ag__cpu_isa()];
 }
 
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out) {
 #ifdef RNG_X86
-    if (rng_isa() == AVX512) uniform_avx512(seed, counter, n, out);
-    if (rng_isa() == AVX2) uniform_avx2(seed, counter, n, out);
-    if (rng_isa() != SCALAR) return;
+    ag__isa isa = ag__cpu_isa();
+    if (isa == AG_ISA_AVX512 || isa == AG_ISA_AVX2) {
+        (isa == AG_ISA_AVX512 ? uniform_avx512 : uniform_avx2)(seed, counter, n, out);
+        return;
+    }
 #endif
     ag__rng_uniform_scalar(seed, counter, n, out);
 }
@@ -310,9 +298,11 @@ void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                   uint8_t *bits) {
 #ifdef RNG_X86
-    if (rng_isa() == AVX512) keep_avx512(seed, counter, n, t, at_least, keep, bits);
-    if (rng_isa() == AVX2) keep_avx2(seed, counter, n, t, at_least, keep, bits);
-    if (rng_isa() != SCALAR) return;
+    ag__isa isa = ag__cpu_isa();
+    if (isa == AG_ISA_AVX512 || isa == AG_ISA_AVX2) {
+        (isa == AG_ISA_AVX512 ? keep_avx512 : keep_avx2)(seed, counter, n, t, at_least, keep, bits);
+        return;
+    }
 #endif
     ag__rng_keep_scalar(seed, counter, n, t, at_least, keep, bits);
 }
