@@ -428,46 +428,54 @@ static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
     }
 AG_FLOAT_TYPES(ATTN_KERNELS)
 
-/* The fused kernels (nn/attention_small.c) for f32 heads with 1..16 live keys; a head with
- * more (or none) takes the GEMM path above. The mask of the head becomes per-row bits of dead
- * keys and additive values: one row for all queries unless it varies by row or is causal. */
+/* The fused kernels (nn/attention_small.c) for f32 heads with 1..ag__attn_small_keys() live
+ * keys (16 on AVX-512, 64 on AVX2, where they take dropout too unless the weights after
+ * dropout are wanted); a head with more (or none) takes the GEMM path above. The mask of the
+ * head becomes per-row bits of dead keys and additive values: one row for all queries unless
+ * it varies by row or is causal. */
 static bool small_fits(const attn *a) {
-    return ag__attn_small_available() && !a->q.trans && !a->k.trans && !a->v.trans && !a->keep &&
-           a->L <= AG_ATTN_SMALL_ROWS && a->Dh >= 1 && a->Dh <= AG_ATTN_SMALL_DIM && a->Dv >= 1 &&
-           a->Dv <= AG_ATTN_SMALL_DIM;
+    return ag__attn_small_available() && !a->q.trans && !a->k.trans && !a->v.trans &&
+           (!a->keep || (a->pd_per_thread && ag__attn_small_keys(true) > 0)) && a->L <= AG_ATTN_SMALL_ROWS &&
+           a->Dh >= 1 && a->Dh <= AG_ATTN_SMALL_DIM && a->Dv >= 1 && a->Dv <= AG_ATTN_SMALL_DIM;
 }
 
+/* the tile of (b,h) with n live keys, or n 0 when the kernels do not take that many */
 static ag__attn_tile small_tile(const attn *a, int64_t b, int64_t h, int64_t n) {
+    if (n < 1 || n > ag__attn_small_keys(a->keep != NULL)) n = 0;
+    int64_t bh = b * a->H + h;
     return (ag__attn_tile){.L = a->L, .n = n, .Dh = a->Dh, .Dv = a->Dv, .q = (const float *)at(&a->q, b, h),
                            .k = (const float *)at(&a->k, b, h), .v = (const float *)at(&a->v, b, h),
-                           .ldq = a->q.ld, .ldk = a->k.ld, .ldv = a->v.ld, .alpha = (float)a->alpha};
+                           .ldq = a->q.ld, .ldk = a->k.ld, .ldv = a->v.ld, .alpha = (float)a->alpha,
+                           .keep = a->keep ? a->keep + bh * a->L * a->S : NULL, .ldkeep = a->S,
+                           .keep_scale = (float)a->keep_scale};
 }
 
 static void attn_fwd_small(const attn *a, int64_t bh) {
     int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S;
     const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;
-    int64_t n = live_keys_f32(a, m);
-    if (n < 1 || n > AG_ATTN_SMALL_KEYS) {
+    ag__attn_tile t = small_tile(a, b, h, live_keys_f32(a, m));
+    if (!t.n) {
         attn_fwd_f32(a, bh);
         return;
     }
-    float madd[AG_ATTN_SMALL_ROWS * AG_ATTN_SMALL_KEYS];
-    uint16_t dead[AG_ATTN_SMALL_ROWS];
+    enum { W = AG_ATTN_AVX2_KEYS };
+    float madd[AG_ATTN_SMALL_ROWS * W];
+    uint64_t dead[AG_ATTN_SMALL_ROWS];
     bool by_row = a->causal || (m && a->mst[2]);
+    int64_t lanes = t.n <= 16 ? 16 : (t.n + 7) / 8 * 8; /* the mask lanes a kernel reads */
     for (int64_t i = 0; i < (by_row ? L : 1); i++) {
-        float *ad = madd + i * AG_ATTN_SMALL_KEYS;
+        float *ad = madd + i * W;
         dead[i] = 0;
-        for (int64_t j = 0; j < AG_ATTN_SMALL_KEYS; j++) {
+        for (int64_t j = 0; j < lanes; j++) {
             const char *e = m ? m + i * a->mst[2] + j * a->mst[3] : NULL;
             ad[j] = 0;
-            if (j >= n) continue;
-            if ((a->causal && j > i) || (a->mk == MASK_BOOL && *e)) dead[i] |= (uint16_t)(1u << j);
+            if (j >= t.n) continue;
+            if ((a->causal && j > i) || (a->mk == MASK_BOOL && *e)) dead[i] |= UINT64_C(1) << j;
             else if (a->mk == MASK_ADD) ad[j] = *(const float *)e;
         }
     }
-    ag__attn_tile t = small_tile(a, b, h, n);
     t.madd = a->mk == MASK_ADD ? madd : NULL;
-    t.madd_ld = by_row ? AG_ATTN_SMALL_KEYS : 0;
+    t.madd_ld = by_row ? W : 0;
     t.dead = dead;
     t.dead_ld = by_row;
     ag__attn_small_fwd(&t, (float *)a->p + bh * L * S, S, (float *)at(&a->o, b, h), a->o.ld);
@@ -476,12 +484,11 @@ static void attn_fwd_small(const attn *a, int64_t bh) {
 static void attn_bwd_small(const attn *a, int64_t bh) {
     int64_t b = bh / a->H, h = bh % a->H;
     const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;
-    int64_t n = live_keys_f32(a, m);
-    if (n < 1 || n > AG_ATTN_SMALL_KEYS) {
+    ag__attn_tile t = small_tile(a, b, h, live_keys_f32(a, m));
+    if (!t.n) {
         attn_bwd_f32(a, bh);
         return;
     }
-    ag__attn_tile t = small_tile(a, b, h, n);
     const mat *g[3] = {&a->dq, &a->dk, &a->dv};
     float *d[3];
     for (int i = 0; i < 3; i++) d[i] = g[i]->base ? (float *)at(g[i], b, h) : NULL;

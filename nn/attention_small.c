@@ -26,6 +26,14 @@
  * off and AG_GEMM=avx2 picks the AVX2 ones on an AVX-512 CPU, as it does the GEMM's. */
 bool ag__attn_small_available(void) { return ag__sgemm_isa_in_use() != AG_ISA_NONE; }
 
+int64_t ag__attn_small_keys(bool dropout) {
+    switch (ag__sgemm_isa_in_use()) {
+    case AG_ISA_AVX512: return dropout ? 0 : AG_ATTN_SMALL_KEYS;
+    case AG_ISA_AVX2: return AG_ATTN_AVX2_KEYS;
+    default: return 0;
+    }
+}
+
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
     if (ag__sgemm_isa_in_use() == AG_ISA_AVX512) ag__attn_small_fwd_avx512(t, p, ldp, o, ldo);
     else ag__attn_small_fwd_avx2(t, p, ldp, o, ldo);
@@ -139,7 +147,7 @@ TARGET void ag__attn_small_fwd_avx512(const ag__attn_tile *t, float *p, int64_t 
         } else {
             for (int j = 0; j < 16; j++) x[j] = _mm512_mul_ps(x[j], al);
         }
-        for (int r = 0; r < 16; r++) dd[r] = r < mr && t->dead ? t->dead[(i0 + r) * t->dead_ld] : 0;
+        for (int r = 0; r < 16; r++) dd[r] = r < mr && t->dead ? (uint32_t)t->dead[(i0 + r) * t->dead_ld] : 0;
         __m512i dead = _mm512_load_si512(dd);
         __mmask16 spare = (__mmask16)~first(mr); /* rows past L: all masked */
         for (int j = 0; j < 16; j++) {
@@ -284,6 +292,7 @@ TARGET void ag__attn_small_bwd_avx512(const ag__attn_tile *t, const float *p, in
 #else /* no fused kernels on this platform: nn/attention.c never calls them */
 
 bool ag__attn_small_available(void) { return false; }
+int64_t ag__attn_small_keys(bool dropout) { return 0; }
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {}
 void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
                         float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {}

@@ -11,16 +11,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* the limits of the fused kernels: live keys per vector, head dims and query rows */
+/* the limits of the fused kernels: live keys (AVX-512: the 16 lanes of one vector; AVX2: up to
+ * 8 vectors a row), head dims and query rows */
 #define AG_ATTN_SMALL_KEYS 16
+#define AG_ATTN_AVX2_KEYS 64
 #define AG_ATTN_SMALL_DIM 64
 #define AG_ATTN_SMALL_ROWS 64
 
 /* One (b,h): Q (L,Dh), K (n,Dh), V (n,Dv), row-major with unit-stride rows and leading
- * dimensions ldq, ldk, ldv; n in 1..16 live keys (the keys from n on are masked for every
- * query). The mask of query row i is madd + i·madd_ld (16 floats added to the scaled scores,
- * NULL for none; madd_ld 0: one row for all) and the bits dead[i·dead_ld] (lanes set there
- * are -inf; lanes from n on always are). L and Dh, Dv up to the limits above. */
+ * dimensions ldq, ldk, ldv; n in 1..ag__attn_small_keys() live keys (the keys from n on are
+ * masked for every query). The mask of query row i is madd + i·madd_ld (n floats added to the
+ * scaled scores, NULL for none; madd_ld 0: one row for all) and the bits dead[i·dead_ld] (bit j
+ * set: key j is -inf; keys from n on always are). L and Dh, Dv up to the limits above.
+ * Dropout (AVX2 kernels only, see ag__attn_small_keys): keep non-NULL gives the keep bytes of
+ * row i at keep + i·ldkeep; P V and the backward use P·keep·keep_scale, P itself is what is
+ * written out. */
 typedef struct {
     int64_t L, n, Dh, Dv;
     const float *q, *k, *v;
@@ -28,13 +33,20 @@ typedef struct {
     float alpha; /* the scale of QKᵀ */
     const float *madd;
     int64_t madd_ld;
-    const uint16_t *dead;
+    const uint64_t *dead;
     int64_t dead_ld;
+    const uint8_t *keep;
+    int64_t ldkeep;
+    float keep_scale;
 } ag__attn_tile;
 
 /* true when the kernels below exist and the CPU runs them (AVX-512F, or AVX2 and FMA; and
  * AG_GEMM=blas is not set). Checked once. */
 bool ag__attn_small_available(void);
+/* the most live keys the kernels in use take, with dropout or without: 16 and none with dropout
+ * on AVX-512 (whose kernels hold a row in one vector), 64 either way on AVX2; 0 when
+ * ag__attn_small_available() is false */
+int64_t ag__attn_small_keys(bool dropout);
 /* P (L rows, ldp >= n apart; columns n..S-1 of each row zeroed, S = ldp) = softmax(alpha Q Kᵀ
  * + mask), a row with no live key all zeros; O (L,Dv), ldo = P V */
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);

@@ -252,6 +252,7 @@ typedef void (*attn_bwd_fn)(const ag__attn_tile *t, const float *p, int64_t ldp,
 typedef struct {
     int64_t L, n, Dh, Dv, ldp;
     int mask; /* 0 none, 1 dead bits per row (some rows all dead), 2 additive rows with -inf, 3 one shared additive row */
+    bool drop; /* a dropout keep mask (about 3 in 4 kept) with scale 4/3 */
     attn_fwd_fn fwd;
     attn_bwd_fn bwd;
 } attn_case;
@@ -269,7 +270,7 @@ static int off(float got, double want, double mag) { return !(fabs(got - want) <
  * not be); the backward both accumulating into old values and assigning into NaN (three more
  * masked key rows, which must become zeros) */
 static int check_attn(attn_case c, uint32_t seed) {
-    int64_t L = c.L, n = c.n, Dh = c.Dh, Dv = c.Dv, ldp = c.ldp, K = AG_ATTN_SMALL_KEYS;
+    int64_t L = c.L, n = c.n, Dh = c.Dh, Dv = c.Dv, ldp = c.ldp, K = AG_ATTN_AVX2_KEYS;
     int64_t ldq = Dh + 3, ldk = Dh + 1, ldv = Dv + 2, ldo = Dv + 1;
     float *q = fill(L * ldq, &seed), *k = fill(n * ldk, &seed), *v = fill(n * ldv, &seed);
     float *madd = fill(L * K, &seed), *dout = fill(L * ldo, &seed);
@@ -279,11 +280,14 @@ static int check_attn(attn_case c, uint32_t seed) {
     memcpy(dq0, dq, sizeof(float) * (size_t)(L * ldq));
     memcpy(dk0, dk, sizeof(float) * (size_t)(n * ldk));
     memcpy(dv0, dv, sizeof(float) * (size_t)(n * ldv));
-    uint16_t *dead = malloc(sizeof(uint16_t) * (size_t)L);
+    uint64_t *dead = malloc(sizeof(uint64_t) * (size_t)L);
+    uint8_t *keep = malloc((size_t)(L * ldp));
+    const float sc = 4.0f / 3;
+    for (int64_t i = 0; i < L * ldp; i++) keep[i] = val(&seed) > -0.5f;
     for (int64_t i = 0; i < L; i++) {
-        uint32_t b1 = (uint32_t)((val(&seed) + 1) * 32768), b2 = (uint32_t)((val(&seed) + 1) * 32768);
-        dead[i] = (uint16_t)(b1 & b2); /* ~1/4 of the keys */
-        if (i % 5 == 3) dead[i] = 0xFFFF;                                                  /* nothing to attend */
+        dead[i] = 0;
+        for (int64_t j = 0; j < K; j++) dead[i] |= (uint64_t)(val(&seed) > 0.5f) << j; /* ~1/4 of the keys */
+        if (i % 5 == 3) dead[i] = ~UINT64_C(0); /* nothing to attend */
         for (int64_t j = 0; j < K; j++)
             if (c.mask == 2 && (i + 2 * j) % 7 == 0) madd[i * K + j] = -INFINITY;
         if (c.mask == 2 && i % 6 == 4)
@@ -295,7 +299,8 @@ static int check_attn(attn_case c, uint32_t seed) {
     float alpha = 1.0f / sqrtf((float)Dh);
     ag__attn_tile t = {.L = L, .n = n, .Dh = Dh, .Dv = Dv, .q = q, .k = k, .v = v, .ldq = ldq, .ldk = ldk,
                        .ldv = ldv, .alpha = alpha, .madd = c.mask >= 2 ? madd : NULL, .madd_ld = c.mask == 3 ? 0 : K,
-                       .dead = c.mask == 1 ? dead : NULL, .dead_ld = 1};
+                       .dead = c.mask == 1 ? dead : NULL, .dead_ld = 1, .keep = c.drop ? keep : NULL, .ldkeep = ldp,
+                       .keep_scale = sc};
     c.fwd(&t, p, ldp, o, ldo);
     c.bwd(&t, p, ldp, dout, ldo, dq, ldq, dk, ldk, dv, ldv, 0);
     float *dq2 = nans(L * ldq), *dk2 = nans((n + 3) * ldk), *dv2 = nans((n + 3) * ldv);
@@ -303,21 +308,21 @@ static int check_attn(attn_case c, uint32_t seed) {
     int bad = 0;
     double *pr = malloc(sizeof(double) * (size_t)(L * K)), *ds = malloc(sizeof(double) * (size_t)(L * K));
     for (int64_t i = 0; i < L; i++) {
-        double sc[16], mx = -INFINITY, sum = 0;
+        double sco[64], mx = -INFINITY, sum = 0;
         for (int64_t j = 0; j < n; j++) {
             double s = 0;
             for (int64_t d = 0; d < Dh; d++) s += (double)q[i * ldq + d] * k[j * ldk + d];
             s *= alpha;
             if (t.madd) s += t.madd[i * t.madd_ld + j];
             if (t.dead && (t.dead[i] >> j & 1)) s = -INFINITY;
-            sc[j] = s;
+            sco[j] = s;
             mx = s > mx ? s : mx;
         }
-        for (int64_t j = 0; j < n; j++) sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+        for (int64_t j = 0; j < n; j++) sum += sco[j] == -INFINITY ? 0 : exp(sco[j] - mx);
         for (int64_t j = 0; j < ldp; j++) {
-            double want = j < n && mx != -INFINITY && sc[j] != -INFINITY ? exp(sc[j] - mx) / sum : 0;
-            if (j < K) pr[i * K + j] = want;
+            double want = j < n && mx != -INFINITY && sco[j] != -INFINITY ? exp(sco[j] - mx) / sum : 0;
             if (want == 0 ? p[i * ldp + j] != 0 : !(fabs(p[i * ldp + j] - want) <= 2e-6)) bad++;
+            if (j < K) pr[i * K + j] = want * (!c.drop ? 1 : keep[i * ldp + j] ? (double)sc : 0); /* after dropout */
         }
         for (int64_t d = 0; d < ldo; d++) {
             double want = 0, mag = 0;
@@ -325,10 +330,11 @@ static int check_attn(attn_case c, uint32_t seed) {
             if (d >= Dv ? o[i * ldo + d] != 1234.5f : !(fabs(o[i * ldo + d] - want) <= 2e-6 * (1 + mag))) bad++;
         }
         /* backward from the kernel's own P */
-        double dp[16], dot = 0;
+        double dp[64], dot = 0;
         for (int64_t j = 0; j < n; j++) {
             dp[j] = 0;
             for (int64_t d = 0; d < Dv; d++) dp[j] += (double)dout[i * ldo + d] * v[j * ldv + d];
+            if (c.drop) dp[j] *= keep[i * ldp + j] ? (double)sc : 0;
             dot += dp[j] * p[i * ldp + j];
         }
         for (int64_t j = 0; j < n; j++) ds[i * K + j] = p[i * ldp + j] * (dp[j] - dot);
@@ -356,8 +362,9 @@ static int check_attn(attn_case c, uint32_t seed) {
         for (int64_t d = 0; d < ldv; d++) {
             double g = 0, mag = 0;
             for (int64_t i = 0; j < n && d < Dv && i < L; i++) {
-                g += (double)p[i * ldp + j] * dout[i * ldo + d];
-                mag += fabs(p[i * ldp + j] * dout[i * ldo + d]);
+                double pd = p[i * ldp + j] * (!c.drop ? 1 : keep[i * ldp + j] ? (double)sc : 0);
+                g += pd * dout[i * ldo + d];
+                mag += fabs(pd * dout[i * ldo + d]);
             }
             if (j < n) bad += off(dv[j * ldv + d], dv0[j * ldv + d] + g, mag + fabs(dv0[j * ldv + d]));
             bad += d < Dv ? off(dv2[j * ldv + d], g, mag) || (j >= n && dv2[j * ldv + d] != 0) : !isnan(dv2[j * ldv + d]);
@@ -366,21 +373,28 @@ static int check_attn(attn_case c, uint32_t seed) {
     float *all[] = {q, k, v, madd, dout, dq, dk, dv, dq0, dk0, dv0, dq2, dk2, dv2, p, o};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(dead);
+    free(keep);
     free(pr);
     free(ds);
     return bad;
 }
 
-/* the kernels of every instruction set this CPU runs, whichever ag__attn_small_fwd would pick */
+/* the kernels of every instruction set this CPU runs, whichever ag__attn_small_fwd would pick:
+ * every key count up to the set's limit with every head dim up to 33 through 16 keys, and the
+ * tile edges past it; dropout in a third of the AVX2 cases */
 static void test_small_attention_matches_double_reference_around_tile_edges(void **s) {
 #if defined(__x86_64__) && defined(__GNUC__)
     struct {
         const char *name;
         attn_fwd_fn fwd;
         attn_bwd_fn bwd;
-    } isas[] = {{"avx512", ag__attn_small_fwd_avx512, ag__attn_small_bwd_avx512},
-                {"avx2", ag__attn_small_fwd_avx2, ag__attn_small_bwd_avx2}};
+        int64_t keys;
+        bool drop;
+    } isas[] = {{"avx512", ag__attn_small_fwd_avx512, ag__attn_small_bwd_avx512, AG_ATTN_SMALL_KEYS, false},
+                {"avx2", ag__attn_small_fwd_avx2, ag__attn_small_bwd_avx2, AG_ATTN_AVX2_KEYS, true}};
     const int64_t Ls[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 40, 63, 64};
+    const int64_t wide_n[] = {17, 23, 24, 25, 31, 32, 33, 40, 47, 48, 49, 56, 63, 64};
+    const int64_t wide_d[] = {1, 7, 8, 9, 16, 17, 31, 32, 33};
     int ran = 0;
     __builtin_cpu_init();
     for (int is = 0; is < 2; is++) {
@@ -390,16 +404,23 @@ static void test_small_attention_matches_double_reference_around_tile_edges(void
         ran++;
         uint32_t seed = 77;
         for (int il = 0; il < 14; il++)
-            for (int64_t n = 1; n <= AG_ATTN_SMALL_KEYS; n++)
-                for (int64_t Dh = 1; Dh <= 33; Dh++) {
-                    attn_case c = {Ls[il], n, Dh, Dh % 3 ? Dh : 49 - Dh, Dh % 2 ? n : n + 9, (int)(Dh % 4),
-                                   isas[is].fwd, isas[is].bwd};
+            for (int64_t ni = 0; ni < 16 + 14; ni++) {
+                int64_t n = ni < 16 ? ni + 1 : wide_n[ni - 16];
+                if (n > isas[is].keys) break;
+                for (int64_t di = 0; di < (n <= 16 ? 33 : 9); di++) {
+                    int64_t Dh = n <= 16 ? di + 1 : wide_d[di];
+                    attn_case c = {Ls[il],         n,
+                                   Dh,             Dh % 3 ? Dh : 49 - Dh,
+                                   Dh % 2 ? n : n + 9, (int)(Dh % 4),
+                                   isas[is].drop && (Dh + n) % 3 == 1, isas[is].fwd,
+                                   isas[is].bwd};
                     int bad = check_attn(c, seed++);
                     if (bad)
-                        fail_msg("%s: L=%lld n=%lld Dh=%lld Dv=%lld ldp=%lld mask=%d: %d elements off", isas[is].name,
-                                 (long long)c.L, (long long)c.n, (long long)c.Dh, (long long)c.Dv, (long long)c.ldp,
-                                 c.mask, bad);
+                        fail_msg("%s: L=%lld n=%lld Dh=%lld Dv=%lld ldp=%lld mask=%d drop=%d: %d elements off",
+                                 isas[is].name, (long long)c.L, (long long)c.n, (long long)c.Dh, (long long)c.Dv,
+                                 (long long)c.ldp, c.mask, c.drop, bad);
                 }
+            }
     }
     if (!ran) skip();
 #else

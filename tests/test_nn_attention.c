@@ -457,20 +457,23 @@ static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
     assert_thread_count_independent(run_big, 4 * 4 * 32 * 16);
 }
 
-/* ---- the fused small-head kernels (f32, at most 16 live keys: nn/attention_small.c) ---- */
+/* ---- the fused small-head kernels (f32; at most 16 live keys on AVX-512, 64 and dropout on
+ * AVX2: nn/attention_small.c, nn/attention_small_avx2.c) ---- */
 
 typedef struct {
     ag_tensor *o, *g[3];
 } attn_run;
 
-/* attention of q, k, v = tu_seq in dt of shapes (B,H,L,D), (B,H,S,D), (B,H,S,D), backward of
- * a tu_seq output gradient; everything back as f64 */
+/* attention of q, k, v = tu_seq in dt of shapes (B,H,L,D), (B,H,S,D), (B,H,S,D), with dropout
+ * p (training, the same seed each call, so the same keep mask in either dtype), backward of a
+ * tu_seq output gradient; everything back as f64 */
 static attn_run run_attn(ag_dtype dt, int64_t B, int64_t H, int64_t L, int64_t S, int64_t D, ag_tensor *mask,
-                         bool causal) {
+                         bool causal, double p) {
+    ag_rng rng = ag_rng_new(9);
     ag_tensor *in[3] = {tu_leaf(tu_seq(dt, AG_SHAPE(B, H, L, D), 0.37, 0.1)),
                         tu_leaf(tu_seq(dt, AG_SHAPE(B, H, S, D), 0.53, 0.7)),
                         tu_leaf(tu_seq(dt, AG_SHAPE(B, H, S, D), 0.29, 1.1))};
-    ag_tensor *o = ag_attention(in[0], in[1], in[2], mask, causal, 0, NULL, false, NULL);
+    ag_tensor *o = ag_attention(in[0], in[1], in[2], mask, causal, p, &rng, p > 0, NULL);
     ag_backward(o, tu_seq(dt, o->ndim, o->shape, 0.61, 0.4));
     attn_run r = {.o = ag_to(o, AG_F64)};
     for (int i = 0; i < 3; i++) r.g[i] = ag_to(in[i]->grad, AG_F64);
@@ -481,33 +484,38 @@ static void assert_close(const ag_tensor *got, const ag_tensor *want, double tol
     tu_assert_values_(__FILE__, __LINE__, got, values(want), ag_numel(want), tol);
 }
 
+/* f32 (the fused kernels where the CPU has them) against f64 (the GEMM path), with and without
+ * dropout, at 16 keys (either ISA's kernels) and 40 (AVX2's) */
 static void test_attention_f32_short_keys_match_the_f64_path_for_each_mask(void **s) {
-    /* B=4 sequences padded to S=16 keys with 16, 11, 0 (all padded) and 5 live; L around the 8-row block */
-    const int64_t B = 4, H = 2, S = 16, live[] = {16, 11, 0, 5};
+    /* B=4 sequences padded to S keys with S, S-5, 0 (all padded) and 5 live; L around the row blocks */
+    const int64_t B = 4, H = 2, Ss[] = {16, 40};
     const int64_t Ls[] = {1, 9, 16, 20}, Ds[] = {3, 16, 17, 33};
-    for (int t = 0; t < 4; t++) {
-        int64_t L = Ls[t], D = Ds[t];
-        ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(B, 1, 1, S));
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t j = live[b]; j < S; j++) ((uint8_t *)kpm->data)[b * S + j] = 1;
-        ag_tensor *rowm = ag_zeros(AG_BOOL, AG_SHAPE(L, S)); /* varies by query row; row 2 sees nothing */
-        for (int64_t i = 0; i < L; i++)
-            for (int64_t j = 0; j < S; j++) ((uint8_t *)rowm->data)[i * S + j] = (i + j) % 3 == 0 || i == 2;
-        ag_tensor *addm = ag_where(rowm, ag_scalar(AG_F64, -INFINITY), tu_seq(AG_F64, AG_SHAPE(L, S), 0.9, 0.2));
-        ag_tensor *masks[] = {NULL, kpm, rowm, addm, kpm};
-        for (int mi = 0; mi < 5; mi++) {
-            ag_tensor *m64 = masks[mi], *m32 = m64 && m64->dtype == AG_F64 ? ag_to(m64, AG_F32) : m64;
-            bool causal = mi == 4;
-            attn_run want = run_attn(AG_F64, B, H, L, S, D, m64, causal);
-            attn_run got = run_attn(AG_F32, B, H, L, S, D, m32, causal);
-            assert_close(got.o, want.o, 2e-6);
-            for (int i = 0; i < 3; i++) assert_close(got.g[i], want.g[i], 1e-5);
-            if (mi == 1) { /* the all-padded sequence: zero output, zero gradients */
-                double *o = values(got.o), *dq = values(got.g[0]);
-                for (int64_t e = 2 * H * L * D; e < 3 * H * L * D; e++) assert_true(o[e] == 0 && dq[e] == 0);
+    for (int si = 0; si < 2; si++)
+        for (int t = 0; t < 4; t++) {
+            int64_t S = Ss[si], L = Ls[t], D = Ds[t], live[] = {S, S - 5, 0, 5};
+            ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(B, 1, 1, S));
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t j = live[b]; j < S; j++) ((uint8_t *)kpm->data)[b * S + j] = 1;
+            ag_tensor *rowm = ag_zeros(AG_BOOL, AG_SHAPE(L, S)); /* varies by query row; row 2 sees nothing */
+            for (int64_t i = 0; i < L; i++)
+                for (int64_t j = 0; j < S; j++) ((uint8_t *)rowm->data)[i * S + j] = (i + j) % 3 == 0 || i == 2;
+            ag_tensor *addm =
+                ag_where(rowm, ag_scalar(AG_F64, -INFINITY), tu_seq(AG_F64, AG_SHAPE(L, S), 0.9, 0.2));
+            ag_tensor *masks[] = {NULL, kpm, rowm, addm, kpm, kpm};
+            for (int mi = 0; mi < 6; mi++) {
+                ag_tensor *m64 = masks[mi], *m32 = m64 && m64->dtype == AG_F64 ? ag_to(m64, AG_F32) : m64;
+                bool causal = mi == 4;
+                double p = mi == 5 || (mi == 3 && t % 2) ? 0.25 : 0;
+                attn_run want = run_attn(AG_F64, B, H, L, S, D, m64, causal, p);
+                attn_run got = run_attn(AG_F32, B, H, L, S, D, m32, causal, p);
+                assert_close(got.o, want.o, 2e-6);
+                for (int i = 0; i < 3; i++) assert_close(got.g[i], want.g[i], 1e-5);
+                if (mi == 1) { /* the all-padded sequence: zero output, zero gradients */
+                    double *o = values(got.o), *dq = values(got.g[0]);
+                    for (int64_t e = 2 * H * L * D; e < 3 * H * L * D; e++) assert_true(o[e] == 0 && dq[e] == 0);
+                }
             }
         }
-    }
 }
 
 static void run_small(int threads, double **out, double **grads) {
@@ -515,7 +523,7 @@ static void run_small(int threads, double **out, double **grads) {
     ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(8, 1, 1, 16));
     for (int64_t b = 0; b < 8; b++)
         for (int64_t j = 12; j < 16; j++) ((uint8_t *)kpm->data)[b * 16 + j] = 1;
-    attn_run r = run_attn(AG_F32, 8, 4, 16, 16, 16, kpm, false);
+    attn_run r = run_attn(AG_F32, 8, 4, 16, 16, 16, kpm, false, 0.1);
     *out = values(r.o);
     for (int i = 0; i < 3; i++) grads[i] = values(r.g[i]);
 }
@@ -530,7 +538,7 @@ static void test_attention_short_keys_results_do_not_depend_on_the_thread_count(
  * gradient where heads read, and exact zeros elsewhere. The arena is filled with NaN first, so
  * an element nobody writes shows. Returns the gradient as (N·L, W) doubles (malloc'd). */
 static double *run_packed(ag_dtype dt, int64_t W) {
-    const int64_t N = 2, L = 20, H = 2, E = 16; /* L = 20: the GEMM path; with the mask, 12 keys: fused */
+    const int64_t N = 2, L = 20, H = 2, E = 16; /* f64: the GEMM path; f32: 12 keys fused, 20 fused on AVX2 only */
     ag_arena *prev = ag_arena_current(), *ar = ag_arena_new(1 << 20);
     ag_arena_use(ar);
     ag_full(AG_F64, AG_SHAPE(1 << 16), NAN);
