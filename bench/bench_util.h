@@ -24,9 +24,12 @@ static inline int bench_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* median of n samples (sorts them in place) */
+/* median of n samples (sorts them in place); the fastest instead with BENCH_STAT=min in the
+ * environment, for A/B runs of two builds on a noisy machine (bench/run.sh reports medians) */
 static inline double bench_median(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, bench_cmp);
+    const char *stat = getenv("BENCH_STAT");
+    if (stat && !strcmp(stat, "min")) return t[0];
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 

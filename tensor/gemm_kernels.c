@@ -93,7 +93,7 @@ T512 static void small_avx512(int64_t kc, const float *a, int64_t ars, int64_t a
     }
 }
 
-const ag__sgemm_kernels ag__sgemm_avx512 = {"avx512", MR5, NR5, 384, 64, 256, 96 * 96 * 96, false,
+const ag__sgemm_kernels ag__sgemm_avx512 = {"avx512", MR5, NR5, 384, 64, 256, 96 * 96 * 96, INT64_MAX, true,
                                             packed_avx512, small_avx512};
 
 /* ---- AVX2 + FMA ---- */
@@ -198,13 +198,14 @@ T2 static void small_avx2(int64_t kc, const float *a, int64_t ars, int64_t aks, 
 }
 
 /* KC·NR2 floats of a B panel (16 KiB) and MR2·KC of A stay in the 32 KiB L1d; a task's
- * MC×KC of A and KC×NCH of B (288 KiB) in the 512 KiB L2. On Zen 3 the small path is 1.5-4x
- * faster than OpenBLAS on attention-sized products, but past it the blocked path did not beat
- * OpenBLAS in a training step (weight gradients, Aᵀ B: 5-25% slower; the linear layers faster
- * alone, 86-96 against 64-85 GFLOP/s, yet train_large at 2 threads took 863/724/864 ms against
- * 727/724/808 with everything past the small path on OpenBLAS), so those go to OpenBLAS. The
- * blocked path stays tested (tests/test_kernels.c) for CPUs where it may win. */
-const ag__sgemm_kernels ag__sgemm_avx2 = {"avx2", MR2, NR2, 256, 72, 256, 96 * 96 * 96, true, packed_avx2,
+ * MC×KC of A and KC×NCH of B (288 KiB) in the 512 KiB L2. On Zen 3 (best of 40 runs each,
+ * alternating, at the linear layers' shapes of bench/) the blocked path beats OpenBLAS's Zen
+ * kernel by 5-22% on the products of depth up to 128 with A as it lies (the toy Transformer's
+ * and MHA (64,16,64,4)'s forward and input gradients: no packing of A, one K slice), is level
+ * with it at depth 256-1024 and 2-32% slower on weight gradients (Aᵀ B, depth = rows): only the
+ * first go to the blocked path. The blocked path is tested whole (tests/test_kernels.c) either
+ * way. */
+const ag__sgemm_kernels ag__sgemm_avx2 = {"avx2", MR2, NR2, 256, 72, 256, 96 * 96 * 96, 128, false, packed_avx2,
                                           small_avx2};
 
 #endif

@@ -23,7 +23,10 @@ typedef struct {
     int64_t kc;          /* K slice depth */
     int64_t mc, nch;     /* rows and columns of C per task */
     int64_t small;       /* m·n·k up to which the unpacked small path runs */
-    bool blas_past_small; /* products past the small path go to OpenBLAS (measured as fast or faster) */
+    /* past the small path, the blocked path runs products of depth k <= blocked_k (with op(A) =
+     * Aᵀ too when blocked_ta); the rest go to OpenBLAS (measured as fast or faster there) */
+    int64_t blocked_k;
+    bool blocked_ta;
     ag__tile_packed_fn *packed;
     ag__tile_small_fn *small_tile;
 } ag__sgemm_kernels;

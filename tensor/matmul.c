@@ -237,6 +237,11 @@ static void sgemm_blocked(const sgemm_args *g, float beta) {
     }
 }
 
+/* the blocked path or OpenBLAS past the small path (ag__sgemm_kernels.blocked_k) */
+static bool blocked_fits(const ag__sgemm_kernels *K, bool ta, int64_t k) {
+    return k <= K->blocked_k && (!ta || K->blocked_ta);
+}
+
 /* the small path's limits: work, and op(B)'s copy when B is transposed */
 static bool small_fits(const ag__sgemm_kernels *K, bool tb, int64_t m, int64_t n, int64_t k) {
     return m * n * k <= K->small && (!tb || k * n <= SMALL_TB);
@@ -266,7 +271,7 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     ag__blas_single_threaded();
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
     bool small = K && (beta == 0 || beta == 1) && small_fits(K, tb, m, n, k);
-    if (!K || (!small && K->blas_past_small)) {
+    if (!K || (!small && !blocked_fits(K, ta, k))) {
         ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
@@ -279,7 +284,7 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
     ag__blas_single_threaded();
     const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
     bool small = K && small_fits(K, tb, m, n, k);
-    if (k > 0 && K && (small || !K->blas_past_small)) {
+    if (k > 0 && K && (small || blocked_fits(K, ta, k))) {
         ag__sgemm_path(K, small, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);
         return;
     }
