@@ -2,9 +2,10 @@
  * nn/attention_small_avx2.c).
  * At head dim 16 and 16 keys every product of a head is 16×16×16: GEMM calls, their packing
  * and a softmax pass over memory cost more than the arithmetic. Here the live keys of a query
- * row are the lanes of one vector: scores, mask, softmax and P·V of 8 query rows at a time
- * never leave registers, and the backward is fused the same way. f32 only, with AVX-512F or
- * else AVX2 + FMA chosen at run time; f64 and other CPUs take the GEMM path of nn/attention.c.
+ * row are the lanes of one vector (AVX-512) or of up to 8 (AVX2): scores, mask, softmax and
+ * P·V of a head never leave registers and a stack buffer, and the backward is fused the same
+ * way. f32 only, with AVX-512F or else AVX2 + FMA chosen at run time; f64 and other CPUs take
+ * the GEMM path of nn/attention.c.
  * Internal, not installed. */
 #ifndef AG_ATTENTION_SMALL_H
 #define AG_ATTENTION_SMALL_H
@@ -48,10 +49,10 @@ bool ag__attn_small_available(void);
  * ag__attn_small_available() is false */
 int64_t ag__attn_small_keys(bool dropout);
 /* P (L rows, ldp >= n apart; columns n..S-1 of each row zeroed, S = ldp) = softmax(alpha Q Kᵀ
- * + mask), a row with no live key all zeros; O (L,Dv), ldo = P V */
+ * + mask), a row with no live key all zeros; O (L,Dv), ldo = P V (with dropout Pd V) */
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);
 /* from P (as written above) and dO (L,Dv): dV += Pᵀ dO, dS = P*(dO Vᵀ - rowsum(P * dO Vᵀ)),
- * dQ += alpha dS K, dK += alpha dSᵀ Q; each of dq, dk, dv NULL when not wanted. With assign_S
+ * (with dropout Pd for P in dV, and dO Vᵀ times keep·keep_scale), dQ += alpha dS K, dK += alpha dSᵀ Q; each of dq, dk, dv NULL when not wanted. With assign_S
  * > 0 they are assigned (=, old contents never read) instead, and rows n..assign_S-1 of dK
  * and dV (the masked keys) set to zero. */
 void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,

@@ -2,8 +2,9 @@
  * alpha·op(A)·op(B) + beta·C, with cblas_?gemm's arguments. What runs where, chosen once at run
  * time (so a build for any x86-64 runs everywhere):
  *   f32, CPU with AVX-512F:      attograd's own kernel, 8×32 register tile
- *   f32, CPU with AVX2 and FMA:  the same driver's small path with a 6×16 AVX2 tile; products
- *                                past it go to OpenBLAS (as fast or faster there on Zen 3)
+ *   f32, CPU with AVX2 and FMA:  the same driver with a 6×16 AVX2 tile for small products and
+ *                                for depth <= 128 with A as it lies; the rest go to OpenBLAS
+ *                                (as fast or faster there on Zen 3: tensor/gemm_kernels.c)
  *   f32 otherwise, and all f64:  OpenBLAS through ag__blas_gemm
  * AG_GEMM=blas in the environment forces OpenBLAS for f32 too (AG_GEMM=avx2 picks the AVX2
  * tile on an AVX-512 CPU). valgrind hides AVX-512: under it the AVX2 tile runs. The own kernel
