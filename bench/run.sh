@@ -28,7 +28,7 @@ targets=(bench/bench_sgemm bench/bench_mha examples/translate/attograd-translate
 [ -f bench/bench_train.c ] && targets+=(bench/bench_train)
 ninja -C "$BUILD" "${targets[@]}" >/dev/null
 
-OUT=${BENCH_OUT:-$BUILD/bench.txt}
+OUT=$(realpath -m "${BENCH_OUT:-$BUILD/bench.txt}") # absolute: the PyTorch side runs in bench/
 : >"$OUT"
 note() { echo "NOTE $*" >>"$OUT"; }
 cpu=$(lscpu | sed -n 's/^Model name: *//p')
@@ -40,7 +40,7 @@ note "torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), $(cc --ver
 pair() { # threads c-program python-script args...
   local t=$1 c=$2 py=$3; shift 3
   OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$BUILD/bench/$c" "${quick[@]}" "$@" >>"$OUT"
-  (cd bench && OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$PYTHON" "$py" "${quick[@]}" "$@" >>"../$OUT")
+  (cd bench && OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$PYTHON" "$py" "${quick[@]}" "$@" >>"$OUT")
 }
 
 for r in $(seq "$rounds"); do

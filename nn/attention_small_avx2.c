@@ -141,21 +141,22 @@ static void drop_rows(float *x, int64_t w, const ag__attn_tile *t) {
     }
 }
 
-TARGET void ag__attn_small_fwd_avx2(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
-    float kt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(32)));
-    float s[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(32))); /* the scores, then P, then P after dropout */
-    int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv, w = width(n), nv = w / 8;
-    transpose_rows(t->k, t->ldk, n, Dh, w, kt);
-    mac(L, Dh, w, t->q, t->ldq, 1, kt, w, 1.0f, true, s, w);
-    const __m256 al = _mm256_set1_ps(t->alpha), ninf = _mm256_set1_ps(-INFINITY);
+/* The scores of rows 0..L-1 of s (NV vectors a row) scaled, masked and turned into P in place,
+ * P also written to p (rows ldp apart, zeros from the live keys to ldp). NV is a constant at
+ * each call (the dispatch below), so a row stays in registers and every loop unrolls. */
+static inline TARGET __attribute__((always_inline)) void softmax_rows(const int NV, const ag__attn_tile *t, float *s,
+                                                                     float *p, int64_t ldp) {
+    const int64_t w = 8 * NV, n = t->n;
+    const __m256 al = _mm256_set1_ps(t->alpha), ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
     const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     const uint64_t pad = n >= 64 ? 0 : ~((UINT64_C(1) << n) - 1); /* keys from n on: dead for every row */
-    for (int64_t i = 0; i < L; i++) {
-        float *si = s + i * w;
+    for (int64_t i = 0; i < t->L; i++) {
+        float *si = s + i * w, *pr = p + i * ldp;
         const float *m = t->madd ? t->madd + i * t->madd_ld : NULL;
         uint64_t dead = pad | (t->dead ? t->dead[i * t->dead_ld] : 0u);
-        __m256 x[KEYS / 8], mx = ninf;
-        for (int64_t c = 0; c < nv; c++) {
+        __m256 x[NV], mx = ninf;
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) {
             x[c] = m ? _mm256_fmadd_ps(_mm256_load_ps(si + 8 * c), al, _mm256_loadu_ps(m + 8 * c))
                      : _mm256_mul_ps(_mm256_load_ps(si + 8 * c), al);
             __m256i d = _mm256_set1_epi32((int)(dead >> (8 * c) & 0xFF));
@@ -163,23 +164,50 @@ TARGET void ag__attn_small_fwd_avx2(const ag__attn_tile *t, float *p, int64_t ld
             mx = _mm256_max_ps(mx, x[c]);
         }
         mx = hmax8(mx);
-        float *pr = p + i * ldp;
         if (_mm256_cvtss_f32(mx) == -INFINITY) { /* nothing to attend: zeros, not 0/0 */
-            for (int64_t c = 0; c < nv; c++) x[c] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+            for (int c = 0; c < NV; c++) x[c] = zero;
         } else {
-            __m256 sum = _mm256_setzero_ps();
-            for (int64_t c = 0; c < nv; c++) {
+            __m256 sum = zero;
+#pragma GCC unroll 8
+            for (int c = 0; c < NV; c++) {
                 x[c] = exp8(_mm256_sub_ps(x[c], mx));
                 sum = _mm256_add_ps(sum, x[c]);
             }
             __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), hsum8(sum));
-            for (int64_t c = 0; c < nv; c++) x[c] = _mm256_mul_ps(x[c], inv);
+#pragma GCC unroll 8
+            for (int c = 0; c < NV; c++) x[c] = _mm256_mul_ps(x[c], inv);
         }
-        for (int64_t c = 0; c < nv; c++) {
-            _mm256_store_ps(si + 8 * c, x[c]);
-            store_n(pr + 8 * c, ldp - 8 * c, x[c]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) _mm256_store_ps(si + 8 * c, x[c]);
+        if (ldp >= w) {
+#pragma GCC unroll 8
+            for (int c = 0; c < NV; c++) _mm256_storeu_ps(pr + 8 * c, x[c]);
+            int64_t j = w;
+            for (; j + 8 <= ldp; j += 8) _mm256_storeu_ps(pr + j, zero);
+            store_n(pr + j, ldp - j, zero);
+        } else {
+#pragma GCC unroll 8
+            for (int c = 0; c < NV; c++) store_n(pr + 8 * c, ldp - 8 * c, x[c]);
         }
-        if (ldp > w) memset(pr + w, 0, sizeof(float) * (size_t)(ldp - w));
+    }
+}
+
+TARGET void ag__attn_small_fwd_avx2(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
+    float kt[AG_ATTN_SMALL_DIM * KEYS] __attribute__((aligned(32)));
+    float s[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(32))); /* the scores, then P, then P after dropout */
+    int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv, w = width(n);
+    transpose_rows(t->k, t->ldk, n, Dh, w, kt);
+    mac(L, Dh, w, t->q, t->ldq, 1, kt, w, 1.0f, true, s, w);
+    switch (w / 8) {
+    case 1: softmax_rows(1, t, s, p, ldp); break;
+    case 2: softmax_rows(2, t, s, p, ldp); break;
+    case 3: softmax_rows(3, t, s, p, ldp); break;
+    case 4: softmax_rows(4, t, s, p, ldp); break;
+    case 5: softmax_rows(5, t, s, p, ldp); break;
+    case 6: softmax_rows(6, t, s, p, ldp); break;
+    case 7: softmax_rows(7, t, s, p, ldp); break;
+    default: softmax_rows(8, t, s, p, ldp); break;
     }
     if (t->keep) drop_rows(s, w, t);
     mac(L, n, Dv, s, w, 1, t->v, t->ldv, 1.0f, true, o, ldo);
