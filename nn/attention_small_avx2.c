@@ -24,20 +24,15 @@
 
 #define TARGET __attribute__((target("avx2,fma")))
 
-/* lanes 0..c-1 of 8 set (0 < c < 8) */
-static inline TARGET __m256i first8(int64_t c) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* the first c (<= 8) floats at x, the rest zero, never touching memory past them */
 static inline TARGET __m256 load_n(const float *x, int64_t c) {
     if (c >= 8) return _mm256_loadu_ps(x);
-    return c > 0 ? _mm256_maskload_ps(x, first8(c)) : _mm256_setzero_ps();
+    return c > 0 ? _mm256_maskload_ps(x, ag__avx2_first(c)) : _mm256_setzero_ps();
 }
 
 static inline TARGET void store_n(float *x, int64_t c, __m256 v) {
     if (c >= 8) _mm256_storeu_ps(x, v);
-    else if (c > 0) _mm256_maskstore_ps(x, first8(c), v);
+    else if (c > 0) _mm256_maskstore_ps(x, ag__avx2_first(c), v);
 }
 
 /* every lane the max (sum) of the 8 */

@@ -102,11 +102,6 @@ const ag__sgemm_kernels ag__sgemm_avx512 = {"avx512", MR5, NR5, 384, 64, 256, 96
 #define MR2 6
 #define NR2 16
 
-/* lanes < n of a ymm mask (n clamped to 0..8): a window into -1 ×8, 0 ×8 */
-static const int32_t ramp[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-static inline T2 __m256i first(int64_t n) {
-    return _mm256_loadu_si256((const __m256i *)(ramp + 8 - (n < 0 ? 0 : n > 8 ? 8 : n)));
-}
 
 /* alpha·acc + bias (+ C) into C's rows < rows, lanes under m0, m1 (full: plain stores) */
 static inline T2 __attribute__((always_inline)) void store_avx2(__m256 acc[MR2][2], int64_t rows, float *c,
@@ -190,7 +185,7 @@ T2 static void small_avx2(int64_t kc, const float *a, int64_t ars, int64_t aks, 
 #pragma GCC unroll 6
     for (int i = 0; i < MR2; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     bool full = nr >= NR2;
-    __m256i m0 = first(nr), m1 = first(nr - 8);
+    __m256i m0 = ag__avx2_first(nr), m1 = ag__avx2_first(nr - 8);
     if (full) small_loop_avx2(acc, kc, ar, aks, b, ldb, true, m0, m1);
     else small_loop_avx2(acc, kc, ar, aks, b, ldb, false, m0, m1);
     if (full) store_avx2(acc, mr, c, ldc, alpha, add, bias, true, m0, m1);

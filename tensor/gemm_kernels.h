@@ -35,7 +35,16 @@ typedef struct {
 #define AG_SGEMM_MAX_TILE (8 * 32)
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
 extern const ag__sgemm_kernels ag__sgemm_avx512, ag__sgemm_avx2;
+
+/* lanes < n of an 8-lane mask (n clamped to 0..8), for AVX2 masked loads and stores of a row's
+ * tail: the GEMM's tiles and the fused attention's rows */
+static inline __attribute__((target("avx2"))) __m256i ag__avx2_first(int64_t n) {
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 #endif
 
 /* the set ag__sgemm runs, NULL when it goes to OpenBLAS (tensor/matmul.c) */
