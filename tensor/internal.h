@@ -112,7 +112,7 @@ void ag__zero(void *p, size_t bytes);
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
 
 /* Philox draws without OpenMP, for callers that split the work themselves (tensor/rng.c): the
- * same numbers as ag_rng_uniform_f64 from counter on, the AVX-512 path where the CPU has it. */
+ * same numbers as ag_rng_uniform_f64 from counter on, the AVX2 path where the CPU has it. */
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out);
 /* Draw i's uniform is x · 2^-53 for a 53-bit integer x; ag__u53_count_below(v) is the t with
  * x < t exactly when that uniform is < v (v in [0, 1]). ag__rng_keep decides (x < t) != at_least
@@ -122,8 +122,8 @@ void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *
 uint64_t ag__u53_count_below(double v);
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                   uint8_t *bits);
-/* the one-block-per-draw reference of both (tests compare), and which vector path runs:
- * "AVX-512", "AVX2" or NULL (the scalar reference) */
+/* the one-block-per-draw reference of both (tests compare), and which vector path runs: "AVX2"
+ * (also on AVX-512 machines) or NULL (the scalar reference) */
 void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out);
 void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                          uint8_t *bits);

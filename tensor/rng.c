@@ -1,8 +1,9 @@
 /* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11).
- * Value i of a draw depends only on (seed, counter + i), so any split of the work across
- * threads gives the same numbers. Where the CPU has AVX-512F, 32 counters run at once, 8 per
- * vector, and with AVX2 8 at once, 4 per vector, with the same integer arithmetic: the same
- * numbers, bit for bit. */
+ * Draw d of a generator is half of one Philox block: block d >> 1 (mod 2^63), its words 0 and 1
+ * when d is even, 2 and 3 when odd, so one block serves two draws. Value i of a draw depends only
+ * on (seed, counter + i), so any split of the work across threads gives the same numbers. With
+ * AVX2 (and on AVX-512 machines, which have it) 16 blocks run at once, 4 per vector, with the same
+ * integer arithmetic: the same numbers, bit for bit. */
 #include <math.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ typedef struct { uint32_t v[4]; } u32x4;
 #define PHILOX_M1 0xCD9E8D57u
 #define PHILOX_W0 0x9E3779B9u /* key increments, also the counter's two fixed words */
 #define PHILOX_W1 0xBB67AE85u
+#define BLOCK_MASK (~(uint64_t)0 >> 1) /* blocks are counted mod 2^63 */
 
 static inline uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t *hi) {
     uint64_t p = (uint64_t)a * b;
@@ -38,7 +40,11 @@ static u32x4 philox(uint64_t seed, uint64_t ctr) {
 
 /* the 53-bit integer a draw's uniform is made of: u53 = x · 2^-53 */
 static inline uint64_t x53(uint32_t a, uint32_t b) { return ((uint64_t)a << 21) ^ (b >> 11); }
-static inline double u53(uint32_t a, uint32_t b) { return (double)x53(a, b) * 0x1.0p-53; }
+/* draw d's 53-bit integer, from its half of its block */
+static inline uint64_t draw_x53(uint64_t seed, uint64_t d) {
+    u32x4 r = philox(seed, (d >> 1) & BLOCK_MASK);
+    return d & 1 ? x53(r.v[2], r.v[3]) : x53(r.v[0], r.v[1]);
+}
 
 uint64_t ag__u53_count_below(double v) {
     if (!(v > 0)) return 0;
@@ -46,13 +52,10 @@ uint64_t ag__u53_count_below(double v) {
     return (uint64_t)ceil(v * 0x1.0p53); /* v · 2^53 is exact: a power-of-two scaling */
 }
 
-/* ---- the scalar reference ---- */
+/* ---- the scalar reference: one block per draw ---- */
 
 void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out) {
-    for (int64_t i = 0; i < n; i++) {
-        u32x4 r = philox(seed, counter + (uint64_t)i);
-        out[i] = u53(r.v[0], r.v[1]);
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = (double)draw_x53(seed, counter + (uint64_t)i) * 0x1.0p-53;
 }
 
 void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
@@ -60,10 +63,7 @@ void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t,
     for (int64_t i0 = 0; i0 < n; i0 += 256) { /* i0 a multiple of 8: a block owns whole bytes of bits */
         uint64_t x[256];
         int64_t m = n - i0 < 256 ? n - i0 : 256;
-        for (int64_t j = 0; j < m; j++) { /* a loop the compiler can vectorise */
-            u32x4 r = philox(seed, counter + (uint64_t)(i0 + j));
-            x[j] = x53(r.v[0], r.v[1]);
-        }
+        for (int64_t j = 0; j < m; j++) x[j] = draw_x53(seed, counter + (uint64_t)(i0 + j));
         for (int64_t j = 0; j < m; j += 8) {
             unsigned byte = 0, e = m - j < 8 ? (unsigned)(m - j) : 8, mask = (1u << e) - 1;
             for (unsigned q = 0; q < e; q++) {
@@ -76,61 +76,9 @@ void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t,
     }
 }
 
-/* ---- 8 counters per AVX-512 vector, 4 vectors at a time ---- */
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define RNG_X86 1
-#define TARGET __attribute__((target("avx512f")))
-
-/* draws per step: NV vectors of 8 consecutive counters, independent chains for the pipelines */
-#define NV 4
-#define STEP (8 * NV)
-
-/* Each Philox word lives in the low half of a 64-bit lane: vpmuludq then gives the whole 64-bit
- * product (lo in the low half, hi a shift away) and reads only low halves, so the high halves
- * may hold garbage until the end. Counters are 64-bit lanes, so the carry into word 1 is free.
- * w0, w1: words 0 and 1 of philox(seed, ctr + 8v + lane); key[r] holds round r's key words. */
-static inline TARGET void philox8x4(const uint32_t key[10][2], uint64_t ctr, __m512i w0[NV], __m512i w1[NV]) {
-    const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
-    __m512i c0[NV], c1[NV], c2[NV], c3[NV];
-    /* round 0: words 2 and 3 are the same constants in every lane */
-    uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);
-    __m512i x0 = _mm512_set1_epi64(h1 ^ key[0][0]), x2 = _mm512_set1_epi64(PHILOX_W1 ^ key[0][1]);
-    for (int v = 0; v < NV; v++) {
-        __m512i ctrv = _mm512_add_epi64(_mm512_set1_epi64((long long)ctr),
-                                        _mm512_setr_epi64(8 * v, 8 * v + 1, 8 * v + 2, 8 * v + 3, 8 * v + 4,
-                                                          8 * v + 5, 8 * v + 6, 8 * v + 7));
-        __m512i p0 = _mm512_mul_epu32(m0, ctrv);
-        c0[v] = _mm512_xor_si512(_mm512_srli_epi64(ctrv, 32), x0);
-        c1[v] = _mm512_set1_epi64(l1);
-        c2[v] = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), x2);
-        c3[v] = p0;
-    }
-    for (int r = 1; r < 9; r++) {
-        __m512i k0 = _mm512_set1_epi64(key[r][0]), k1 = _mm512_set1_epi64(key[r][1]);
-        for (int v = 0; v < NV; v++) {
-            __m512i p0 = _mm512_mul_epu32(m0, c0[v]), p1 = _mm512_mul_epu32(m1, c2[v]);
-            c0[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1[v], k0, 0x96);
-            c2[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3[v], k1, 0x96);
-            c1[v] = p1;
-            c3[v] = p0;
-        }
-    }
-    /* round 9: only words 0 and 1 are wanted, and they come from word 2 alone */
-    __m512i k0 = _mm512_set1_epi64(key[9][0]);
-    for (int v = 0; v < NV; v++) {
-        __m512i p1 = _mm512_mul_epu32(m1, c2[v]);
-        w0[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1[v], k0, 0x96);
-        w1[v] = p1;
-    }
-}
-
-/* x = (a << 21) ^ (b >> 11) from words with garbage high halves */
-static inline TARGET __m512i x53_8(__m512i a, __m512i b) {
-    return _mm512_or_si512(_mm512_srli_epi64(_mm512_slli_epi64(a, 32), 11),
-                           _mm512_srli_epi64(_mm512_slli_epi64(b, 32), 43));
-}
 
 /* the first n (<= 32) bits of k from bit 0 of o on: whole bytes, then the last one's low bits
  * (its others are kept) */
@@ -145,72 +93,36 @@ static void round_keys(uint64_t seed, uint32_t key[10][2]) {
     for (int r = 0; r < 10; r++, k0 += PHILOX_W0, k1 += PHILOX_W1) key[r][0] = k0, key[r][1] = k1;
 }
 
-static TARGET void uniform_avx512(uint64_t seed, uint64_t counter, int64_t n, double *out) {
-    uint32_t key[10][2];
-    round_keys(seed, key);
-    const __m512d scale = _mm512_set1_pd(0x1.0p-53), two21 = _mm512_set1_pd(0x1.0p21);
-    for (int64_t i = 0; i < n; i += STEP) {
-        __m512i a[NV], b[NV];
-        philox8x4(key, counter + (uint64_t)i, a, b);
-        for (int v = 0; v < NV; v++) {
-            /* x = a · 2^21 + (b >> 11) < 2^53, and each step below is exact */
-            __m512d ad = _mm512_cvtepu32_pd(_mm512_cvtepi64_epi32(a[v]));
-            __m512d bd = _mm512_cvtepu32_pd(_mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_slli_epi64(b[v], 32), 43)));
-            __m512d u = _mm512_mul_pd(_mm512_fmadd_pd(ad, two21, bd), scale);
-            int64_t left = n - i - 8 * v;
-            if (left >= 8) _mm512_storeu_pd(out + i + 8 * v, u);
-            else if (left > 0) _mm512_mask_storeu_pd(out + i + 8 * v, (__mmask8)((1u << left) - 1), u);
-        }
-    }
-}
+/* ---- 4 blocks per AVX2 vector, NV vectors at a time ----
+ * Each Philox word lives in the low half of a 64-bit lane: vpmuludq then gives the whole 64-bit
+ * product (lo in the low half, hi a shift away) and reads only low halves, so the high halves
+ * may hold garbage until the end. Blocks are 64-bit lanes, so the carry into word 1 is free.
+ * 1.6 ns a draw on Zen 3 (one block per draw: 2.4). */
+#define TARGET __attribute__((target("avx2,fma")))
+#define NV 2 /* chains: measured fastest on Zen 3 (4: 7 % slower, 1: 27 %) */
+#define STEP 32 /* draws per step: 16 blocks, STEP / (8 NV) calls of philox_avx2 */
 
-static TARGET void keep_avx512(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least,
-                               uint8_t *keep, uint8_t *bits) {
-    uint32_t key[10][2];
-    round_keys(seed, key);
-    const __m512i tv = _mm512_set1_epi64((long long)t), one = _mm512_set1_epi64(1);
-    const uint32_t flip = at_least ? 0xFFFFFFFFu : 0;
-    for (int64_t i = 0; i < n; i += STEP) {
-        __m512i a[NV], b[NV];
-        philox8x4(key, counter + (uint64_t)i, a, b);
-        uint32_t k = 0;
-        uint8_t bytes[STEP];
-        for (int v = 0; v < NV; v++) {
-            __mmask8 m = _mm512_cmplt_epu64_mask(x53_8(a[v], b[v]), tv) ^ (__mmask8)flip;
-            k |= (uint32_t)m << 8 * v;
-            if (keep) _mm_storel_epi64((__m128i *)(bytes + 8 * v), _mm512_cvtepi64_epi8(_mm512_maskz_mov_epi64(m, one)));
-        }
-        int64_t left = n - i;
-        if (keep) memcpy(keep + i, bytes, (size_t)(left < STEP ? left : STEP));
-        if (bits) put_bits(bits + (i >> 3), k, left < STEP ? left : STEP);
-    }
-}
-
-/* ---- 4 counters per AVX2 vector, NV2 vectors at a time ----
- * The same arithmetic as above in 256-bit lanes (AVX2 has vpmuludq and 64-bit shifts; three-way
- * xors are two xors). 4 chains measured fastest on Zen 3 (2.4 ns a draw; 2: 2.9) although their
- * 16 words do not all fit the 16 registers. */
-#define TARGET2 __attribute__((target("avx2,fma")))
-#define NV2 4
-#define STEP2 (4 * NV2)
-
-static inline TARGET2 void philox_avx2(const uint32_t key[10][2], uint64_t ctr, __m256i w0[NV2], __m256i w1[NV2]) {
+/* w[j][v]: word j of philox(seed, blk + 4v + lane); key[r] holds round r's key words */
+static inline TARGET void philox_avx2(const uint32_t key[10][2], uint64_t blk, __m256i w[4][NV]) {
     const __m256i m0 = _mm256_set1_epi64x(PHILOX_M0), m1 = _mm256_set1_epi64x(PHILOX_M1);
-    __m256i c0[NV2], c1[NV2], c2[NV2], c3[NV2];
+    const __m256i bmask = _mm256_set1_epi64x((long long)BLOCK_MASK);
+    __m256i c0[NV], c1[NV], c2[NV], c3[NV];
+    /* round 0: words 2 and 3 are the same constants in every lane */
     uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);
     __m256i x0 = _mm256_set1_epi64x(h1 ^ key[0][0]), x2 = _mm256_set1_epi64x(PHILOX_W1 ^ key[0][1]);
-    for (int v = 0; v < NV2; v++) {
-        __m256i ctrv = _mm256_add_epi64(_mm256_set1_epi64x((long long)ctr),
-                                        _mm256_setr_epi64x(4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3));
+    for (int v = 0; v < NV; v++) {
+        __m256i ctrv = _mm256_and_si256(_mm256_add_epi64(_mm256_set1_epi64x((long long)blk),
+                                                         _mm256_setr_epi64x(4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3)),
+                                        bmask);
         __m256i p0 = _mm256_mul_epu32(m0, ctrv);
         c0[v] = _mm256_xor_si256(_mm256_srli_epi64(ctrv, 32), x0);
         c1[v] = _mm256_set1_epi64x(l1);
         c2[v] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), x2);
         c3[v] = p0;
     }
-    for (int r = 1; r < 9; r++) {
+    for (int r = 1; r < 10; r++) {
         __m256i k0 = _mm256_set1_epi64x(key[r][0]), k1 = _mm256_set1_epi64x(key[r][1]);
-        for (int v = 0; v < NV2; v++) {
+        for (int v = 0; v < NV; v++) {
             __m256i p0 = _mm256_mul_epu32(m0, c0[v]), p1 = _mm256_mul_epu32(m1, c2[v]);
             c0[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[v]), k0);
             c2[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[v]), k1);
@@ -218,77 +130,111 @@ static inline TARGET2 void philox_avx2(const uint32_t key[10][2], uint64_t ctr, 
             c3[v] = p0;
         }
     }
-    __m256i k0 = _mm256_set1_epi64x(key[9][0]);
-    for (int v = 0; v < NV2; v++) {
-        __m256i p1 = _mm256_mul_epu32(m1, c2[v]);
-        w0[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[v]), k0);
-        w1[v] = p1;
-    }
+    for (int v = 0; v < NV; v++) w[0][v] = c0[v], w[1][v] = c1[v], w[2][v] = c2[v], w[3][v] = c3[v];
 }
 
-static inline TARGET2 __m256i x53_4(__m256i a, __m256i b) {
+/* x = (a << 21) ^ (b >> 11) from words with garbage high halves */
+static inline TARGET __m256i x53_4(__m256i a, __m256i b) {
     return _mm256_or_si256(_mm256_srli_epi64(_mm256_slli_epi64(a, 32), 11),
                            _mm256_srli_epi64(_mm256_slli_epi64(b, 32), 43));
 }
 
-static TARGET2 void uniform_avx2(uint64_t seed, uint64_t counter, int64_t n, double *out) {
-    uint32_t key[10][2];
-    round_keys(seed, key);
+/* bit j of a 4-bit lane mask to bit 2j: lane j of a vector holds draws 2j (words 0, 1) and
+ * 2j + 1 (words 2, 3) of its 8 */
+static const uint8_t SPREAD[16] = {0, 1, 4, 5, 16, 17, 20, 21, 64, 65, 68, 69, 80, 81, 84, 85};
+
+/* bit j: x53 of draw 2·blk + j below t, for the STEP draws of blocks blk .. blk + 15 */
+static inline TARGET uint32_t below32(const uint32_t key[10][2], uint64_t blk, __m256i tv) {
+    uint32_t k = 0;
+    for (int h = 0; h < STEP / (8 * NV); h++) {
+        __m256i w[4][NV];
+        philox_avx2(key, blk + (uint64_t)(4 * NV * h), w);
+        /* x < 2^53 and t <= 2^53, so the signed 64-bit compare AVX2 has is the unsigned one */
+        for (int v = 0; v < NV; v++) {
+            unsigned e = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(tv, x53_4(w[0][v], w[1][v]))));
+            unsigned o = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(tv, x53_4(w[2][v], w[3][v]))));
+            k |= (uint32_t)(SPREAD[e] | SPREAD[o] << 1) << 8 * (NV * h + v);
+        }
+    }
+    return k;
+}
+
+/* the uniforms of the STEP draws of blocks blk .. blk + 15, in draw order */
+static inline TARGET void uniform32(const uint32_t key[10][2], uint64_t blk, double *u) {
     /* an integer y < 2^52 becomes a double exactly as bits(y | 2^52's exponent) - 2^52 */
     const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF), magic = _mm256_set1_epi64x(0x4330000000000000);
     const __m256d two52 = _mm256_set1_pd(0x1.0p52), scale = _mm256_set1_pd(0x1.0p-53), two21 = _mm256_set1_pd(0x1.0p21);
-    for (int64_t i = 0; i < n; i += STEP2) {
-        __m256i a[NV2], b[NV2];
-        philox_avx2(key, counter + (uint64_t)i, a, b);
-        for (int v = 0; v < NV2; v++) {
-            __m256d ad = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(a[v], lo32), magic)), two52);
-            __m256i bs = _mm256_srli_epi64(_mm256_slli_epi64(b[v], 32), 43);
-            __m256d bd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(bs, magic)), two52);
-            __m256d u = _mm256_mul_pd(_mm256_fmadd_pd(ad, two21, bd), scale); /* exact, as above */
-            int64_t left = n - i - 4 * v;
-            if (left >= 4) {
-                _mm256_storeu_pd(out + i + 4 * v, u);
-            } else if (left > 0) {
-                double t[4];
-                _mm256_storeu_pd(t, u);
-                memcpy(out + i + 4 * v, t, (size_t)left * sizeof(double));
+    for (int g = 0; g < STEP / (8 * NV); g++) {
+        __m256i w[4][NV];
+        philox_avx2(key, blk + (uint64_t)(4 * NV * g), w);
+        for (int v = 0; v < NV; v++) {
+            __m256d half[2];
+            for (int h = 0; h < 2; h++) { /* x = a · 2^21 + (b >> 11) < 2^53, and each step is exact */
+                __m256i a = w[2 * h][v], b = w[2 * h + 1][v];
+                __m256d ad = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_and_si256(a, lo32), magic)), two52);
+                __m256i bs = _mm256_srli_epi64(_mm256_slli_epi64(b, 32), 43);
+                __m256d bd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(bs, magic)), two52);
+                half[h] = _mm256_mul_pd(_mm256_fmadd_pd(ad, two21, bd), scale);
             }
+            /* lanes (e0 e1 e2 e3), (o0 o1 o2 o3) → draws e0 o0 e1 o1 | e2 o2 e3 o3 */
+            __m256d lo = _mm256_unpacklo_pd(half[0], half[1]), hi = _mm256_unpackhi_pd(half[0], half[1]);
+            double *o = u + 8 * (NV * g + v);
+            _mm256_storeu_pd(o, _mm256_permute2f128_pd(lo, hi, 0x20));
+            _mm256_storeu_pd(o + 4, _mm256_permute2f128_pd(lo, hi, 0x31));
         }
     }
 }
 
-static TARGET2 void keep_avx2(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
-                              uint8_t *bits) {
+/* Steps start at even draws: an odd counter takes the second half of its first step (s = 1) */
+static TARGET void uniform_avx2(uint64_t seed, uint64_t counter, int64_t n, double *out) {
     uint32_t key[10][2];
     round_keys(seed, key);
-    /* x < 2^53 and t <= 2^53, so the signed 64-bit compare AVX2 has is the unsigned one */
+    uint64_t blk = counter >> 1;
+    int64_t s = (int64_t)(counter & 1);
+    for (int64_t g = 0; g < n + s; g += STEP) { /* draws counter - s + g ... = outputs g - s ... */
+        double u[STEP];
+        uniform32(key, blk + (uint64_t)g / 2, u);
+        int64_t o = g - s, from = o < 0 ? -o : 0, to = n - o < STEP ? n - o : STEP;
+        memcpy(out + o + from, u + from, (size_t)(to - from) * sizeof(double));
+    }
+}
+
+static TARGET void keep_avx2(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
+                             uint8_t *bits) {
+    uint32_t key[10][2];
+    round_keys(seed, key);
     const __m256i tv = _mm256_set1_epi64x((long long)t);
-    const unsigned flip = at_least ? (1u << STEP2) - 1 : 0;
-    for (int64_t i = 0; i < n; i += STEP2) {
-        __m256i a[NV2], b[NV2];
-        philox_avx2(key, counter + (uint64_t)i, a, b);
-        unsigned k = 0;
-        for (int v = 0; v < NV2; v++)
-            k |= (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(tv, x53_4(a[v], b[v])))) << 4 * v;
-        k ^= flip;
-        int64_t left = n - i < STEP2 ? n - i : STEP2;
-        if (keep)
+    const uint32_t flip = at_least ? 0xFFFFFFFFu : 0;
+    const __m256i spread_bytes = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, /* per lane */
+                                                  2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201), one = _mm256_set1_epi8(1);
+    uint64_t blk = counter >> 1;
+    int64_t s = (int64_t)(counter & 1);
+    /* outputs i .. i+31 are bits s .. s+31 of the steps at draw i - s and i - s + 32 */
+    uint32_t cur = n > 0 ? below32(key, blk, tv) : 0;
+    for (int64_t i = 0; i < n; i += STEP) {
+        uint32_t next = i + STEP < n + s ? below32(key, blk + (uint64_t)(i + STEP) / 2, tv) : 0;
+        uint32_t k = (s ? cur >> 1 | next << 31 : cur) ^ flip;
+        int64_t left = n - i < STEP ? n - i : STEP;
+        if (keep && left == STEP) { /* byte j ← bit j: byte j / 8 of k to byte j, then its bit j % 8 */
+            __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)k), spread_bytes);
+            v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit_of_byte), bit_of_byte);
+            _mm256_storeu_si256((__m256i *)(keep + i), _mm256_and_si256(v, one));
+        } else if (keep) {
             for (int64_t j = 0; j < left; j++) keep[i + j] = (uint8_t)(k >> j & 1);
+        }
         if (bits) put_bits(bits + (i >> 3), k, left);
+        cur = next;
     }
 }
 #endif
 
-const char *ag__rng_vector_path(void) {
-    static const char *names[] = {[AG_ISA_NONE] = NULL, [AG_ISA_AVX2] = "AVX2", [AG_ISA_AVX512] = "AVX-512"};
-    return names[ag__cpu_isa()];
-}
+const char *ag__rng_vector_path(void) { return ag__cpu_isa() == AG_ISA_NONE ? NULL : "AVX2"; }
 
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out) {
 #ifdef RNG_X86
-    ag__isa isa = ag__cpu_isa();
-    if (isa == AG_ISA_AVX512 || isa == AG_ISA_AVX2) {
-        (isa == AG_ISA_AVX512 ? uniform_avx512 : uniform_avx2)(seed, counter, n, out);
+    if (ag__cpu_isa() != AG_ISA_NONE) {
+        uniform_avx2(seed, counter, n, out);
         return;
     }
 #endif
@@ -298,9 +244,8 @@ void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                   uint8_t *bits) {
 #ifdef RNG_X86
-    ag__isa isa = ag__cpu_isa();
-    if (isa == AG_ISA_AVX512 || isa == AG_ISA_AVX2) {
-        (isa == AG_ISA_AVX512 ? keep_avx512 : keep_avx2)(seed, counter, n, t, at_least, keep, bits);
+    if (ag__cpu_isa() != AG_ISA_NONE) {
+        keep_avx2(seed, counter, n, t, at_least, keep, bits);
         return;
     }
 #endif
@@ -331,13 +276,21 @@ void ag_rng_uniform_f64(ag_rng *rng, int64_t n, double *out) {
 
 void ag_rng_normal_f64(ag_rng *rng, int64_t n, double *out) {
     if (!rng) rng = &global_rng;
-    uint64_t base = rng->counter;
+    uint64_t seed = rng->seed, base = rng->counter;
 #pragma omp parallel for if (n > AG_PAR_THRESHOLD) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        u32x4 r = philox(rng->seed, base + (uint64_t)i);
-        double u1 = 1.0 - u53(r.v[0], r.v[1]); /* (0,1] so log is finite */
-        double u2 = u53(r.v[2], r.v[3]);
+    for (int64_t i = 0; i < n; i++) { /* Box-Muller of draws d and d + 1: one block when d is even */
+        uint64_t d = base + 2 * (uint64_t)i, x1, x2;
+        if (d & 1) {
+            x1 = draw_x53(seed, d);
+            x2 = draw_x53(seed, d + 1);
+        } else {
+            u32x4 r = philox(seed, (d >> 1) & BLOCK_MASK);
+            x1 = x53(r.v[0], r.v[1]);
+            x2 = x53(r.v[2], r.v[3]);
+        }
+        double u1 = 1.0 - (double)x1 * 0x1.0p-53; /* (0,1] so log is finite */
+        double u2 = (double)x2 * 0x1.0p-53;
         out[i] = sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
     }
-    rng->counter += (uint64_t)n;
+    rng->counter += 2 * (uint64_t)n;
 }

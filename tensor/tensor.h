@@ -93,12 +93,14 @@ void *ag_xmalloc(size_t bytes);
 void ag_xfree(void *p);
 
 /* ---- random numbers (Philox4x32-10, counter based: value i depends only on seed and i) ---- */
+/* counter counts draws (53-bit uniforms); two draws share one Philox block (tensor/rng.c) */
 typedef struct { uint64_t seed, counter; } ag_rng;
 ag_rng ag_rng_new(uint64_t seed);
 /* the global generator used when an ag_rng* argument is NULL */
 ag_rng *ag_rng_global(void);
 void ag_manual_seed(uint64_t seed);
-/* Draw n uniform floats in [0,1) / standard normals, advancing rng->counter by n. */
+/* n uniforms in [0,1), advancing rng->counter by n; n standard normals (Box-Muller, two draws
+ * each), advancing it by 2n. */
 void ag_rng_uniform_f64(ag_rng *rng, int64_t n, double *out);
 void ag_rng_normal_f64(ag_rng *rng, int64_t n, double *out);
 

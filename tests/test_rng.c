@@ -29,35 +29,37 @@ static double *draw_normal(ag_rng *rng, int64_t n) {
     return v;
 }
 
-/* Expected values from an independent Python implementation of Philox4x32-10 (checked against
- * the three Random123 known-answer vectors for philox4x32_10) with this library's layout:
- * counter words (i lo, i hi, 0x9E3779B9, 0xBB67AE85), key (seed lo, seed hi); uniform =
- * ((r0 << 21) ^ (r1 >> 11)) * 2^-53; normal = sqrt(-2 log(1 - u(r0,r1))) cos(2 pi u(r2,r3)). */
+/* Expected values from scripts/philox_values.py: an independent Python Philox4x32-10, checked
+ * against the three Random123 known-answer vectors for philox4x32_10, with this library's layout:
+ * block b's counter words (b lo, b hi, 0x9E3779B9, 0xBB67AE85), key (seed lo, seed hi); draw d
+ * is block d >> 1's words 0, 1 (d even) or 2, 3 (d odd), uniform = ((a << 21) ^ (b >> 11)) ·
+ * 2^-53; normal i = sqrt(-2 log(1 - u(c + 2i))) cos(2 pi u(c + 2i + 1)). */
 static void test_philox_matches_reference_values(void **state) {
     (void)state;
     ag_rng r = ag_rng_new(42);
     double u[3], n[1];
     ag_rng_uniform_f64(&r, 3, u);
     assert_true(u[0] == 0.6915840691813044);
-    assert_true(u[1] == 0.4562672144401939);
-    assert_true(u[2] == 0.6504967568565586);
-    r.counter = 1000000;
+    assert_true(u[1] == 0.0772980161914606); /* the second half of block 0 */
+    assert_true(u[2] == 0.4562672144401939);
+    r.counter = 1000001;
     ag_rng_uniform_f64(&r, 1, u);
-    assert_true(u[0] == 0.4470347025991106);
+    assert_true(u[0] == 0.7775000524354675);
     r = ag_rng_new(42);
     ag_rng_normal_f64(&r, 1, n);
     assert_double_equal(n[0], 1.3564495225963873, 1e-15);
-    r.counter = 1000000;
+    assert_true(r.counter == 2);
+    r.counter = 1000001; /* its two draws straddle two blocks */
     ag_rng_normal_f64(&r, 1, n);
-    assert_double_equal(n[0], -1.044068724314282, 1e-15);
+    assert_double_equal(n[0], -1.6957224733816765, 1e-15);
     /* both key words and both counter words are used */
     r = ag_rng_new(((uint64_t)7 << 32) | 5);
     ag_rng_uniform_f64(&r, 1, u);
     assert_true(u[0] == 0.17649024756946696);
-    r.counter = ((uint64_t)1 << 32) + 3;
+    r.counter = ((uint64_t)1 << 33) + 7;
     ag_rng_uniform_f64(&r, 1, u);
-    assert_true(u[0] == 0.055608236572329495);
-    r.counter = ((uint64_t)1 << 32) + 3;
+    assert_true(u[0] == 0.7347358550911959);
+    r.counter = ((uint64_t)1 << 33) + 6;
     ag_rng_normal_f64(&r, 1, n);
     assert_double_equal(n[0], -0.03239315495753046, 1e-15);
 }
@@ -66,16 +68,16 @@ static void test_philox_matches_reference_values(void **state) {
 
 static const uint64_t SEEDS[] = {0, 1, 42, 0x5eed, ((uint64_t)7 << 32) | 5, 0xFFFFFFFFu, ~(uint64_t)0,
                                  0x9E3779B97F4A7C15u};
-/* counters whose draws carry from word 0 into word 1, and from 2^64 - 1 around to 0 */
+/* counters whose blocks carry from word 0 into word 1 (draw 2^33), and from 2^64 - 1 around to 0 */
 static const uint64_t COUNTERS[] = {0,
                                     1,
                                     1000003,
-                                    ((uint64_t)1 << 32) - 1,
-                                    ((uint64_t)1 << 32) - 7,
-                                    ((uint64_t)1 << 32) - 16,
-                                    ((uint64_t)1 << 32) - 40,
-                                    ((uint64_t)5 << 32) - 3,
-                                    ((uint64_t)1 << 32),
+                                    ((uint64_t)1 << 33) - 1,
+                                    ((uint64_t)1 << 33) - 7,
+                                    ((uint64_t)1 << 33) - 16,
+                                    ((uint64_t)1 << 33) - 40,
+                                    ((uint64_t)5 << 33) - 3,
+                                    ((uint64_t)1 << 33),
                                     ~(uint64_t)0 - 20,
                                     ~(uint64_t)0};
 static const int64_t LENGTHS[] = {0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 100, 1023, 4099};
@@ -208,13 +210,13 @@ static void test_counter_advances_so_two_draws_of_n_equal_one_of_2n(void **state
     assert_int_equal(b.counter, 2 * n);
     assert_int_equal(memcmp(first, both, (size_t)n * sizeof(double)), 0);
     assert_int_equal(memcmp(second, both + n, (size_t)n * sizeof(double)), 0);
-    /* normals too, and through tensors (one counter step per element) */
+    /* normals too, and through tensors (two draws per element) */
     a = ag_rng_new(6);
     b = ag_rng_new(6);
     ag_tensor *x1 = ag_randn(&a, AG_F64, AG_SHAPE(3, 5));
     ag_tensor *x2 = ag_randn(&a, AG_F64, AG_SHAPE(15));
     ag_tensor *x = ag_randn(&b, AG_F64, AG_SHAPE(30));
-    assert_int_equal(a.counter, 30);
+    assert_int_equal(a.counter, 60);
     assert_int_equal(memcmp(x1->data, x->data, 15 * sizeof(double)), 0);
     assert_int_equal(memcmp(x2->data, x->data + 15 * sizeof(double), 15 * sizeof(double)), 0);
 }
