@@ -9,6 +9,7 @@
 #include "../tensor/gemm.h"
 #include "../tensor/internal.h"
 #include "layers.h"
+#include "nn_internal.h"
 
 /* columns handled by one thread in column reductions (a block's partial sums stay in registers/L1) */
 #define COLS 64
@@ -157,22 +158,27 @@ static void linear_backward(ag_node *n) {
 /* x and w (saved as themselves unless copied); not the bias */
 static const ag_op LINEAR = {"ag_linear", linear_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
-ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
-    const char *op = "ag_linear";
-    if (!ag__check_float(op, x) || !ag__check_float(op, w) || (b && !ag__check_float(op, b))) return NULL;
+/* input (..., in), weight (out, in), bias (out) or NULL, one float dtype */
+static bool linear_check(const char *op, ag_tensor *x, ag_tensor *w, ag_tensor *b) {
+    if (!ag__check_float(op, x) || !ag__check_float(op, w) || (b && !ag__check_float(op, b))) return false;
     char b1[128], b2[128], b3[128];
     if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
         ag_error(op, "input %s, weight %s, bias %s: expected input (..., in), weight (out, in), bias (out)",
                  ag_shape_str(x, b1), ag_shape_str(w, b2), b ? ag_shape_str(b, b3) : "none");
-        return NULL;
+        return false;
     }
     if (w->dtype != x->dtype || (b && b->dtype != x->dtype)) {
         ag_error(op, "input %s %s, weight %s %s, bias %s: dtypes differ (convert with ag_to)", ag_shape_str(x, b1),
                  ag_dtype_name(x->dtype), ag_shape_str(w, b2), ag_dtype_name(w->dtype),
                  b ? ag_dtype_name(b->dtype) : "none");
-        return NULL;
+        return false;
     }
+    return true;
+}
+
+ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
+    if (!linear_check("ag_linear", x, w, b)) return NULL;
     ag_dtype dt = x->dtype;
     int64_t in = w->shape[1], out = w->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
     int64_t shape[AG_MAX_DIMS];
@@ -189,6 +195,102 @@ ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
         n->ctx.i[0] = m;
     }
     return y;
+}
+
+/* ---- ag_linear between packed and padded rows (skip_padding) ---- */
+
+/* The packed side lives in the arena above a mark and is given back right after: the padded
+ * side is the only activation. In backward the gradient buffers are fetched before the mark (a
+ * leaf's first buffer comes from the arena too). */
+static char *temp(size_t bytes) { return ag_arena_alloc(ag_arena_current(), bytes ? bytes : 1); }
+
+/* the node of either: t = {x, w, b, x's saved operand, w's}, m packed rows at rows */
+static ag_tensor *finish_rows(const ag_op *op, ag_tensor *y, ag_tensor *const *t, int64_t m, const int64_t *rows) {
+    ag_node *n = ag_finish(op, y, 3, t);
+    if (n) {
+        n->saved[0] = t[3];
+        n->saved[1] = t[4];
+        n->ctx.i[0] = m;
+        n->extra = (void *)rows;
+    }
+    return y;
+}
+
+static void linear_put_backward(ag_node *n) { /* the packed dy is dy's rows */
+    ag_tensor *x = n->saved[0], *w = n->saved[1], *dy = n->out->grad;
+    int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
+    size_t es = ag_dtype_size(dy->dtype);
+    bool fresh;
+    ag_tensor *dx = ag__grad_buffer_to_write(n->in[0], &fresh);
+    char *dw = grad_ptr(n->in[1]), *db = grad_ptr(n->in[2]);
+    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
+    char *g = temp((size_t)(m * out) * es);
+    ag__rows_copy(g, ag__ptr(dy), n->extra, m, (size_t)out * es, false);
+    linear_bwd(dy->dtype, g, as_matrix(x, m, in), as_matrix(w, out, in), m, in, out, dx ? ag__ptr(dx) : NULL, fresh,
+               dw, db);
+    ag_arena_rewind(ag_arena_current(), mark);
+}
+static const ag_op LINEAR_PUT_ROWS = {"ag__linear_put_rows", linear_put_backward,
+                                      AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
+
+ag_tensor *ag__linear_put_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int ndim,
+                               const int64_t *shape) {
+    const char *op = "ag__linear_put_rows";
+    if (!linear_check(op, x, w, b)) return NULL;
+    char b1[128];
+    int64_t in = w->shape[1], out = w->shape[0], m = x->ndim == 2 ? x->shape[0] : -1, R = 1;
+    for (int d = 0; d < ndim - 1; d++) R *= shape[d];
+    if (m < 0 || ndim < 1 || shape[ndim - 1] != out) {
+        ag_error(op, "input %s, output last dim %lld: expected input (n, %lld) and output (..., %lld)",
+                 ag_shape_str(x, b1), (long long)(ndim ? shape[ndim - 1] : 0), (long long)in, (long long)out);
+        return NULL;
+    }
+    if (!ag__check_rows(op, rows, m, R)) return NULL;
+    ag_dtype dt = x->dtype;
+    size_t es = ag_dtype_size(dt);
+    mat xm, wm;
+    ag_tensor *xs = operand(x, m, in, &xm), *ws = operand(w, out, in, &wm), *y = ag__new(dt, ndim, shape);
+    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
+    char *packed = temp((size_t)(m * out) * es);
+    linear_fwd(dt, xm, wm, b, m, in, out, packed);
+    ag__zero(ag__ptr(y), (size_t)(R * out) * es);
+    ag__rows_copy(ag__ptr(y), packed, rows, m, (size_t)out * es, true);
+    ag_arena_rewind(ag_arena_current(), mark);
+    return finish_rows(&LINEAR_PUT_ROWS, y, (ag_tensor *[]){x, w, b, xs, ws}, m, rows);
+}
+
+static void linear_take_backward(ag_node *n) { /* the packed x again from the padded one */
+    ag_tensor *x = n->saved[0], *w = n->saved[1], *dy = n->out->grad;
+    int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
+    size_t es = ag_dtype_size(dy->dtype);
+    ag_tensor *dx = ag_grad_buffer(n->in[0]);
+    char *dw = grad_ptr(n->in[1]), *db = grad_ptr(n->in[2]);
+    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
+    char *xp = temp((size_t)(m * in) * es), *dxp = dx ? temp((size_t)(m * in) * es) : NULL;
+    ag__rows_copy(xp, ag__ptr(x), n->extra, m, (size_t)in * es, false);
+    linear_bwd(dy->dtype, ag__ptr(dy), (mat){xp, false, max1(in)}, as_matrix(w, out, in), m, in, out, dxp, true, dw,
+               db);
+    if (dx) ag__rows_add(dy->dtype, ag__ptr(dx), dxp, n->extra, m, in, true);
+    ag_arena_rewind(ag_arena_current(), mark);
+}
+static const ag_op LINEAR_TAKE_ROWS = {"ag__linear_take_rows", linear_take_backward,
+                                       AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
+
+ag_tensor *ag__linear_take_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int64_t m) {
+    const char *op = "ag__linear_take_rows";
+    if (!linear_check(op, x, w, b)) return NULL;
+    int64_t in = w->shape[1], out = w->shape[0], R = ag__shape_numel(x->ndim - 1, x->shape);
+    if (!ag__check_rows(op, rows, m, R)) return NULL;
+    ag_dtype dt = x->dtype;
+    size_t es = ag_dtype_size(dt);
+    mat wm;
+    ag_tensor *xd = ag__dense(x), *ws = operand(w, out, in, &wm), *y = ag__new(dt, 2, (int64_t[]){m, out});
+    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
+    char *xp = temp((size_t)(m * in) * es);
+    ag__rows_copy(xp, ag__ptr(xd), rows, m, (size_t)in * es, false);
+    linear_fwd(dt, (mat){xp, false, max1(in)}, wm, b, m, in, out, ag__ptr(y));
+    ag_arena_rewind(ag_arena_current(), mark);
+    return finish_rows(&LINEAR_TAKE_ROWS, y, (ag_tensor *[]){x, w, b, xd, ws}, m, rows);
 }
 
 ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,

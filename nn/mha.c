@@ -191,3 +191,34 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
     else if (weights) *weights = NULL;
     return y;
 }
+
+ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
+                                const ag__rowset *kr, const ag_mha_args *a) {
+    const char *op = "ag__mha_forward_rows";
+    const ag_mha_config *c = &m->cfg;
+    int64_t E = c->embed_dim, H = c->num_heads, N = qr->N;
+    if (!m->in_proj_weight || m->bias_k || c->add_zero_attn || kr->N != N) {
+        ag_error(op, "packed rows need the packed in_proj_weight, no bias_k/bias_v or add_zero_attn, and one batch "
+                     "size (query %lld, key %lld)",
+                 (long long)N, (long long)kr->N);
+        return NULL;
+    }
+    ag_tensor *w = m->in_proj_weight, *b = m->in_proj_bias, *tq, *tk, *tv;
+    int64_t qo = 0, ko = 0, vo = E;
+    if (q == kv) { /* (n, 3E) into (N, L, 3E) */
+        tq = tk = tv = ag__linear_put_rows(q, w, b, qr->bf, AG_SHAPE(N, qr->L, 3 * E));
+        ko = E;
+        vo = 2 * E;
+    } else {
+        tq = ag__linear_put_rows(q, ag_narrow(w, 0, 0, E), b ? ag_narrow(b, 0, 0, E) : NULL, qr->bf,
+                                 AG_SHAPE(N, qr->L, E));
+        tk = tv = ag__linear_put_rows(kv, ag_narrow(w, 0, E, 2 * E), b ? ag_narrow(b, 0, E, 2 * E) : NULL, kr->bf,
+                                      AG_SHAPE(N, kr->L, 2 * E));
+    }
+    if (!tq || !tk) return NULL;
+    ag_tensor *mask = ag_attention_mask(a->attn_mask, a->key_padding_mask, N, H);
+    ag_tensor *o = ag__attention_heads(tq, qo, tk, ko, tv, vo, E, H, mask, a->is_causal, c->dropout, a->rng,
+                                       a->training, NULL); /* (N, L, E) */
+    if (!o) return NULL;
+    return ag__linear_take_rows(o, m->out_proj.weight, m->out_proj.bias, qr->bf, qr->n);
+}

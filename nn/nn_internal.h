@@ -1,8 +1,9 @@
 /* Internals shared by nn/ files (not installed): the fused attention over packed heads that
- * ag_mha_forward is built on. */
+ * ag_mha_forward is built on, and the packed rows the Transformer's skip_padding runs on. */
 #ifndef AG_NN_INTERNAL_H
 #define AG_NN_INTERNAL_H
 #include "attention.h"
+#include "mha.h"
 
 /* Attention over heads laid side by side in the last dim, as nn.MultiheadAttention's
  * projections produce them: q = columns [qo, qo+E) of tq (N,L,*), k and v the same of tk and
@@ -14,4 +15,44 @@
 ag_tensor *ag__attention_heads(ag_tensor *tq, int64_t qo, ag_tensor *tk, int64_t ko, ag_tensor *tv, int64_t vo,
                                int64_t E, int64_t H, ag_tensor *mask, bool causal, double dropout_p, ag_rng *rng,
                                bool training, ag_tensor **weights_out);
+
+/* The positions of a padded (N, L) batch that are not padding, n of them: packed row i is
+ * row bf[i] of the batch flattened in (N, L) order, and row src[i] of the input's own layout
+ * ((N, L) when batch_first, else (L, N); then src is bf). Arena memory. */
+typedef struct {
+    const int64_t *bf, *src;
+    int64_t n, N, L;
+} ag__rowset;
+/* The rowset of key padding mask kpm (N, L): bool true or float -inf is padding. False (r
+ * untouched) when no position, or every position, is padding. */
+bool ag__live_rows(ag_tensor *kpm, bool batch_first, ag__rowset *r);
+/* Is every position that key padding mask b pads also padding in a (same shape)? True for b
+ * NULL. */
+bool ag__padding_covers(ag_tensor *a, ag_tensor *b);
+/* Rows rows[0..n) of x seen as (R, D), D its last dim -> (n, D). Backward scatters them back. */
+ag_tensor *ag__take_rows(ag_tensor *x, const int64_t *rows, int64_t n);
+/* x (n, D) -> shape (leading dims R, last dim D): zeros, but row rows[i] is x's row i (rows
+ * distinct). Backward takes those rows of the gradient. */
+ag_tensor *ag__put_rows(ag_tensor *x, const int64_t *rows, int ndim, const int64_t *shape);
+
+/* rows[0..n) within [0, R), else reported through op */
+bool ag__check_rows(const char *op, const int64_t *rows, int64_t n, int64_t R);
+/* dst row rows[i] = src row i (scatter), or dst row i = src row rows[i] (!scatter); add: +=, of
+ * D elements of dt */
+void ag__rows_copy(char *dst, const char *src, const int64_t *rows, int64_t n, size_t row_bytes, bool scatter);
+void ag__rows_add(ag_dtype dt, char *dst, const char *src, const int64_t *rows, int64_t n, int64_t D, bool scatter);
+/* ag_linear between packed and padded rows, the packed side only in a scratch buffer (no
+ * activation of its own): put: x (n, in) -> shape (leading dims R, out), zeros but row rows[i]
+ * = x[i] wᵀ + b; take: x (leading dims R, in) -> (n, out), row i = x[rows[i]] wᵀ + b. */
+ag_tensor *ag__linear_put_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int ndim,
+                               const int64_t *shape);
+ag_tensor *ag__linear_take_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int64_t n);
+
+/* ag_mha_forward on packed rows: q (qr->n, E) the positions qr of a (N, L) batch, kv (kr->n, E)
+ * those kr of (N, S); q == kv (with qr == kr) is self-attention. The projections run on the
+ * packed rows only; the attention sees them placed in (N, L, ·) with zeros for padding, which
+ * the key padding mask in a must mask. Returns (qr->n, E); no weights. For the modules the
+ * Transformer layers make: the packed in_proj_weight, no bias_k/bias_v, no add_zero_attn. */
+ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
+                                const ag__rowset *kr, const ag_mha_args *a);
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../tensor/internal.h"
+#include "nn_internal.h"
 #include "transformer.h"
 
 #define TRY(e)                                                                                                    \
@@ -166,22 +167,28 @@ typedef struct {
     double p;
     bool self_attn;      /* in = {x} (q = k = v: one packed projection GEMM), else {q, kv} */
     ag_tensor **weights; /* the attention weights wanted (never when recomputed) */
+    bool packed;         /* skip_padding: q and kv are the rows qr and kr (copies: ag_recompute */
+    ag__rowset qr, kr;   /* keeps this context for backward, after the caller's frame is gone) */
 } attn_ctx;
 
 /* dropoutN(attn(q, kv, kv)): _sa_block / _mha_block */
 static ag_tensor *attn_run(void *ctx, ag_tensor *const *in) {
     attn_ctx *c = ctx;
     ag_tensor *kv = in[c->self_attn ? 0 : 1];
-    ag_tensor *y = ag_mha_forward(c->attn, in[0], kv, kv, &c->ma, c->weights);
+    ag_tensor *y = c->packed ? ag__mha_forward_rows(c->attn, in[0], &c->qr, kv, &c->kr, &c->ma)
+                         : ag_mha_forward(c->attn, in[0], kv, kv, &c->ma, c->weights);
     TRY(y);
     return ag_dropout_(y, c->p, c->ma.training, c->ma.rng); /* out_proj's output: its backward reads only its input */
 }
 
 static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
                              bool causal, double p, const ag_transformer_args *a, ag_tensor **weights,
-                             bool recompute) {
-    attn_ctx c = {attn, {.key_padding_mask = kpm, .attn_mask = mask, .is_causal = causal, .training = a->training,
-                         .rng = a->rng, .need_weights = weights != NULL}, p, q == kv, weights};
+                             bool recompute, const ag__rowset *qr, const ag__rowset *kr) {
+    attn_ctx c = {.attn = attn,
+                  .ma = {.key_padding_mask = kpm, .attn_mask = mask, .is_causal = causal, .training = a->training,
+                         .rng = a->rng, .need_weights = weights != NULL},
+                  .p = p, .self_attn = q == kv, .weights = weights, .packed = qr != NULL};
+    if (qr) c.qr = *qr, c.kr = *kr;
     ag_tensor *in[2] = {q, kv};
     if (recompute && !weights) return ag_recompute(attn_run, &c, sizeof c, c.self_attn ? 1 : 2, in, a->rng);
     return attn_run(&c, in);
@@ -230,6 +237,108 @@ static ag_tensor *layer_result(ag_arena_mark mark, ag_tensor *y, bool keep_all) 
     return ag_arena_rewind_keep(ag_arena_current(), mark, y);
 }
 
+/* A checked encoder call: the batched input, its key padding mask and, with skip_padding, the
+ * rows it runs on (r, else NULL); the same for a decoder, with the memory's. Checked once for
+ * a stack: its layers share one config. */
+typedef struct {
+    seq s;
+    ag_tensor *kpm;
+    ag__rowset rs;
+    const ag__rowset *r;
+    bool unbatched;
+} enc_call;
+
+typedef struct {
+    seq t, mem;
+    ag_tensor *tkpm, *mkpm;
+    ag__rowset rt, rm;
+    const ag__rowset *r, *rmem;
+    bool unbatched;
+} dec_call;
+
+static bool enc_prepare(const char *op, const ag_transformer_config *c, ag_tensor *src, const ag_transformer_args *a,
+                        enc_call *e) {
+    if (!check_seq(op, "src", src, c, &e->s)) return false;
+    e->unbatched = src->ndim == 2;
+    e->kpm = a->src_key_padding_mask;
+    if (!check_masks(op, "src_mask", a->src_mask, "src_key_padding_mask", &e->kpm, e->unbatched, e->s.n, c->nhead,
+                     e->s.len, e->s.len))
+        return false;
+    e->r = c->skip_padding && e->kpm && ag__live_rows(e->kpm, c->batch_first, &e->rs) ? &e->rs : NULL;
+    return true;
+}
+
+static bool dec_prepare(const char *op, const ag_transformer_config *c, ag_tensor *tgt, ag_tensor *memory,
+                        const ag_transformer_args *a, dec_call *d) {
+    if (!check_seq(op, "tgt", tgt, c, &d->t) || !check_seq(op, "memory", memory, c, &d->mem)) return false;
+    if (tgt->ndim != memory->ndim || d->t.n != d->mem.n) {
+        char b1[128], b2[128];
+        ag_error(op, "tgt %s, memory %s: batch sizes differ (batch_first=%d)", ag_shape_str(tgt, b1),
+                 ag_shape_str(memory, b2), c->batch_first);
+        return false;
+    }
+    d->unbatched = tgt->ndim == 2;
+    d->tkpm = a->tgt_key_padding_mask;
+    d->mkpm = a->memory_key_padding_mask;
+    if (!check_masks(op, "tgt_mask", a->tgt_mask, "tgt_key_padding_mask", &d->tkpm, d->unbatched, d->t.n, c->nhead,
+                     d->t.len, d->t.len) ||
+        !check_masks(op, "memory_mask", a->memory_mask, "memory_key_padding_mask", &d->mkpm, d->unbatched, d->t.n,
+                     c->nhead, d->t.len, d->mem.len))
+        return false;
+    /* skip_padding: the target's rows and the memory's (which only the cross-attention reads) */
+    d->r = d->rmem = NULL;
+    if (c->skip_padding && d->tkpm && d->mkpm && !a->cross_attn_weights &&
+        ag__live_rows(d->tkpm, c->batch_first, &d->rt) && ag__live_rows(d->mkpm, c->batch_first, &d->rm))
+        d->r = &d->rt, d->rmem = &d->rm;
+    return true;
+}
+
+/* the input's rows that are run (all of it without skip_padding) */
+static ag_tensor *rows_in(const seq *s, const ag__rowset *r) { return r ? ag__take_rows(s->x, r->src, r->n) : s->x; }
+
+/* the output in the input's layout: padded positions 0 with skip_padding; unbatched again */
+static ag_tensor *rows_out(ag_tensor *x, const seq *s, const ag__rowset *r, bool unbatched,
+                           const ag_transformer_config *c) {
+    if (x && r) x = ag__put_rows(x, r->src, s->x->ndim, s->x->shape);
+    return x && unbatched ? ag_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+/* self_attn and feed-forward blocks of an encoder layer on x (e's rows) */
+static ag_tensor *enc_layer_run(const ag_transformer_encoder_layer_t *m, ag_tensor *x, const enc_call *e,
+                                const ag_transformer_args *a) {
+    const ag_transformer_config *c = &m->cfg;
+#define SA(h)                                                                                                         \
+    attn_block(&m->self_attn, h, h, a->src_mask, e->kpm, a->src_is_causal, c->dropout, a, NULL,                       \
+               c->recompute_attention, e->r, e->r)
+#define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
+    RESIDUAL(x, m->norm1, SA);
+    RESIDUAL(x, m->norm2, FF);
+#undef SA
+#undef FF
+    return x;
+}
+
+/* self_attn, multihead_attn (over mx, the memory's rows) and feed-forward blocks of a decoder
+ * layer on x (d's target rows) */
+static ag_tensor *dec_layer_run(const ag_transformer_decoder_layer_t *m, ag_tensor *x, ag_tensor *mx,
+                                const dec_call *d, const ag_transformer_args *a) {
+    const ag_transformer_config *c = &m->cfg;
+#define SA(h)                                                                                                         \
+    attn_block(&m->self_attn, h, h, a->tgt_mask, d->tkpm, a->tgt_is_causal, c->dropout, a, NULL,                      \
+               c->recompute_attention, d->r, d->r)
+#define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
+#define CA(h)                                                                                                         \
+    attn_block(&m->multihead_attn, h, mx, a->memory_mask, d->mkpm, a->memory_is_causal, c->dropout, a,                 \
+               a->cross_attn_weights, c->recompute_attention, d->r, d->rmem)
+    RESIDUAL(x, m->norm1, SA);
+    RESIDUAL(x, m->norm2, CA);
+    RESIDUAL(x, m->norm3, FF);
+#undef SA
+#undef CA
+#undef FF
+    return x;
+}
+
 ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
                                                 const ag_transformer_args *args) {
     const char *op = "ag_transformer_encoder_layer_forward";
@@ -239,22 +348,13 @@ ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_lay
     }
     ag_transformer_args none = {0};
     const ag_transformer_args *a = args ? args : &none;
-    const ag_transformer_config *c = &m->cfg;
     ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
-    seq s;
-    if (!check_seq(op, "src", src, c, &s)) return NULL;
-    ag_tensor *kpm = a->src_key_padding_mask;
-    if (!check_masks(op, "src_mask", a->src_mask, "src_key_padding_mask", &kpm, src->ndim == 2, s.n, c->nhead, s.len,
-                     s.len))
-        return NULL;
-    ag_tensor *x = s.x;
-#define SA(h) attn_block(&m->self_attn, h, h, a->src_mask, kpm, a->src_is_causal, c->dropout, a, NULL, c->recompute_attention)
-#define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
-    RESIDUAL(x, m->norm1, SA);
-    RESIDUAL(x, m->norm2, FF);
-#undef SA
-#undef FF
-    return layer_result(mark, src->ndim == 2 ? ag_squeeze(x, c->batch_first ? 0 : 1) : x, false);
+    enc_call e;
+    if (!enc_prepare(op, &m->cfg, src, a, &e)) return NULL;
+    ag_tensor *x = rows_in(&e.s, e.r);
+    TRY(x);
+    TRY(x = enc_layer_run(m, x, &e, a));
+    return layer_result(mark, rows_out(x, &e.s, e.r, e.unbatched, &m->cfg), false);
 }
 
 ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
@@ -266,36 +366,14 @@ ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_lay
     }
     ag_transformer_args none = {0};
     const ag_transformer_args *a = args ? args : &none;
-    const ag_transformer_config *c = &m->cfg;
     ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
-    seq t, mem;
-    if (!check_seq(op, "tgt", tgt, c, &t) || !check_seq(op, "memory", memory, c, &mem)) return NULL;
-    if (tgt->ndim != memory->ndim || t.n != mem.n) {
-        char b1[128], b2[128];
-        ag_error(op, "tgt %s, memory %s: batch sizes differ (batch_first=%d)", ag_shape_str(tgt, b1),
-                 ag_shape_str(memory, b2), c->batch_first);
-        return NULL;
-    }
-    bool unbatched = tgt->ndim == 2;
-    ag_tensor *tkpm = a->tgt_key_padding_mask, *mkpm = a->memory_key_padding_mask;
-    if (!check_masks(op, "tgt_mask", a->tgt_mask, "tgt_key_padding_mask", &tkpm, unbatched, t.n, c->nhead, t.len,
-                     t.len) ||
-        !check_masks(op, "memory_mask", a->memory_mask, "memory_key_padding_mask", &mkpm, unbatched, t.n, c->nhead,
-                     t.len, mem.len))
-        return NULL;
-    ag_tensor *x = t.x, *mx = mem.x;
-#define SA(h) attn_block(&m->self_attn, h, h, a->tgt_mask, tkpm, a->tgt_is_causal, c->dropout, a, NULL, c->recompute_attention)
-#define FF(h) ff_block(&m->linear1, &m->linear2, c, h, a)
-#define CA(h)                                                                                                         \
-    attn_block(&m->multihead_attn, h, mx, a->memory_mask, mkpm, a->memory_is_causal, c->dropout, a,                    \
-               a->cross_attn_weights, c->recompute_attention)
-    RESIDUAL(x, m->norm1, SA);
-    RESIDUAL(x, m->norm2, CA);
-    RESIDUAL(x, m->norm3, FF);
-#undef SA
-#undef CA
-#undef FF
-    return layer_result(mark, unbatched ? ag_squeeze(x, c->batch_first ? 0 : 1) : x, a->cross_attn_weights != NULL);
+    dec_call d;
+    if (!dec_prepare(op, &m->cfg, tgt, memory, a, &d)) return NULL;
+    ag_tensor *x = rows_in(&d.t, d.r), *mx = rows_in(&d.mem, d.rmem);
+    TRY(x);
+    TRY(mx);
+    TRY(x = dec_layer_run(m, x, mx, &d, a));
+    return layer_result(mark, rows_out(x, &d.t, d.r, d.unbatched, &m->cfg), a->cross_attn_weights != NULL);
 }
 
 /* ---- incremental decoding ------------------------------------------------------------------- */
@@ -513,32 +591,51 @@ ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *pr
     return m;
 }
 
+/* A stack checks its input once and, with skip_padding, takes the rows once: its layers and
+ * final norm run on them, and only the result is put back in the padded layout. */
 ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_tensor *src,
                                           const ag_transformer_args *args) {
+    const char *op = "ag_transformer_encoder_forward";
     if (!m || m->num_layers < 1) {
-        ag_error("ag_transformer_encoder_forward", "module is NULL or was not created (ag_transformer_encoder_new "
-                                                   "failed?)");
+        ag_error(op, "module is NULL or was not created (ag_transformer_encoder_new failed?)");
         return NULL;
     }
-    ag_tensor *x = src;
-    for (int l = 0; l < m->num_layers; l++) TRY(x = ag_transformer_encoder_layer_forward(&m->layers[l], x, args));
-    return m->norm.weight ? ag_layer_norm_forward(&m->norm, x) : x;
+    ag_transformer_args none = {0};
+    const ag_transformer_args *a = args ? args : &none;
+    const ag_transformer_config *c = &m->layers[0].cfg;
+    enc_call e;
+    if (!enc_prepare(op, c, src, a, &e)) return NULL;
+    ag_tensor *x = rows_in(&e.s, e.r);
+    for (int l = 0; l < m->num_layers && x; l++) {
+        ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
+        x = layer_result(mark, enc_layer_run(&m->layers[l], x, &e, a), false);
+    }
+    TRY(x);
+    if (m->norm.weight) TRY(x = ag_layer_norm_forward(&m->norm, x));
+    return rows_out(x, &e.s, e.r, e.unbatched, c);
 }
 
 ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
                                           const ag_transformer_args *args) {
+    const char *op = "ag_transformer_decoder_forward";
     if (!m || m->num_layers < 1) {
-        ag_error("ag_transformer_decoder_forward", "module is NULL or was not created (ag_transformer_decoder_new "
-                                                   "failed?)");
+        ag_error(op, "module is NULL or was not created (ag_transformer_decoder_new failed?)");
         return NULL;
     }
-    ag_tensor *x = tgt;
     ag_transformer_args la = args ? *args : (ag_transformer_args){0};
-    for (int l = 0; l < m->num_layers; l++) {
+    const ag_transformer_config *c = &m->layers[0].cfg;
+    dec_call d;
+    if (!dec_prepare(op, c, tgt, memory, &la, &d)) return NULL;
+    ag_tensor *x = rows_in(&d.t, d.r), *mx = rows_in(&d.mem, d.rmem);
+    TRY(mx);
+    for (int l = 0; l < m->num_layers && x; l++) {
         if (args && args->cross_attn_weights) la.cross_attn_weights = args->cross_attn_weights + l;
-        TRY(x = ag_transformer_decoder_layer_forward(&m->layers[l], x, memory, &la));
+        ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
+        x = layer_result(mark, dec_layer_run(&m->layers[l], x, mx, &d, &la), la.cross_attn_weights != NULL);
     }
-    return m->norm.weight ? ag_layer_norm_forward(&m->norm, x) : x;
+    TRY(x);
+    if (m->norm.weight) TRY(x = ag_layer_norm_forward(&m->norm, x));
+    return rows_out(x, &d.t, d.r, d.unbatched, c);
 }
 
 /* ---- nn.Transformer ------------------------------------------------------------------------ */
@@ -588,6 +685,12 @@ ag_tensor *ag_transformer_forward(const ag_transformer_t *m, ag_tensor *src, ag_
     if (src->shape[src->ndim - 1] != c->d_model || tgt->shape[tgt->ndim - 1] != c->d_model) {
         ag_error(op, "src %s, tgt %s: the feature number of src and tgt must be d_model %lld", ag_shape_str(src, b1),
                  ag_shape_str(tgt, b2), (long long)c->d_model);
+        return NULL;
+    }
+    if (c->skip_padding && args && args->src_key_padding_mask &&
+        !ag__padding_covers(args->memory_key_padding_mask, args->src_key_padding_mask)) {
+        ag_error(op, "skip_padding: memory_key_padding_mask must mask every position src_key_padding_mask masks (the "
+                     "encoder's outputs there are not computed, so the decoder must not read them)");
         return NULL;
     }
     ag_tensor *memory = ag_transformer_encoder_forward(&m->encoder, src, args);

@@ -36,6 +36,19 @@ typedef struct {
      * probabilities are not held between forward and backward. The same values and parameter
      * gradients; less memory for a second forward of the attention. Off by default. */
     bool recompute_attention;
+    /* attograd's own: with key padding masks (src_key_padding_mask for an encoder,
+     * tgt_key_padding_mask and memory_key_padding_mask for a decoder), a layer or stack runs its
+     * projections, feed-forward blocks, LayerNorms and dropouts on the positions that are not
+     * padding only (bool true or float -inf is padding), as torch's nested tensors do for
+     * inference; a stack takes them out once and puts them back once. The attention still sees
+     * every position, padding as zero keys and values that the mask hides. The outputs at the
+     * other positions, and all gradients of a loss that reads only them, are those without
+     * skip_padding (up to rounding); the outputs at padded positions are 0 instead of torch's
+     * values, so nothing may read them: a decoder's memory_key_padding_mask must mask the source
+     * padding (ag_transformer_forward reports misuse otherwise), and a loss must ignore padded
+     * targets (ignore_index). Dropout draws only for the positions computed, so its masks differ
+     * from a run without. Off by default; asking for cross-attention weights turns it off. */
+    bool skip_padding;
 } ag_transformer_config;
 
 /* torch's defaults: dim_feedforward 2048, dropout 0.1, relu, eps 1e-5, seq-first, post-norm */

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "../nn/nn_internal.h"
 #include "test_util.h"
 
 /* first element of t's data */
@@ -111,6 +112,74 @@ static void test_linear_gradcheck(void **s) {
     tu_assert_gradcheck(f_linear, NULL, 2, in);
     ag_tensor *tin[3] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 3))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(4, 5))), in[2]};
     tu_assert_gradcheck(f_linear_transposed, NULL, 3, tin);
+}
+
+/* ---- the packed rows of skip_padding (nn/rows.c, ag__linear_*_rows) ---- */
+
+static const int64_t ROWS[3] = {4, 0, 3}; /* of the 6 rows of a (2,3,·) batch */
+
+static ag_tensor *f_take_put(int n, ag_tensor **in, void *ctx) { /* (2,3,4) -> rows -> (2,3,4) */
+    ag_tensor *t = ag__take_rows(in[0], ROWS, 3);
+    return ag__put_rows(ag_mul(t, t), ROWS, AG_SHAPE(2, 3, 4));
+}
+static ag_tensor *f_linear_rows(int n, ag_tensor **in, void *ctx) { /* (3,4) -> (2,3,5) -> (3,5) */
+    ag_tensor *y = ag__linear_put_rows(in[0], in[1], in[2], ROWS, AG_SHAPE(2, 3, 5));
+    return ag__linear_take_rows(ag_tanh(y), in[3], in[4], ROWS, 3);
+}
+
+static void test_packed_rows_values_gradcheck_and_misuse(void **s) {
+    ag_rng r = ag_rng_new(12);
+    ag_tensor *x = ag_randn(&r, AG_F64, AG_SHAPE(2, 3, 4));
+    ag_tensor *t = ag__take_rows(x, ROWS, 3);
+    tu_assert_shape(t, 3, 4);
+    for (int i = 0; i < 3; i++)
+        for (int e = 0; e < 4; e++)
+            assert_true(ag_get(t, (int64_t[]){i, e}) == ag_get(x, (int64_t[]){ROWS[i] / 3, ROWS[i] % 3, e}));
+    ag_tensor *y = ag__put_rows(t, ROWS, AG_SHAPE(2, 3, 4));
+    for (int64_t row = 0; row < 6; row++) {
+        bool kept = row == 4 || row == 0 || row == 3;
+        for (int e = 0; e < 4; e++)
+            assert_true(ag_get(y, (int64_t[]){row / 3, row % 3, e}) ==
+                        (kept ? ag_get(x, (int64_t[]){row / 3, row % 3, e}) : 0.0));
+    }
+    /* the linear pair equals ag_linear on the taken rows */
+    ag_tensor *w = ag_randn(&r, AG_F64, AG_SHAPE(5, 4)), *b = ag_randn(&r, AG_F64, AG_SHAPE(5));
+    ag_tensor *lp = ag__linear_put_rows(t, w, b, ROWS, AG_SHAPE(2, 3, 5));
+    ag_tensor *lt = ag__linear_take_rows(x, w, b, ROWS, 3), *ref = ag_linear(t, w, b);
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 5; o++) {
+            double v = ag_get(ref, (int64_t[]){i, o});
+            assert_true(fabs(ag_get(lt, (int64_t[]){i, o}) - v) <= 1e-15 * (1 + fabs(v)));
+            assert_true(fabs(ag_get(lp, (int64_t[]){ROWS[i] / 3, ROWS[i] % 3, o}) - v) <= 1e-15 * (1 + fabs(v)));
+        }
+    assert_true(ag_get(lp, (int64_t[]){0, 1, 2}) == 0.0);
+    ag_tensor *in[5] = {tu_leaf(x)};
+    tu_assert_gradcheck(f_take_put, NULL, 1, in);
+    ag_tensor *lin[5] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 4))), tu_leaf(w), tu_leaf(b),
+                         tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 5))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2)))};
+    tu_assert_gradcheck(f_linear_rows, NULL, 5, lin);
+    /* a row outside the batch is misuse, named */
+    static const int64_t BAD[2] = {1, 6};
+    assert_null(ag__take_rows(x, BAD, 2));
+    tu_assert_error("ag__take_rows", "row 1 is 6");
+    assert_null(ag__linear_take_rows(x, w, b, BAD, 2));
+    tu_assert_error("ag__linear_take_rows", "row 1 is 6");
+    /* the rows a padding mask leaves: bool true or float -inf is padding */
+    ag__rowset rs;
+    ag_tensor *m = ag_zeros(AG_BOOL, AG_SHAPE(2, 3));
+    assert_false(ag__live_rows(m, true, &rs)); /* nothing to skip */
+    ag_set(m, (int64_t[]){0, 2}, 1);
+    ag_set(m, (int64_t[]){1, 1}, 1);
+    assert_true(ag__live_rows(m, false, &rs));
+    assert_int_equal(rs.n, 4);
+    static const int64_t bf[4] = {0, 1, 3, 5}, sf[4] = {0, 2, 1, 5}; /* (L,N) order: l·2 + n */
+    assert_memory_equal(rs.bf, bf, sizeof bf);
+    assert_memory_equal(rs.src, sf, sizeof sf);
+    ag_tensor *fm = ag_masked_fill(ag_full(AG_F32, AG_SHAPE(2, 3), -1e9), m, -INFINITY); /* -1e9 is not padding */
+    assert_true(ag__live_rows(fm, true, &rs));
+    assert_memory_equal(rs.bf, bf, sizeof bf);
+    assert_true(rs.src == rs.bf);
+    assert_false(ag__live_rows(ag_ones(AG_BOOL, AG_SHAPE(2, 3)), true, &rs)); /* nothing left */
 }
 
 static void test_linear_module_names_shapes_and_init_range(void **s) {
@@ -600,6 +669,7 @@ int main(void) {
         T(test_linear_copies_a_3d_input_whose_rows_do_not_share_a_stride),
         T(test_linear_1d_input_gives_1d_output),
         T(test_linear_gradcheck),
+        T(test_packed_rows_values_gradcheck_and_misuse),
         T(test_linear_module_names_shapes_and_init_range),
         T(test_linear_reports_shape_mismatch_naming_both_shapes),
         T(test_embedding_padding_row_gets_no_grad_and_repeats_accumulate),

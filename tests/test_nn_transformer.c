@@ -654,6 +654,148 @@ static void test_seq2seq_gradcheck_with_recomputed_attention(void **s) {
     ag_params_free(p);
 }
 
+/* ==== skip_padding ============================================================================= */
+
+/* the seq2seq loss and every parameter gradient with skip_padding off and on: the padded
+ * positions are masked keys and ignored targets, so the two agree to rounding (f64); variant 0
+ * post-norm relu, 1 pre-norm gelu, 2 with recompute_attention, 3 training with dropout 0 */
+static void test_skip_padding_gives_the_same_loss_and_gradients(void **s) {
+    for (int variant = 0; variant < 4; variant++) {
+        ag_params *p = ag_params_new(AG_F64);
+        ag_transformer_config c = small_config(variant == 1, variant == 1 ? AG_ACTIVATION_GELU : AG_ACTIVATION_RELU,
+                                               true);
+        c.recompute_attention = variant == 2;
+        c.dropout = 0;
+        seq2seq m = seq2seq_new(p, &c);
+        m.dropout_seed = variant == 3 ? 7 : 0;
+        double loss[2], *grads[2];
+        for (int skip = 0; skip < 2; skip++) {
+            m.enc.cfg.skip_padding = m.dec.cfg.skip_padding = skip == 1;
+            ag_params_zero_grad(p);
+            ag_tensor *l = f_seq2seq(0, NULL, &m);
+            loss[skip] = ag_item(l);
+            ag_backward(l, NULL);
+            grads[skip] = malloc(sizeof(double) * (size_t)p->numel);
+            ag_to_buffer(p->flat_grad, AG_F64, grads[skip]);
+        }
+        assert_int_equal(tu_error_count(), 0);
+        assert_true(loss[0] > 0.5);
+        assert_true(fabs(loss[1] - loss[0]) <= 1e-14 * loss[0]);
+        double worst = 0, size = 0;
+        for (int64_t i = 0; i < p->numel; i++) {
+            worst = fmax(worst, fabs(grads[1][i] - grads[0][i]));
+            size = fmax(size, fabs(grads[0][i]));
+        }
+        assert_true(size > 1e-2);
+        if (worst > 1e-13 * size) fail_msg("variant %d: gradients differ by %g (largest %g)", variant, worst, size);
+        for (int k = 0; k < 2; k++) free(grads[k]);
+        ag_params_free(p);
+    }
+}
+
+/* the packed rows' own backward (ag__take_rows, ag__linear_put_rows, ag__linear_take_rows,
+ * ag__put_rows) against finite differences */
+static void test_seq2seq_gradcheck_with_skip_padding(void **s) {
+    for (int variant = 0; variant < 2; variant++) {
+        ag_params *p = ag_params_new(AG_F64);
+        ag_transformer_config c = small_config(variant == 1, AG_ACTIVATION_RELU, true);
+        c.skip_padding = true;
+        c.recompute_attention = variant == 1;
+        seq2seq m = seq2seq_new(p, &c);
+        tu_assert_gradcheck(f_seq2seq, &m, p->count, p->list);
+        ag_params_free(p);
+    }
+}
+
+/* Stacks and the whole nn.Transformer, seq-first, batch-first and unbatched, bool and float
+ * (-inf) padding masks, and single layers: with skip_padding the outputs at the positions that
+ * are not padding are those without it, and the padded positions are 0. */
+static void test_skip_padding_keeps_the_outputs_at_real_positions(void **s) {
+    for (int variant = 0; variant < 4; variant++) { /* 0 seq-first bool, 1 batch-first float, 2 unbatched, 3 layer */
+        ag_params *p = ag_params_new(AG_F64);
+        ag_transformer_config c = small_config(variant == 1, AG_ACTIVATION_RELU, variant == 1);
+        ag_rng r = ag_rng_new(60 + (uint64_t)variant);
+        ag_transformer_t *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+        *t = ag_transformer_new(p, "", &c, 2, 2, &r);
+        int64_t N = 2, S = 5, T = 4, E = 4;
+        ag_tensor *spad = bools(AG_SHAPE(2, 5), "0001100000"), *tpad = bools(AG_SHAPE(2, 4), "00010011");
+        if (variant == 1) { /* the same positions as -inf in a float mask */
+            spad = ag_masked_fill(ag_zeros(AG_F64, AG_SHAPE(2, 5)), spad, -INFINITY);
+            tpad = ag_masked_fill(ag_zeros(AG_F64, AG_SHAPE(2, 4)), tpad, -INFINITY);
+        }
+        ag_tensor *src = ag_randn(&r, AG_F64, AG_SHAPE(S, N, E)), *tgt = ag_randn(&r, AG_F64, AG_SHAPE(T, N, E));
+        if (variant == 1) src = ag_transpose(src, 0, 1), tgt = ag_transpose(tgt, 0, 1); /* (N,L,E), strided */
+        ag_transformer_args a = {.src_key_padding_mask = spad, .tgt_key_padding_mask = tpad,
+                                 .memory_key_padding_mask = spad, .tgt_is_causal = true};
+        if (variant == 2) { /* sequence 0 alone */
+            src = ag_select(src, 1, 0);
+            tgt = ag_select(tgt, 1, 0);
+            a.src_key_padding_mask = a.memory_key_padding_mask = ag_select(spad, 0, 0);
+            a.tgt_key_padding_mask = ag_select(tpad, 0, 0);
+            N = 1;
+        }
+        ag_tensor *y[2], *mem[2];
+        for (int skip = 0; skip < 2; skip++) {
+            for (int l = 0; l < 2; l++)
+                t->encoder.layers[l].cfg.skip_padding = t->decoder.layers[l].cfg.skip_padding = skip == 1;
+            if (variant == 3) { /* one encoder layer, one decoder layer */
+                mem[skip] = ag_transformer_encoder_layer_forward(&t->encoder.layers[0], src, &a);
+                y[skip] = ag_transformer_decoder_layer_forward(&t->decoder.layers[0], tgt, mem[skip], &a);
+            } else {
+                mem[skip] = ag_transformer_encoder_forward(&t->encoder, src, &a);
+                y[skip] = ag_transformer_forward(t, src, tgt, &a);
+            }
+            assert_non_null(y[skip]);
+        }
+        assert_int_equal(tu_error_count(), 0);
+        int bf = variant == 1, un = variant == 2;
+        for (int64_t n = 0; n < N; n++)
+            for (int which = 0; which < 2; which++) { /* memory, then output */
+                int64_t L = which ? T : S;
+                ag_tensor *pad = which ? tpad : spad, **v = which ? y : mem;
+                for (int64_t l = 0; l < L; l++) {
+                    double pv = ag_get(pad, (int64_t[]){n, l});
+                    bool padded = variant == 1 ? pv == -INFINITY : pv != 0;
+                    for (int64_t e = 0; e < E; e++) {
+                        int64_t i3[3] = {bf ? n : l, bf ? l : n, e}, i2[2] = {l, e};
+                        double a0 = ag_get(v[0], un ? i2 : i3), a1 = ag_get(v[1], un ? i2 : i3);
+                        if (!padded) {
+                            if (fabs(a0 - a1) > 1e-12) fail_msg("variant %d %s (%lld,%lld,%lld): %.17g vs %.17g",
+                                                                variant, which ? "output" : "memory", (long long)n,
+                                                                (long long)l, (long long)e, a1, a0);
+                        } else if (a1 != 0.0) {
+                            fail_msg("variant %d %s (%lld,%lld,%lld) is padding: %.17g, not 0", variant,
+                                     which ? "output" : "memory", (long long)n, (long long)l, (long long)e, a1);
+                        }
+                    }
+                }
+            }
+        ag_params_free(p);
+    }
+}
+
+static void test_skip_padding_refuses_a_memory_mask_other_than_the_source_one(void **s) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
+    c.skip_padding = true;
+    ag_rng r = ag_rng_new(3);
+    ag_transformer_t *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+    *t = ag_transformer_new(p, "", &c, 1, 1, &r);
+    ag_tensor *src = ag_randn(&r, AG_F32, AG_SHAPE(2, 3, 4)), *tgt = ag_randn(&r, AG_F32, AG_SHAPE(2, 2, 4));
+    ag_transformer_args a = {.src_key_padding_mask = bools(AG_SHAPE(2, 3), "001000")};
+    assert_null(ag_transformer_forward(t, src, tgt, &a));
+    tu_assert_error("ag_transformer_forward", "skip_padding", "memory_key_padding_mask");
+    a.memory_key_padding_mask = bools(AG_SHAPE(2, 3), "100000"); /* misses the source's padding */
+    assert_null(ag_transformer_forward(t, src, tgt, &a));
+    tu_assert_error("ag_transformer_forward", "skip_padding", "memory_key_padding_mask");
+    a.memory_key_padding_mask = bools(AG_SHAPE(2, 3), "001000"); /* the same positions, another tensor */
+    assert_non_null(ag_transformer_forward(t, src, tgt, &a));
+    a.memory_key_padding_mask = bools(AG_SHAPE(2, 3), "011000"); /* more of them */
+    assert_non_null(ag_transformer_forward(t, src, tgt, &a));
+    assert_int_equal(tu_error_count(), 0);
+    ag_params_free(p);
+}
+
 /* ==== misuse =================================================================================== */
 
 static void test_new_reports_bad_config_and_forward_refuses_the_failed_module(void **s) {
@@ -770,6 +912,10 @@ int main(void) {
         T(test_seq2seq_loss_gradcheck_over_every_parameter),
         T(test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_memory),
         T(test_seq2seq_gradcheck_with_recomputed_attention),
+        T(test_skip_padding_gives_the_same_loss_and_gradients),
+        T(test_seq2seq_gradcheck_with_skip_padding),
+        T(test_skip_padding_keeps_the_outputs_at_real_positions),
+        T(test_skip_padding_refuses_a_memory_mask_other_than_the_source_one),
         T(test_new_reports_bad_config_and_forward_refuses_the_failed_module),
         T(test_forward_reports_input_and_mask_shapes_naming_the_argument),
         T(test_decoder_stack_reports_cross_attention_weights_per_layer),

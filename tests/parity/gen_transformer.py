@@ -176,6 +176,47 @@ def family_nn_transformer(f):
                "each attention block recomputed in backward; causal tgt_mask, every key padding mask", attrs,
                params=p, grad_outputs="random")
 
+    # attograd's skip_padding (layers and stacks run on the positions that are not padding): torch
+    # runs the plain modules; at padded positions attograd outputs 0, so torch's output is masked
+    # there (its gradient reaches nothing through them), and everything else must be the same
+    skip = "attograd outputs 0 at padded positions (skip_padding): the expected output is torch's with those " \
+           "positions set to 0"
+    m = randomize(nn.TransformerEncoderLayer(E, H, FF, 0.1, "relu", 1e-5, False, False))
+    p = module_params(m)
+    src = seq(L, N, False)
+    out = run_with(m, p, src, src_key_padding_mask=kpm).masked_fill(kpm.t().unsqueeze(-1), 0)
+    attrs = layer_attrs("relu")
+    attrs["skip_padding"] = 1
+    write_case(f, "encoder_layer_skip_padding", "transformer_encoder_layer", "f32", [src, None, kpm], [out],
+               "post-norm, relu, (L,N,E), key padding mask, with attograd's skip_padding", attrs, params=p,
+               grad_outputs="random", deviation=skip)
+
+    tkpm = pad_tail(N, T, [4, 3, 2])
+    m = randomize(nn.TransformerDecoderLayer(E, H, FF, 0.1, "gelu", 1e-5, True, True))
+    p = module_params(m)
+    tgt, memory = seq(T, N, True), seq(S, N, True)
+    out = run_with(m, p, tgt, memory, tgt_mask=causal_bool(T), tgt_key_padding_mask=tkpm,
+                   memory_key_padding_mask=mkpm).masked_fill(tkpm.unsqueeze(-1), 0)
+    attrs = layer_attrs("gelu", True, True)
+    attrs["skip_padding"] = 1
+    write_case(f, "decoder_layer_skip_padding", "transformer_decoder_layer", "f32",
+               [tgt, memory, causal_bool(T), None, tkpm, mkpm], [out],
+               "norm_first, gelu, batch_first, causal tgt_mask, tgt and memory key padding masks, with attograd's "
+               "skip_padding", attrs, params=p, grad_outputs="random", deviation=skip)
+
+    tr = randomize(nn.Transformer(E, H, 2, 2, FF, 0.1, "relu", batch_first=True))
+    p = module_params(tr)
+    src, tgt = seq(L, N, True), seq(T, N, True)
+    out = run_with(tr, p, src, tgt, tgt_mask=causal_bool(T), src_key_padding_mask=kpm, tgt_key_padding_mask=tkpm,
+                   memory_key_padding_mask=kpm).masked_fill(tkpm.unsqueeze(-1), 0)
+    attrs = layer_attrs("relu", True, False)
+    attrs.update({"num_encoder_layers": 2, "num_decoder_layers": 2, "skip_padding": 1})
+    write_case(f, "transformer_skip_padding", "transformer", "f32",
+               [src, tgt, None, causal_bool(T), None, kpm, tkpm, kpm], [out],
+               "nn.Transformer(8,2,2+2,16, batch_first) with attograd's skip_padding: causal tgt_mask, every key "
+               "padding mask (memory's equal to the source's)", attrs, params=p, grad_outputs="random",
+               deviation=skip)
+
 
 def main():
     path = os.path.join(HERE, "nn_transformer.h5")

@@ -16,6 +16,7 @@ static ag_transformer_config config(parity_case *c) {
     cfg.batch_first = pc_bool(c, "batch_first", false);
     cfg.norm_first = pc_bool(c, "norm_first", false);
     cfg.recompute_attention = pc_bool(c, "recompute_attention", false);
+    cfg.skip_padding = pc_bool(c, "skip_padding", false);
     return cfg;
 }
 
