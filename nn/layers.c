@@ -197,100 +197,90 @@ ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     return y;
 }
 
-/* ---- ag_linear between packed and padded rows (skip_padding) ---- */
+/* ---- ag_linear on some rows of a padded batch ---- */
 
-/* The packed side lives in the arena above a mark and is given back right after: the padded
- * side is the only activation. In backward the gradient buffers are fetched before the mark (a
+/* The packed sides live in the arena above a mark and are given back right after: only the
+ * padded sides are activations. In backward the gradient buffers are fetched before the mark (a
  * leaf's first buffer comes from the arena too). */
 static char *temp(size_t bytes) { return ag_arena_alloc(ag_arena_current(), bytes ? bytes : 1); }
 
-/* the node of either: t = {x, w, b, x's saved operand, w's}, m packed rows at rows */
-static ag_tensor *finish_rows(const ag_op *op, ag_tensor *y, ag_tensor *const *t, int64_t m, const int64_t *rows) {
-    ag_node *n = ag_finish(op, y, 3, t);
-    if (n) {
-        n->saved[0] = t[3];
-        n->saved[1] = t[4];
-        n->ctx.i[0] = m;
-        n->extra = (void *)rows;
-    }
-    return y;
-}
+/* what backward reads beyond the node: the rows (either may be NULL) */
+typedef struct { const int64_t *in_rows, *out_rows; } rows_pair;
 
-static void linear_put_backward(ag_node *n) { /* the packed dy is dy's rows */
+static void linear_rows_backward(ag_node *n) {
     ag_tensor *x = n->saved[0], *w = n->saved[1], *dy = n->out->grad;
+    const rows_pair *rp = n->extra;
     int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
-    size_t es = ag_dtype_size(dy->dtype);
-    bool fresh;
-    ag_tensor *dx = ag__grad_buffer_to_write(n->in[0], &fresh);
+    ag_dtype dt = dy->dtype;
+    size_t es = ag_dtype_size(dt);
+    bool fresh = false; /* dx written whole (no in_rows, a new buffer): assigned, never zeroed first */
+    ag_tensor *dx = rp->in_rows ? ag_grad_buffer(n->in[0]) : ag__grad_buffer_to_write(n->in[0], &fresh);
     char *dw = grad_ptr(n->in[1]), *db = grad_ptr(n->in[2]);
     ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
-    char *g = temp((size_t)(m * out) * es);
-    ag__rows_copy(g, ag__ptr(dy), n->extra, m, (size_t)out * es, false);
-    linear_bwd(dy->dtype, g, as_matrix(x, m, in), as_matrix(w, out, in), m, in, out, dx ? ag__ptr(dx) : NULL, fresh,
-               dw, db);
+    const char *g = ag__ptr(dy);
+    mat xm = as_matrix(x, m, in);
+    if (rp->out_rows) { /* the packed dy: dy's rows */
+        char *gp = temp((size_t)(m * out) * es);
+        ag__rows_copy(gp, g, rp->out_rows, m, (size_t)out * es, false);
+        g = gp;
+    }
+    char *dxp = dx ? ag__ptr(dx) : NULL;
+    if (rp->in_rows) { /* the packed x again from the padded one; dx through a packed buffer */
+        char *xp = temp((size_t)(m * in) * es);
+        ag__rows_copy(xp, ag__ptr(x), rp->in_rows, m, (size_t)in * es, false);
+        xm = (mat){xp, false, max1(in)};
+        dxp = dx ? temp((size_t)(m * in) * es) : NULL;
+    }
+    linear_bwd(dt, g, xm, as_matrix(w, out, in), m, in, out, dxp, fresh || rp->in_rows, dw, db);
+    if (dx && rp->in_rows) ag__rows_add(dt, ag__ptr(dx), dxp, rp->in_rows, m, in, true);
     ag_arena_rewind(ag_arena_current(), mark);
 }
-static const ag_op LINEAR_PUT_ROWS = {"ag__linear_put_rows", linear_put_backward,
-                                      AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
+static const ag_op LINEAR_ROWS = {"ag__linear_rows", linear_rows_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
-ag_tensor *ag__linear_put_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int ndim,
-                               const int64_t *shape) {
-    const char *op = "ag__linear_put_rows";
+ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, const int64_t *in_rows,
+                           const int64_t *out_rows, int ndim, const int64_t *shape) {
+    const char *op = "ag__linear_rows";
     if (!linear_check(op, x, w, b)) return NULL;
     char b1[128];
-    int64_t in = w->shape[1], out = w->shape[0], m = x->ndim == 2 ? x->shape[0] : -1, R = 1;
+    int64_t in = w->shape[1], out = w->shape[0], R = 1;
     for (int d = 0; d < ndim - 1; d++) R *= shape[d];
-    if (m < 0 || ndim < 1 || shape[ndim - 1] != out) {
-        ag_error(op, "input %s, output last dim %lld: expected input (n, %lld) and output (..., %lld)",
-                 ag_shape_str(x, b1), (long long)(ndim ? shape[ndim - 1] : 0), (long long)in, (long long)out);
+    if (m < 0 || (!in_rows && ag__shape_numel(x->ndim - 1, x->shape) != m) ||
+        (out_rows && (ndim < 1 || shape[ndim - 1] != out))) {
+        ag_error(op, "input %s, %lld rows: expected (%lld, %lld) rows in and an output (..., %lld)",
+                 ag_shape_str(x, b1), (long long)m, (long long)m, (long long)in, (long long)out);
         return NULL;
     }
-    if (!ag__check_rows(op, rows, m, R)) return NULL;
+    if ((in_rows && !ag__check_rows(op, in_rows, m, ag__shape_numel(x->ndim - 1, x->shape))) ||
+        (out_rows && !ag__check_rows(op, out_rows, m, R)))
+        return NULL;
     ag_dtype dt = x->dtype;
     size_t es = ag_dtype_size(dt);
     mat xm, wm;
-    ag_tensor *xs = operand(x, m, in, &xm), *ws = operand(w, out, in, &wm), *y = ag__new(dt, ndim, shape);
+    ag_tensor *xs = in_rows ? ag__dense(x) : operand(x, m, in, &xm), *ws = operand(w, out, in, &wm);
+    ag_tensor *y = out_rows ? ag__new(dt, ndim, shape) : ag__new(dt, 2, (int64_t[]){m, out});
     ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
-    char *packed = temp((size_t)(m * out) * es);
-    linear_fwd(dt, xm, wm, b, m, in, out, packed);
-    ag__zero(ag__ptr(y), (size_t)(R * out) * es);
-    ag__rows_copy(ag__ptr(y), packed, rows, m, (size_t)out * es, true);
+    if (in_rows) {
+        char *xp = temp((size_t)(m * in) * es);
+        ag__rows_copy(xp, ag__ptr(xs), in_rows, m, (size_t)in * es, false);
+        xm = (mat){xp, false, max1(in)};
+    }
+    char *yp = out_rows ? temp((size_t)(m * out) * es) : ag__ptr(y);
+    linear_fwd(dt, xm, wm, b, m, in, out, yp);
+    if (out_rows) {
+        ag__zero(ag__ptr(y), (size_t)(R * out) * es);
+        ag__rows_copy(ag__ptr(y), yp, out_rows, m, (size_t)out * es, true);
+    }
     ag_arena_rewind(ag_arena_current(), mark);
-    return finish_rows(&LINEAR_PUT_ROWS, y, (ag_tensor *[]){x, w, b, xs, ws}, m, rows);
-}
-
-static void linear_take_backward(ag_node *n) { /* the packed x again from the padded one */
-    ag_tensor *x = n->saved[0], *w = n->saved[1], *dy = n->out->grad;
-    int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
-    size_t es = ag_dtype_size(dy->dtype);
-    ag_tensor *dx = ag_grad_buffer(n->in[0]);
-    char *dw = grad_ptr(n->in[1]), *db = grad_ptr(n->in[2]);
-    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
-    char *xp = temp((size_t)(m * in) * es), *dxp = dx ? temp((size_t)(m * in) * es) : NULL;
-    ag__rows_copy(xp, ag__ptr(x), n->extra, m, (size_t)in * es, false);
-    linear_bwd(dy->dtype, ag__ptr(dy), (mat){xp, false, max1(in)}, as_matrix(w, out, in), m, in, out, dxp, true, dw,
-               db);
-    if (dx) ag__rows_add(dy->dtype, ag__ptr(dx), dxp, n->extra, m, in, true);
-    ag_arena_rewind(ag_arena_current(), mark);
-}
-static const ag_op LINEAR_TAKE_ROWS = {"ag__linear_take_rows", linear_take_backward,
-                                       AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
-
-ag_tensor *ag__linear_take_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int64_t m) {
-    const char *op = "ag__linear_take_rows";
-    if (!linear_check(op, x, w, b)) return NULL;
-    int64_t in = w->shape[1], out = w->shape[0], R = ag__shape_numel(x->ndim - 1, x->shape);
-    if (!ag__check_rows(op, rows, m, R)) return NULL;
-    ag_dtype dt = x->dtype;
-    size_t es = ag_dtype_size(dt);
-    mat wm;
-    ag_tensor *xd = ag__dense(x), *ws = operand(w, out, in, &wm), *y = ag__new(dt, 2, (int64_t[]){m, out});
-    ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
-    char *xp = temp((size_t)(m * in) * es);
-    ag__rows_copy(xp, ag__ptr(xd), rows, m, (size_t)in * es, false);
-    linear_fwd(dt, (mat){xp, false, max1(in)}, wm, b, m, in, out, ag__ptr(y));
-    ag_arena_rewind(ag_arena_current(), mark);
-    return finish_rows(&LINEAR_TAKE_ROWS, y, (ag_tensor *[]){x, w, b, xd, ws}, m, rows);
+    ag_node *n = ag_finish(&LINEAR_ROWS, y, 3, (ag_tensor *[]){x, w, b});
+    if (n) {
+        rows_pair *rp = ag_arena_alloc(ag_arena_current(), sizeof *rp);
+        *rp = (rows_pair){in_rows, out_rows};
+        n->saved[0] = xs;
+        n->saved[1] = ws;
+        n->ctx.i[0] = m;
+        n->extra = rp;
+    }
+    return y;
 }
 
 ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,

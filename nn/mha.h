@@ -2,7 +2,10 @@
  * initialisation), options, mask rules and outputs. Differences, on purpose: a query whose
  * every key is masked gets a zero attention vector (so its output is out_proj.bias) and zero
  * gradient where PyTorch gives NaN; is_causal (a PyTorch 2.x argument) is accepted; the
- * returned attention weights carry no gradient. */
+ * returned attention weights carry no gradient. Keys that key_padding_mask hides (bool true or
+ * float -inf) are not projected: their attention weights are 0 and their gradients 0 whatever
+ * their key and value rows hold, so those rows are left 0 (a NaN or inf there does not reach
+ * the output, where PyTorch's 0 · NaN would). */
 #ifndef AG_NN_MHA_H
 #define AG_NN_MHA_H
 #include "attention.h"

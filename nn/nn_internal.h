@@ -41,12 +41,12 @@ bool ag__check_rows(const char *op, const int64_t *rows, int64_t n, int64_t R);
  * D elements of dt */
 void ag__rows_copy(char *dst, const char *src, const int64_t *rows, int64_t n, size_t row_bytes, bool scatter);
 void ag__rows_add(ag_dtype dt, char *dst, const char *src, const int64_t *rows, int64_t n, int64_t D, bool scatter);
-/* ag_linear between packed and padded rows, the packed side only in a scratch buffer (no
- * activation of its own): put: x (n, in) -> shape (leading dims R, out), zeros but row rows[i]
- * = x[i] wᵀ + b; take: x (leading dims R, in) -> (n, out), row i = x[rows[i]] wᵀ + b. */
-ag_tensor *ag__linear_put_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int ndim,
-                               const int64_t *shape);
-ag_tensor *ag__linear_take_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, const int64_t *rows, int64_t n);
+/* ag_linear computed for m rows only, the packed sides held only in arena scratch: input row
+ * i is row in_rows[i] of x seen as (R, in) (x's own memory order), or, in_rows NULL, row i of
+ * x (m rows); its result goes to row out_rows[i] of a new (ndim, shape) tensor that is 0
+ * elsewhere, or, out_rows NULL, to row i of an (m, out) result. Both sets of rows distinct. */
+ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, const int64_t *in_rows,
+                           const int64_t *out_rows, int ndim, const int64_t *shape);
 
 /* ag_mha_forward on packed rows: q (qr->n, E) the positions qr of a (N, L) batch, kv (kr->n, E)
  * those kr of (N, S); q == kv (with qr == kr) is self-attention. The projections run on the

@@ -114,7 +114,7 @@ static void test_linear_gradcheck(void **s) {
     tu_assert_gradcheck(f_linear_transposed, NULL, 3, tin);
 }
 
-/* ---- the packed rows of skip_padding (nn/rows.c, ag__linear_*_rows) ---- */
+/* ---- the packed rows of skip_padding (nn/rows.c, ag__linear_rows) ---- */
 
 static const int64_t ROWS[3] = {4, 0, 3}; /* of the 6 rows of a (2,3,·) batch */
 
@@ -122,9 +122,10 @@ static ag_tensor *f_take_put(int n, ag_tensor **in, void *ctx) { /* (2,3,4) -> r
     ag_tensor *t = ag__take_rows(in[0], ROWS, 3);
     return ag__put_rows(ag_mul(t, t), ROWS, AG_SHAPE(2, 3, 4));
 }
-static ag_tensor *f_linear_rows(int n, ag_tensor **in, void *ctx) { /* (3,4) -> (2,3,5) -> (3,5) */
-    ag_tensor *y = ag__linear_put_rows(in[0], in[1], in[2], ROWS, AG_SHAPE(2, 3, 5));
-    return ag__linear_take_rows(ag_tanh(y), in[3], in[4], ROWS, 3);
+static ag_tensor *f_linear_rows(int n, ag_tensor **in, void *ctx) { /* (3,4) -> (2,3,5) -> (2,3,2) -> (3,3) */
+    ag_tensor *y = ag__linear_rows(in[0], in[1], in[2], 3, NULL, ROWS, AG_SHAPE(2, 3, 5));
+    ag_tensor *z = ag__linear_rows(ag_tanh(y), in[3], in[4], 3, ROWS, ROWS, AG_SHAPE(2, 3, 2)); /* row to row */
+    return ag__linear_rows(ag_tanh(z), in[5], NULL, 3, ROWS, NULL, 0, NULL);
 }
 
 static void test_packed_rows_values_gradcheck_and_misuse(void **s) {
@@ -144,8 +145,8 @@ static void test_packed_rows_values_gradcheck_and_misuse(void **s) {
     }
     /* the linear pair equals ag_linear on the taken rows */
     ag_tensor *w = ag_randn(&r, AG_F64, AG_SHAPE(5, 4)), *b = ag_randn(&r, AG_F64, AG_SHAPE(5));
-    ag_tensor *lp = ag__linear_put_rows(t, w, b, ROWS, AG_SHAPE(2, 3, 5));
-    ag_tensor *lt = ag__linear_take_rows(x, w, b, ROWS, 3), *ref = ag_linear(t, w, b);
+    ag_tensor *lp = ag__linear_rows(t, w, b, 3, NULL, ROWS, AG_SHAPE(2, 3, 5));
+    ag_tensor *lt = ag__linear_rows(x, w, b, 3, ROWS, NULL, 0, NULL), *ref = ag_linear(t, w, b);
     for (int i = 0; i < 3; i++)
         for (int o = 0; o < 5; o++) {
             double v = ag_get(ref, (int64_t[]){i, o});
@@ -155,15 +156,18 @@ static void test_packed_rows_values_gradcheck_and_misuse(void **s) {
     assert_true(ag_get(lp, (int64_t[]){0, 1, 2}) == 0.0);
     ag_tensor *in[5] = {tu_leaf(x)};
     tu_assert_gradcheck(f_take_put, NULL, 1, in);
-    ag_tensor *lin[5] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 4))), tu_leaf(w), tu_leaf(b),
-                         tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 5))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2)))};
-    tu_assert_gradcheck(f_linear_rows, NULL, 5, lin);
+    ag_tensor *lin[6] = {tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 4))), tu_leaf(w), tu_leaf(b),
+                         tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2, 5))), tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(2))),
+                         tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 2)))};
+    tu_assert_gradcheck(f_linear_rows, NULL, 6, lin);
     /* a row outside the batch is misuse, named */
     static const int64_t BAD[2] = {1, 6};
     assert_null(ag__take_rows(x, BAD, 2));
     tu_assert_error("ag__take_rows", "row 1 is 6");
-    assert_null(ag__linear_take_rows(x, w, b, BAD, 2));
-    tu_assert_error("ag__linear_take_rows", "row 1 is 6");
+    assert_null(ag__linear_rows(x, w, b, 2, BAD, NULL, 0, NULL));
+    tu_assert_error("ag__linear_rows", "row 1 is 6");
+    assert_null(ag__linear_rows(ag_narrow(t, 0, 0, 2), w, b, 2, NULL, BAD, AG_SHAPE(2, 3, 5)));
+    tu_assert_error("ag__linear_rows", "row 1 is 6");
     /* the rows a padding mask leaves: bool true or float -inf is padding */
     ag__rowset rs;
     ag_tensor *m = ag_zeros(AG_BOOL, AG_SHAPE(2, 3));

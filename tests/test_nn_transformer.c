@@ -693,8 +693,8 @@ static void test_skip_padding_gives_the_same_loss_and_gradients(void **s) {
     }
 }
 
-/* the packed rows' own backward (ag__take_rows, ag__linear_put_rows, ag__linear_take_rows,
- * ag__put_rows) against finite differences */
+/* the packed rows' own backward (ag__take_rows, ag__linear_rows, ag__put_rows) against finite
+ * differences */
 static void test_seq2seq_gradcheck_with_skip_padding(void **s) {
     for (int variant = 0; variant < 2; variant++) {
         ag_params *p = ag_params_new(AG_F64);
