@@ -267,7 +267,7 @@ ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, 
     char *yp = out_rows ? temp((size_t)(m * out) * es) : ag__ptr(y);
     linear_fwd(dt, xm, wm, b, m, in, out, yp);
     if (out_rows) {
-        ag__zero(ag__ptr(y), (size_t)(R * out) * es);
+        ag__zero_other_rows(ag__ptr(y), out_rows, m, R, (size_t)out * es);
         ag__rows_copy(ag__ptr(y), yp, out_rows, m, (size_t)out * es, true);
     }
     ag_arena_rewind(ag_arena_current(), mark);

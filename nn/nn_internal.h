@@ -37,6 +37,8 @@ ag_tensor *ag__put_rows(ag_tensor *x, const int64_t *rows, int ndim, const int64
 
 /* rows[0..n) within [0, R), else reported through op */
 bool ag__check_rows(const char *op, const int64_t *rows, int64_t n, int64_t R);
+/* zero the rows of y (R rows of row_bytes) that are not among rows[0..n) */
+void ag__zero_other_rows(char *y, const int64_t *rows, int64_t n, int64_t R, size_t row_bytes);
 /* dst row rows[i] = src row i (scatter), or dst row i = src row rows[i] (!scatter); add: +=, of
  * D elements of dt */
 void ag__rows_copy(char *dst, const char *src, const int64_t *rows, int64_t n, size_t row_bytes, bool scatter);

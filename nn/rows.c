@@ -47,6 +47,25 @@ void ag__rows_copy(char *dst, const char *src, const int64_t *rows, int64_t n, s
                row_bytes);
 }
 
+void ag__zero_other_rows(char *y, const int64_t *rows, int64_t n, int64_t R, size_t row_bytes) {
+    ag_arena *a = ag_arena_current();
+    ag_arena_mark mark = ag_arena_get_mark(a);
+    uint8_t *kept = ag_arena_alloc(a, (size_t)R + 1);
+    memset(kept, 0, (size_t)R);
+    for (int64_t i = 0; i < n; i++) kept[rows[i]] = 1;
+    for (int64_t r = 0; r < R;) { /* runs of rows not written */
+        if (kept[r]) {
+            r++;
+            continue;
+        }
+        int64_t e = r;
+        while (e < R && !kept[e]) e++;
+        memset(y + (size_t)r * row_bytes, 0, (size_t)(e - r) * row_bytes);
+        r = e;
+    }
+    ag_arena_rewind(a, mark);
+}
+
 /* ---- take ---- */
 
 static void take_rows_backward(ag_node *n) { /* dx[rows[i]] += dy[i] */
@@ -89,7 +108,7 @@ ag_tensor *ag__put_rows(ag_tensor *x, const int64_t *rows, int ndim, const int64
     if (!ag__check_rows(op, rows, x->shape[0], R)) return NULL;
     ag_tensor *xc = ag__dense(x), *y = ag__new(x->dtype, ndim, shape);
     size_t row_bytes = (size_t)x->shape[1] * ag_dtype_size(x->dtype);
-    ag__zero(ag__ptr(y), (size_t)R * row_bytes);
+    ag__zero_other_rows(ag__ptr(y), rows, x->shape[0], R, row_bytes);
     ag__rows_copy(ag__ptr(y), ag__ptr(xc), rows, x->shape[0], row_bytes, true);
     ag_node *nd = ag_finish(&PUT_ROWS, y, 1, &x);
     if (nd) nd->extra = (void *)rows;
