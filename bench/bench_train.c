@@ -2,12 +2,14 @@
  * gradient clipping and learning-rate schedule): Embedding·√d + sinusoidal positions →
  * nn.Transformer (batch_first, post-norm, relu, dropout 0.1) → Linear to the vocabulary →
  * cross entropy with label smoothing 0.1 and ignore_index = pad, padding masks on source, target and memory, a causal target mask, Adam.
+ * The padded positions (sentence b is len - b % 8 long) are not computed (skip_padding), unless
+ * --no-skip-padding; torch computes them, as nn.Transformer does in training.
  * bench/bench_train.py builds the same model in torch with the same data and weights.
  *   --config small: d=128, 4 heads, 2+2 layers, ff=512, batch 64, lengths 20, vocab 40
  *   --config large: d=256, 8 heads, 3+3 layers, ff=1024, batch 64, lengths 32, vocab 1000
  *   --rss: a few steps only, then print the peak resident set (run it in its own process)
  *   --recompute: each attention block recomputed in backward (recompute_attention, as
- *     attograd-translate trains); the row is then train_<config>_recompute
+ *     attograd-translate --recompute-attention trains); the row is then train_<config>_recompute
  *   --no-skip-padding: compute the padded positions too (skip_padding off; on by default, as
  *     attograd-translate trains: the loss ignores them); the row is then train_<config>_padded
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the

@@ -19,9 +19,11 @@ CONFIGS = {
 name = arg_value("--config") or "small"
 c = CONFIGS[name]
 rss = "--rss" in sys.argv
-# attograd's side recomputes its attention in backward (attograd-translate's default); torch
-# runs the same plain step, under the row name of that comparison
+# attograd's side recomputes its attention in backward (attograd-translate
+# --recompute-attention); torch runs the same plain step, under the row name of that comparison
 suffix = "_recompute" if "--recompute" in sys.argv else ""
+# attograd's side computes the padded positions too (--no-skip-padding); torch's step is the same
+suffix += "_padded" if "--no-skip-padding" in sys.argv else ""
 threads = setup_threads()
 reps = 3 if rss else reps_from_argv(c["reps"])
 warm = 2 if rss else 3

@@ -54,6 +54,7 @@ for r in $(seq "$rounds"); do
   if [ -f bench/bench_train.c ] && { [ -z "$only" ] || [ "$only" = train ]; }; then
     [ "$only" = train ] && [ "$r" = 1 ] && for t in 1 2; do pair $t bench_sgemm bench_sgemm.py; done
     pair 1 bench_train bench_train.py --config small
+    pair 1 bench_train bench_train.py --config small --no-skip-padding
     pair 1 bench_train bench_train.py --config small --recompute
     for t in 1 2; do pair $t bench_train bench_train.py --config large; done
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --rss
