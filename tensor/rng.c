@@ -205,9 +205,6 @@ static TARGET void keep_avx2(uint64_t seed, uint64_t counter, int64_t n, uint64_
     round_keys(seed, key);
     const __m256i tv = _mm256_set1_epi64x((long long)t);
     const uint32_t flip = at_least ? 0xFFFFFFFFu : 0;
-    const __m256i spread_bytes = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, /* per lane */
-                                                  2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201), one = _mm256_set1_epi8(1);
     uint64_t blk = counter >> 1;
     int64_t s = (int64_t)(counter & 1);
     /* outputs i .. i+31 are bits s .. s+31 of the steps at draw i - s and i - s + 32 */
@@ -216,13 +213,8 @@ static TARGET void keep_avx2(uint64_t seed, uint64_t counter, int64_t n, uint64_
         uint32_t next = i + STEP < n + s ? below32(key, blk + (uint64_t)(i + STEP) / 2, tv) : 0;
         uint32_t k = (s ? cur >> 1 | next << 31 : cur) ^ flip;
         int64_t left = n - i < STEP ? n - i : STEP;
-        if (keep && left == STEP) { /* byte j ← bit j: byte j / 8 of k to byte j, then its bit j % 8 */
-            __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)k), spread_bytes);
-            v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit_of_byte), bit_of_byte);
-            _mm256_storeu_si256((__m256i *)(keep + i), _mm256_and_si256(v, one));
-        } else if (keep) {
+        if (keep)
             for (int64_t j = 0; j < left; j++) keep[i + j] = (uint8_t)(k >> j & 1);
-        }
         if (bits) put_bits(bits + (i >> 3), k, left);
         cur = next;
     }
