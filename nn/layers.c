@@ -218,7 +218,7 @@ static void linear_rows_backward(ag_node *n) {
     char *dw = grad_ptr(n->in[1]), *db = grad_ptr(n->in[2]);
     ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
     const char *g = ag__ptr(dy);
-    mat xm = as_matrix(x, m, in);
+    mat xm = rp->in_rows ? (mat){NULL, false, 0} : as_matrix(x, m, in); /* with in_rows: below */
     if (rp->out_rows) { /* the packed dy: dy's rows */
         char *gp = temp((size_t)(m * out) * es);
         ag__rows_copy(gp, g, rp->out_rows, m, (size_t)out * es, false);

@@ -66,6 +66,13 @@ ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, 
     return m;
 }
 
+/* rows [from, from + n) of the packed in-projection (q 0..E, k E..2E, v 2E..3E) and of its
+ * bias (NULL without one) */
+static ag_tensor *in_w(const ag_mha_t *m, int64_t from, int64_t n) { return ag_narrow(m->in_proj_weight, 0, from, n); }
+static ag_tensor *in_b(const ag_mha_t *m, int64_t from, int64_t n) {
+    return m->in_proj_bias ? ag_narrow(m->in_proj_bias, 0, from, n) : NULL;
+}
+
 /* mask (..., S) → (..., S+1), the new key never masked (F.pad(mask, (0, 1))) */
 static ag_tensor *pad_key(ag_tensor *mask) {
     if (!mask) return NULL;
@@ -128,13 +135,11 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
     /* in-projection: one GEMM for self-attention, one for key and value when they are the same
      * tensor (a decoder's memory), else one each over slices of the packed weight. The
      * attention reads q, k, v as column ranges [qo, qo+E) ... of tq, tk, tv. */
-    ag_tensor *tq, *tk, *tv, *bq = NULL, *bk = NULL, *bv = NULL;
+    ag_tensor *tq, *tk, *tv, *bq, *bk, *bv;
     int64_t qo = 0, ko = 0, vo = 0;
-    if (m->in_proj_bias) {
-        bq = ag_narrow(m->in_proj_bias, 0, 0, E);
-        bk = ag_narrow(m->in_proj_bias, 0, E, E);
-        bv = ag_narrow(m->in_proj_bias, 0, 2 * E, E);
-    }
+    bq = in_b(m, 0, E);
+    bk = in_b(m, E, E);
+    bv = in_b(m, 2 * E, E);
     /* keys the key padding mask hides: their rows are not projected (left 0), in a GEMM of
      * their own for key and value; for self-attention only when that saves more than the one
      * packed GEMM of q, k and v gains (an eighth of the keys) */
@@ -144,26 +149,24 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
                      (!self_attn || 8 * kr.n <= 7 * kr.N * kr.L);
     if (skip_keys) {
         int64_t S = k_in->shape[1];
-        tq = ag_linear(q_in, ag_narrow(m->in_proj_weight, 0, 0, E), bq);
-        tk = tv = ag__linear_rows(key, ag_narrow(m->in_proj_weight, 0, E, 2 * E),
-                                  m->in_proj_bias ? ag_narrow(m->in_proj_bias, 0, E, 2 * E) : NULL, kr.n, kr.src,
-                                  kr.bf, AG_SHAPE(N, S, 2 * E)); /* (N,S,2E) */
+        tq = ag_linear(q_in, in_w(m, 0, E), bq);
+        tk = tv = ag__linear_rows(key, in_w(m, E, 2 * E), in_b(m, E, 2 * E), kr.n, kr.src, kr.bf,
+                                  AG_SHAPE(N, S, 2 * E)); /* (N,S,2E) */
         vo = E;
     } else if (m->in_proj_weight && self_attn) {
         tq = tk = tv = ag_linear(q_in, m->in_proj_weight, m->in_proj_bias); /* (N,L,3E) */
         ko = E;
         vo = 2 * E;
     } else if (m->in_proj_weight && key == value) {
-        tq = ag_linear(q_in, ag_narrow(m->in_proj_weight, 0, 0, E), bq);
-        tk = tv = ag_linear(k_in, ag_narrow(m->in_proj_weight, 0, E, 2 * E),
-                            m->in_proj_bias ? ag_narrow(m->in_proj_bias, 0, E, 2 * E) : NULL); /* (N,S,2E) */
+        tq = ag_linear(q_in, in_w(m, 0, E), bq);
+        tk = tv = ag_linear(k_in, in_w(m, E, 2 * E), in_b(m, E, 2 * E)); /* (N,S,2E) */
         vo = E;
     } else {
         ag_tensor *wq = m->q_proj_weight, *wk = m->k_proj_weight, *wv = m->v_proj_weight;
         if (m->in_proj_weight) {
-            wq = ag_narrow(m->in_proj_weight, 0, 0, E);
-            wk = ag_narrow(m->in_proj_weight, 0, E, E);
-            wv = ag_narrow(m->in_proj_weight, 0, 2 * E, E);
+            wq = in_w(m, 0, E);
+            wk = in_w(m, E, E);
+            wv = in_w(m, 2 * E, E);
         }
         tq = ag_linear(q_in, wq, bq);
         tk = ag_linear(k_in, wk, bk);
@@ -217,17 +220,16 @@ ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowse
                  (long long)N, (long long)kr->N);
         return NULL;
     }
-    ag_tensor *w = m->in_proj_weight, *b = m->in_proj_bias, *tq, *tk, *tv;
+    ag_tensor *tq, *tk, *tv;
     int64_t qo = 0, ko = 0, vo = E;
     if (q == kv) { /* (n, 3E) into (N, L, 3E) */
-        tq = tk = tv = ag__linear_rows(q, w, b, qr->n, NULL, qr->bf, AG_SHAPE(N, qr->L, 3 * E));
+        tq = tk = tv = ag__linear_rows(q, m->in_proj_weight, m->in_proj_bias, qr->n, NULL, qr->bf, AG_SHAPE(N, qr->L, 3 * E));
         ko = E;
         vo = 2 * E;
     } else {
-        tq = ag__linear_rows(q, ag_narrow(w, 0, 0, E), b ? ag_narrow(b, 0, 0, E) : NULL, qr->n, NULL, qr->bf,
-                             AG_SHAPE(N, qr->L, E));
-        tk = tv = ag__linear_rows(kv, ag_narrow(w, 0, E, 2 * E), b ? ag_narrow(b, 0, E, 2 * E) : NULL, kr->n, NULL,
-                                  kr->bf, AG_SHAPE(N, kr->L, 2 * E));
+        tq = ag__linear_rows(q, in_w(m, 0, E), in_b(m, 0, E), qr->n, NULL, qr->bf, AG_SHAPE(N, qr->L, E));
+        tk = tv = ag__linear_rows(kv, in_w(m, E, 2 * E), in_b(m, E, 2 * E), kr->n, NULL, kr->bf,
+                                  AG_SHAPE(N, kr->L, 2 * E));
     }
     if (!tq || !tk) return NULL;
     ag_tensor *mask = ag_attention_mask(a->attn_mask, a->key_padding_mask, N, H);
