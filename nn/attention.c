@@ -325,12 +325,17 @@ typedef struct {
     const uint8_t *keep;      /* dropout keep mask (NULL without) */
     /* backward only */
     mat dout, dq, dk, dv;     /* dq, dk, dv with base NULL when not needed */
-    char *ds;                 /* (B,H,L,S) dscores */
+    char *ds;                 /* (B,H,L,S) dscores, or one L×S block per thread (!mask_grad) */
     bool mask_grad;
     bool zero_head;           /* dq, dk, dv are new buffers: each head zeroes its blocks first */
 } attn;
 
 static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b * m->sb + h * m->sh; }
+
+/* Scratch of one L×S block per thread (dropped-out probabilities, dscores) has this many
+ * blocks, indexed by omp_get_thread_num(): for_each_head's team numbers its threads from 0, and
+ * when the heads run serially inside a caller's parallel region, the caller's number is used. */
+static int64_t head_slots(void) { return (int64_t)omp_get_thread_num() + omp_get_max_threads(); }
 
 /* A head's blocks of dq (L rows), dk and dv (S rows) set to zero just before it accumulates
  * into them: for new gradient buffers whose every element belongs to exactly one head, this
@@ -397,7 +402,8 @@ static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
         int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S, LS = L * S, Dh = a->Dh, Dv = a->Dv;               \
         const T *Q = (const T *)at(&a->q, b, h), *K = (const T *)at(&a->k, b, h), *V = (const T *)at(&a->v, b, h);  \
         const T *P = (const T *)a->p + bh * LS, *dO = (const T *)at(&a->dout, b, h);                                \
-        T *W = (T *)a->ds + bh * LS, sc = (T)a->keep_scale, alpha = (T)a->alpha;                                    \
+        T *W = (T *)a->ds + (a->mask_grad ? bh : omp_get_thread_num()) * LS;                                        \
+        T sc = (T)a->keep_scale, alpha = (T)a->alpha;                                                               \
         const uint8_t *kp = a->keep ? a->keep + bh * LS : NULL;                                                     \
         if (a->zero_head) zero_head_grads(a, b, h, sizeof(T));                                                      \
         const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
@@ -515,7 +521,10 @@ static void attn_backward(ag_node *n, attn *a) {
     ag_tensor *mask = n->in[3];
     a->mask_grad = mask && a->mk == MASK_ADD && mask->requires_grad;
     if (!a->dq.base && !a->dk.base && !a->dv.base && !a->mask_grad) return;
-    ag_tensor *ds = ag__new(n->out->dtype, 4, (int64_t[]){a->B, a->H, a->L, a->S});
+    /* only the mask's gradient needs every head's dscores; else each thread reuses one block
+     * (16 MiB of scratch fewer for 8 sequences of 256 with 8 heads) */
+    ag_tensor *ds = a->mask_grad ? ag__new(n->out->dtype, 4, (int64_t[]){a->B, a->H, a->L, a->S})
+                                 : ag__new(n->out->dtype, 3, (int64_t[]){head_slots(), a->L, a->S});
     a->ds = ag__ptr(ds);
     if (a->L > 0 && a->S > 0)
         for_each_head(n->out->dtype == AG_F64 ? attn_bwd_f64 : !a->mask_grad && small_fits(a) ? attn_bwd_small : attn_bwd_f32,
@@ -616,7 +625,7 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
     if (training && dropout_p > 0) {
         *keep = ag__new(AG_BOOL, 4, sshape);
         a->pd_per_thread = !want_weights;
-        *pd = want_weights ? ag__new(dt, 4, sshape) : ag__new(dt, 3, (int64_t[]){omp_get_max_threads(), a->L, a->S});
+        *pd = want_weights ? ag__new(dt, 4, sshape) : ag__new(dt, 3, (int64_t[]){head_slots(), a->L, a->S});
         draw_keep(rng, dropout_p, (uint8_t *)(*keep)->data, ag_numel(*keep));
         a->keep = (const uint8_t *)(*keep)->data;
         a->pd = (*pd)->data;
