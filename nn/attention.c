@@ -589,16 +589,17 @@ static void heads_backward(ag_node *n) {
 }
 static const ag_op ATTENTION_HEADS = {"ag_attention", heads_backward, ATTENTION_SAVES};
 
-/* keep[i] when draw i of rng is a uniform >= p (with probability 1-p); blocks of draws go to
- * the threads, each from its own counter, so the mask is the same for any thread count */
+/* keep[i] when element i of a mask from rng is a uniform >= p (with probability 1-p); blocks
+ * of it go to the threads, each element from its own word of the stream, so the mask is the
+ * same for any thread count */
 static void draw_keep(ag_rng *rng, double p, uint8_t *keep, int64_t n) {
     if (!rng) rng = ag_rng_global();
-    uint64_t seed = rng->seed, base = rng->counter, below_p = ag__u53_count_below(p);
+    uint64_t seed = rng->seed, base = rng->counter, below_p = ag__u32_count_below(p);
     int64_t par_work = n;
     AG_PAR_FOR
     for (int64_t i = 0; i < n; i += 4096)
-        ag__rng_keep(seed, base + (uint64_t)i, n - i < 4096 ? n - i : 4096, below_p, true, keep + i, NULL);
-    rng->counter += (uint64_t)n;
+        ag__rng_keep(seed, base, i, n - i < 4096 ? n - i : 4096, below_p, true, keep + i, NULL);
+    rng->counter += ag__mask_draws(n);
 }
 
 /* Checks the mask and dropout_p, then computes out (a->o's storage) into a; the probabilities

@@ -552,9 +552,9 @@ ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
 
 /* ==== Dropout =============================================================================== */
 
-/* uniforms drawn per chunk: a chunk's draws depend only on its counter, so the chunks can be
- * spread over threads and the mask is the same for any split (a multiple of 8: a chunk owns
- * whole bytes of a bit mask) */
+/* masks drawn per chunk: an element's word of the stream depends only on the mask's counter and
+ * its index, so the chunks can be spread over threads and the mask is the same for any split (a
+ * multiple of 8: a chunk owns whole bytes of a bit mask) */
 #define DROP_CHUNK 2048
 
 /* y = keep ? x·scale : 0, or with relu y = keep && x > 0 ? x·scale : 0 (!(x <= 0): NaN passes,
@@ -624,15 +624,15 @@ static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *k
 AG_FLOAT_TYPES(DROPOUT_KERNELS)
 
 /* y = dropout(x) (relu first when asked) for elements e0 .. e0+n-1 of a mask, x and y (which may
- * be x) contiguous. Element e is kept when the uniform at counter base + e of the generator with
- * this seed is below 1-p (the caller advances the generator's counter by the mask's size once);
+ * be x) contiguous. Element e is kept when element e of the mask at counter base of the generator
+ * with this seed is a uniform below 1-p (the caller advances the counter past the mask once);
  * with bits the mask is stored one bit per element. replay reads such a mask instead of drawing.
  * p == 1 keeps nothing and draws nothing; p == 0 keeps everything. Chunks are aligned to
  * DROP_CHUNK elements of the whole mask, so each owns whole bytes of bits. */
 static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
                        uint64_t seed, uint64_t base, uint8_t *bits, bool replay) {
     double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
-    uint64_t below = ag__u53_count_below(1.0 - p); /* keep: the uniform < 1 - p */
+    uint64_t below = ag__u32_count_below(1.0 - p); /* keep: the uniform < 1 - p */
     bool draw = p > 0 && p < 1 && !replay;
     size_t es = ag_dtype_size(dt);
     int64_t first = e0 / DROP_CHUNK, end = (e0 + n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
@@ -645,7 +645,7 @@ static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e
         bool packed = false;
         if (draw) { /* straight into the bits when the chunk starts a byte */
             packed = bits && lo % 8 == 0;
-            ag__rng_keep(seed, base + (uint64_t)lo, m, below, false, k, packed ? bits + lo / 8 : NULL);
+            ag__rng_keep(seed, base, lo, m, below, false, k, packed ? bits + lo / 8 : NULL);
         } else if (replay && p > 0) {
             bits_to_bytes(bits, lo, m, k);
         } else {
@@ -660,9 +660,9 @@ static void drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e
     }
 }
 
-/* the generator's counter moves past a mask of n draws (none when nothing is drawn) */
+/* the generator's counter moves past a mask of n elements (none when nothing is drawn) */
 static void drop_advance(ag_rng *r, int64_t n, double p) {
-    if (p > 0 && p < 1) r->counter += (uint64_t)n;
+    if (p > 0 && p < 1) r->counter += ag__mask_draws(n);
 }
 
 /* saved[0]: the keep mask (bits), or NULL for the relu form, which reads its output instead */

@@ -6,7 +6,8 @@ and checked against Random123's three known-answer vectors for philox4x32_10 fir
 attograd's layout: block b's counter words are (b lo, b hi, 0x9E3779B9, 0xBB67AE85) and its key
 (seed lo, seed hi); draw d is half of block d >> 1 (mod 2^63): words 0, 1 when d is even, 2, 3
 when odd, and its uniform is ((w_a << 21) ^ (w_b >> 11)) * 2^-53. Normal i from counter c is
-sqrt(-2 log(1 - u(c + 2i))) cos(2 pi u(c + 2i + 1)).
+sqrt(-2 log(1 - u(c + 2i))) cos(2 pi u(c + 2i + 1)). Element e of a dropout mask at counter c is
+the 32-bit word e % 2 of draw c + e // 2 (the first or second of its two words).
 
 usage: python3 scripts/philox_values.py (no third-party modules)"""
 import math
@@ -33,12 +34,21 @@ KAT = [  # Random123 kat_vectors: philox4x32 10 rounds, ctr, key -> expected
 ]
 
 
-def draw(seed, d):
+def words(seed, d):
+    """the two 32-bit words of draw d"""
     d &= (1 << 64) - 1
     b = (d >> 1) & ((1 << 63) - 1)
     w = philox4x32_10((b & MASK32, b >> 32, W0, W1), (seed & MASK32, seed >> 32))
-    a, c = (w[0], w[1]) if d % 2 == 0 else (w[2], w[3])
+    return (w[0], w[1]) if d % 2 == 0 else (w[2], w[3])
+
+
+def draw(seed, d):
+    a, c = words(seed, d)
     return (((a << 21) ^ (c >> 11)) & ((1 << 53) - 1)) * 2.0**-53
+
+
+def mask_word(seed, counter, e):
+    return words(seed, counter + e // 2)[e % 2]
 
 
 def normal(seed, counter, i):
@@ -58,9 +68,13 @@ def main():
         ("seed 7<<32|5, draw 0", [draw(s2, 0)]),
         ("seed 7<<32|5, draw (1<<33)+7", [draw(s2, (1 << 33) + 7)]),
         ("seed 7<<32|5, normal 0 from counter (1<<33)+6", [normal(s2, (1 << 33) + 6, 0)]),
+        ("seed 42, mask words 0..5 from counter 0", [mask_word(42, 0, e) for e in range(6)]),
+        ("seed 42, mask words 0..2 from counter 1000001", [mask_word(42, 1000001, e) for e in range(3)]),
+        ("seed 7<<32|5, mask word 3 from counter (1<<33)+7", [mask_word(s2, (1 << 33) + 7, 3)]),
+        ("seed 7<<32|5, mask word 1 from counter 2^64-1", [mask_word(s2, (1 << 64) - 1, 1)]),
     ]
     for name, vals in rows:
-        print(f"{name}: " + ", ".join(repr(v) for v in vals))
+        print(f"{name}: " + ", ".join(hex(v) if isinstance(v, int) else repr(v) for v in vals))
 
 
 if __name__ == "__main__":

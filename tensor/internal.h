@@ -114,19 +114,22 @@ void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_
 /* Philox draws without OpenMP, for callers that split the work themselves (tensor/rng.c): the
  * same numbers as ag_rng_uniform_f64 from counter on, the AVX2 path where the CPU has it. */
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out);
-/* Draw i's uniform is x · 2^-53 for a 53-bit integer x; ag__u53_count_below(v) is the t with
- * x < t exactly when that uniform is < v (v in [0, 1]). ag__rng_keep decides (x < t) != at_least
- * for draws counter .. counter+n-1 without making doubles: 0/1 into keep[i] and/or bit i of bits
- * (bit i & 7 of bits[i >> 3]; the last byte's bits past n are left as they were), either may
- * be NULL. */
-uint64_t ag__u53_count_below(double v);
-void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
-                  uint8_t *bits);
-/* the one-block-per-draw reference of both (tests compare), and which vector path runs: "AVX2"
- * (also on AVX-512 machines) or NULL (the scalar reference) */
+/* Dropout's keep masks: element e of a mask at draw counter c is a 32-bit word x, word e & 1 of
+ * draw c + e / 2 (tensor/rng.c), so a mask of n elements takes ag__mask_draws(n) = (n + 1) / 2
+ * draws; x · 2^-32 is its uniform, and ag__u32_count_below(v) is the t with x < t exactly when
+ * that uniform is < v (v in [0, 1]). ag__rng_keep decides (x < t) != at_least for elements first .. first+n-1 of the mask without
+ * making doubles: 0/1 into keep[i] and/or bit i of bits (bit i & 7 of bits[i >> 3]; the last
+ * byte's bits past n are left as they were), either may be NULL. */
+uint64_t ag__u32_count_below(double v);
+static inline uint64_t ag__mask_draws(int64_t n) { return ((uint64_t)n + 1) / 2; }
+void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                  uint8_t *keep, uint8_t *bits);
+/* the one-block-per-value reference of the draws and the masks (tests compare), and which
+ * vector path runs: "AVX2" (also on AVX-512 machines) or NULL (the scalar reference) */
 void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out);
-void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
-                         uint8_t *bits);
+uint32_t ag__rng_mask_word(uint64_t seed, uint64_t counter, uint64_t e);
+void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                         uint8_t *keep, uint8_t *bits);
 const char *ag__rng_vector_path(void);
 
 /* Check that t is non-NULL and of a float dtype; reports through op. */

@@ -1,9 +1,12 @@
 /* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11).
  * Draw d of a generator is half of one Philox block: block d >> 1 (mod 2^63), its words 0 and 1
  * when d is even, 2 and 3 when odd, so one block serves two draws. Value i of a draw depends only
- * on (seed, counter + i), so any split of the work across threads gives the same numbers. With
- * AVX2 (and on AVX-512 machines, which have it) 16 blocks run at once, 4 per vector, with the same
- * integer arithmetic: the same numbers, bit for bit. */
+ * on (seed, counter + i), so any split of the work across threads gives the same numbers.
+ * Dropout's keep masks need no 53 bits: element e of a mask at counter c is one 32-bit word,
+ * word e & 1 of draw c + e / 2, so a mask of n elements takes (n + 1) / 2 draws and one block
+ * serves four elements. With AVX2 (and on AVX-512
+ * machines, which have it) 16 blocks run at once, 4 per vector, with the same integer
+ * arithmetic: the same numbers, bit for bit. */
 #include <math.h>
 #include <string.h>
 
@@ -46,10 +49,16 @@ static inline uint64_t draw_x53(uint64_t seed, uint64_t d) {
     return d & 1 ? x53(r.v[2], r.v[3]) : x53(r.v[0], r.v[1]);
 }
 
-uint64_t ag__u53_count_below(double v) {
+/* word e & 1 of draw c + e / 2: word w & 3 of block (c >> 1) + (w >> 2), w = 2 (c & 1) + e */
+uint32_t ag__rng_mask_word(uint64_t seed, uint64_t c, uint64_t e) {
+    uint64_t w = 2 * (c & 1) + e;
+    return philox(seed, ((c >> 1) + (w >> 2)) & BLOCK_MASK).v[w & 3];
+}
+
+uint64_t ag__u32_count_below(double v) {
     if (!(v > 0)) return 0;
-    if (v >= 1) return (uint64_t)1 << 53;
-    return (uint64_t)ceil(v * 0x1.0p53); /* v · 2^53 is exact: a power-of-two scaling */
+    if (v >= 1) return (uint64_t)1 << 32;
+    return (uint64_t)ceil(v * 0x1.0p32); /* v · 2^32 is exact: a power-of-two scaling */
 }
 
 /* ---- the scalar reference: one block per draw ---- */
@@ -58,12 +67,12 @@ void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *
     for (int64_t i = 0; i < n; i++) out[i] = (double)draw_x53(seed, counter + (uint64_t)i) * 0x1.0p-53;
 }
 
-void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
-                         uint8_t *bits) {
+void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                         uint8_t *keep, uint8_t *bits) {
     for (int64_t i0 = 0; i0 < n; i0 += 256) { /* i0 a multiple of 8: a block owns whole bytes of bits */
         uint64_t x[256];
         int64_t m = n - i0 < 256 ? n - i0 : 256;
-        for (int64_t j = 0; j < m; j++) x[j] = draw_x53(seed, counter + (uint64_t)(i0 + j));
+        for (int64_t j = 0; j < m; j++) x[j] = ag__rng_mask_word(seed, counter, (uint64_t)(first + i0 + j));
         for (int64_t j = 0; j < m; j += 8) {
             unsigned byte = 0, e = m - j < 8 ? (unsigned)(m - j) : 8, mask = (1u << e) - 1;
             for (unsigned q = 0; q < e; q++) {
@@ -80,9 +89,9 @@ void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t n, uint64_t t,
 #include <immintrin.h>
 #define RNG_X86 1
 
-/* the first n (<= 32) bits of k from bit 0 of o on: whole bytes, then the last one's low bits
+/* the first n (<= 64) bits of k from bit 0 of o on: whole bytes, then the last one's low bits
  * (its others are kept) */
-static inline void put_bits(uint8_t *o, uint32_t k, int64_t n) {
+static inline void put_bits(uint8_t *o, uint64_t k, int64_t n) {
     for (int64_t j = 0; j < n / 8; j++) o[j] = (uint8_t)(k >> 8 * j);
     unsigned part = (unsigned)(n & 7), m = (1u << part) - 1;
     if (part) o[n / 8] = (uint8_t)((o[n / 8] & ~m) | ((k >> (n & ~7)) & m));
@@ -97,10 +106,10 @@ static void round_keys(uint64_t seed, uint32_t key[10][2]) {
  * Each Philox word lives in the low half of a 64-bit lane: vpmuludq then gives the whole 64-bit
  * product (lo in the low half, hi a shift away) and reads only low halves, so the high halves
  * may hold garbage until the end. Blocks are 64-bit lanes, so the carry into word 1 is free.
- * 1.6 ns a draw on Zen 3 (one block per draw: 2.4). */
+ * 1.6 ns a draw on Zen 3 (one block per draw: 2.4); a mask's 32-bit words 0.8 ns each. */
 #define TARGET __attribute__((target("avx2,fma")))
 #define NV 2 /* chains: measured fastest on Zen 3 (4: 7 % slower, 1: 27 %) */
-#define STEP 32 /* draws per step: 16 blocks, STEP / (8 NV) calls of philox_avx2 */
+#define STEP 32 /* draws per step: 16 blocks, STEP / (8 NV) calls of philox_avx2 (64 mask words) */
 
 /* w[j][v]: word j of philox(seed, blk + 4v + lane); key[r] holds round r's key words */
 static inline TARGET void philox_avx2(const uint32_t key[10][2], uint64_t blk, __m256i w[4][NV]) {
@@ -133,27 +142,25 @@ static inline TARGET void philox_avx2(const uint32_t key[10][2], uint64_t blk, _
     for (int v = 0; v < NV; v++) w[0][v] = c0[v], w[1][v] = c1[v], w[2][v] = c2[v], w[3][v] = c3[v];
 }
 
-/* x = (a << 21) ^ (b >> 11) from words with garbage high halves */
-static inline TARGET __m256i x53_4(__m256i a, __m256i b) {
-    return _mm256_or_si256(_mm256_srli_epi64(_mm256_slli_epi64(a, 32), 11),
-                           _mm256_srli_epi64(_mm256_slli_epi64(b, 32), 43));
-}
+/* bit j of a 4-bit lane mask to bit 4j: lane j of a vector holds words 4j .. 4j + 3 of its 16 */
+static const uint16_t SPREAD4[16] = {0x0000, 0x0001, 0x0010, 0x0011, 0x0100, 0x0101, 0x0110, 0x0111,
+                                     0x1000, 0x1001, 0x1010, 0x1011, 0x1100, 0x1101, 0x1110, 0x1111};
 
-/* bit j of a 4-bit lane mask to bit 2j: lane j of a vector holds draws 2j (words 0, 1) and
- * 2j + 1 (words 2, 3) of its 8 */
-static const uint8_t SPREAD[16] = {0, 1, 4, 5, 16, 17, 20, 21, 64, 65, 68, 69, 80, 81, 84, 85};
-
-/* bit j: x53 of draw 2·blk + j below t, for the STEP draws of blocks blk .. blk + 15 */
-static inline TARGET uint32_t below32(const uint32_t key[10][2], uint64_t blk, __m256i tv) {
-    uint32_t k = 0;
+/* bit j: word j of blocks blk .. blk + 15 (word j & 3 of block blk + j / 4) below t */
+static inline TARGET uint64_t below64(const uint32_t key[10][2], uint64_t blk, __m256i tv) {
+    const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF);
+    uint64_t k = 0;
     for (int h = 0; h < STEP / (8 * NV); h++) {
         __m256i w[4][NV];
         philox_avx2(key, blk + (uint64_t)(4 * NV * h), w);
-        /* x < 2^53 and t <= 2^53, so the signed 64-bit compare AVX2 has is the unsigned one */
+        /* words < 2^32 and t <= 2^32: the signed 64-bit compare AVX2 has is the unsigned one */
         for (int v = 0; v < NV; v++) {
-            unsigned e = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(tv, x53_4(w[0][v], w[1][v]))));
-            unsigned o = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(tv, x53_4(w[2][v], w[3][v]))));
-            k |= (uint32_t)(SPREAD[e] | SPREAD[o] << 1) << 8 * (NV * h + v);
+            unsigned m = 0;
+            for (int q = 0; q < 4; q++) {
+                __m256i x = _mm256_and_si256(w[q][v], lo32);
+                m |= (unsigned)SPREAD4[_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(tv, x)))] << q;
+            }
+            k |= (uint64_t)m << 16 * (NV * h + v);
         }
     }
     return k;
@@ -199,20 +206,22 @@ static TARGET void uniform_avx2(uint64_t seed, uint64_t counter, int64_t n, doub
     }
 }
 
-static TARGET void keep_avx2(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
-                             uint8_t *bits) {
+/* Steps start at a block: a mask whose first word is word s of its block takes bits s.. of
+ * its first step */
+static TARGET void keep_avx2(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                             uint8_t *keep, uint8_t *bits) {
     uint32_t key[10][2];
     round_keys(seed, key);
     const __m256i tv = _mm256_set1_epi64x((long long)t);
-    const uint32_t flip = at_least ? 0xFFFFFFFFu : 0;
-    uint64_t blk = counter >> 1;
-    int64_t s = (int64_t)(counter & 1);
-    /* outputs i .. i+31 are bits s .. s+31 of the steps at draw i - s and i - s + 32 */
-    uint32_t cur = n > 0 ? below32(key, blk, tv) : 0;
-    for (int64_t i = 0; i < n; i += STEP) {
-        uint32_t next = i + STEP < n + s ? below32(key, blk + (uint64_t)(i + STEP) / 2, tv) : 0;
-        uint32_t k = (s ? cur >> 1 | next << 31 : cur) ^ flip;
-        int64_t left = n - i < STEP ? n - i : STEP;
+    const uint64_t flip = at_least ? ~(uint64_t)0 : 0, w0 = 2 * (counter & 1) + (uint64_t)first;
+    uint64_t blk = (counter >> 1) + (w0 >> 2);
+    unsigned s = (unsigned)(w0 & 3);
+    /* outputs i .. i+63 are bits s .. s+63 of the steps at word i - s and i - s + 64 */
+    uint64_t cur = n > 0 ? below64(key, blk, tv) : 0;
+    for (int64_t i = 0; i < n; i += 64) {
+        uint64_t next = i + 64 < n + s ? below64(key, blk + (uint64_t)(i + 64) / 4, tv) : 0;
+        uint64_t k = (s ? cur >> s | next << (64 - s) : cur) ^ flip;
+        int64_t left = n - i < 64 ? n - i : 64;
         if (keep)
             for (int64_t j = 0; j < left; j++) keep[i + j] = (uint8_t)(k >> j & 1);
         if (bits) put_bits(bits + (i >> 3), k, left);
@@ -233,15 +242,15 @@ void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *
     ag__rng_uniform_scalar(seed, counter, n, out);
 }
 
-void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
-                  uint8_t *bits) {
+void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                  uint8_t *keep, uint8_t *bits) {
 #ifdef RNG_X86
     if (ag__cpu_isa() != AG_ISA_NONE) {
-        keep_avx2(seed, counter, n, t, at_least, keep, bits);
+        keep_avx2(seed, counter, first, n, t, at_least, keep, bits);
         return;
     }
 #endif
-    ag__rng_keep_scalar(seed, counter, n, t, at_least, keep, bits);
+    ag__rng_keep_scalar(seed, counter, first, n, t, at_least, keep, bits);
 }
 
 /* ---- the public generator ---- */

@@ -93,7 +93,8 @@ void *ag_xmalloc(size_t bytes);
 void ag_xfree(void *p);
 
 /* ---- random numbers (Philox4x32-10, counter based: value i depends only on seed and i) ---- */
-/* counter counts draws (53-bit uniforms); two draws share one Philox block (tensor/rng.c) */
+/* counter counts draws (53-bit uniforms); two draws share one Philox block, and a dropout mask
+ * of n elements takes (n + 1) / 2 draws, a 32-bit word each (tensor/rng.c) */
 typedef struct { uint64_t seed, counter; } ag_rng;
 ag_rng ag_rng_new(uint64_t seed);
 /* the global generator used when an ag_rng* argument is NULL */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../nn/nn_internal.h"
+#include "../tensor/internal.h"
 #include "test_util.h"
 
 #define NINF (-INFINITY)
@@ -372,7 +373,7 @@ static void test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_e
     int64_t no = ag_numel(o1), nw = ag_numel(w1);
     assert_memory_equal(values(o1), values(o2), sizeof(double) * (size_t)no);
     assert_memory_equal(values(w1), values(w2), sizeof(double) * (size_t)nw);
-    assert_int_equal(r1.counter, nw);
+    assert_int_equal(r1.counter, (nw + 1) / 2); /* two mask elements a draw */
     assert_int_equal(r3.counter, 0); /* eval draws nothing */
     tu_assert_array(oe, B1, 1e-11);
     /* torch returns the weights after dropout: each is 0 or p/(1-p) = 2p, and out = w @ v */
@@ -404,9 +405,9 @@ static void test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_e
     assert_in_range(zeros, 4096 * 20 / 100, 4096 * 30 / 100);
 }
 
-/* The dropout mask is the public generator's stream: weight i is dropped exactly when draw i is
- * a uniform below p; 64K draws are split over the threads in blocks, and 1 and 2 threads give
- * the same weights and output. */
+/* The dropout mask is the public generator's stream: weight i is dropped exactly when its word
+ * (word i % 2 of draw i / 2) is a uniform x · 2^-32 below p; the 64K elements are split over the
+ * threads in blocks, and 1 and 2 threads give the same weights and output. */
 static void test_attention_dropout_drops_exactly_the_draws_below_p_at_any_thread_count(void **s) {
     int64_t n = 4 * 4 * 64 * 64;
     ag_tensor *q = tu_seq(AG_F64, AG_SHAPE(4, 4, 64, 8), 0.1, 0), *k = tu_seq(AG_F64, AG_SHAPE(4, 4, 64, 8), 0.2, 0.3);
@@ -417,8 +418,8 @@ static void test_attention_dropout_drops_exactly_the_draws_below_p_at_any_thread
         ag_rng r = {11, ((uint64_t)3 << 32) - 777}, ru = r;
         ag_tensor *wt, *ot = ag_attention(q, k, k, NULL, false, 0.2, &r, true, &wt);
         w[threads - 1] = values(wt), o[threads - 1] = values(ot);
-        assert_true(r.counter == ru.counter + (uint64_t)n);
-        ag_rng_uniform_f64(&ru, n, u);
+        assert_true(r.counter == ru.counter + (uint64_t)n / 2);
+        for (int64_t i = 0; i < n; i++) u[i] = ag__rng_mask_word(ru.seed, ru.counter, (uint64_t)i) * 0x1.0p-32;
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++) bad += (w[threads - 1][i] == 0) != (u[i] < 0.2);
         assert_int_equal(bad, 0);
@@ -430,14 +431,16 @@ static void test_attention_dropout_drops_exactly_the_draws_below_p_at_any_thread
 
 /* ---- threads ---- */
 
+/* 100 queries and keys: more than the fused kernels take (the GEMM path, its per-thread
+ * dscores block) */
 static void run_big(int threads, double **out, double **grads) {
     omp_set_num_threads(threads);
-    ag_tensor *q = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.37, 0.1));
-    ag_tensor *k = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.53, 0.7));
-    ag_tensor *v = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.29, 1.1));
+    ag_tensor *q = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 100, 16), 0.37, 0.1));
+    ag_tensor *k = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 100, 16), 0.53, 0.7));
+    ag_tensor *v = tu_leaf(tu_seq(AG_F32, AG_SHAPE(4, 4, 100, 16), 0.29, 1.1));
     ag_rng r = ag_rng_new(3);
-    ag_tensor *o = ag_attention(q, k, v, ag_causal_bool_mask(32), false, 0.1, &r, true, NULL);
-    ag_backward(o, tu_seq(AG_F32, AG_SHAPE(4, 4, 32, 16), 0.71, 0.2));
+    ag_tensor *o = ag_attention(q, k, v, ag_causal_bool_mask(100), false, 0.1, &r, true, NULL);
+    ag_backward(o, tu_seq(AG_F32, AG_SHAPE(4, 4, 100, 16), 0.71, 0.2));
     *out = values(o);
     grads[0] = values(q->grad), grads[1] = values(k->grad), grads[2] = values(v->grad);
 }
@@ -454,7 +457,7 @@ static void assert_thread_count_independent(void (*run)(int, double **, double *
 }
 
 static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
-    assert_thread_count_independent(run_big, 4 * 4 * 32 * 16);
+    assert_thread_count_independent(run_big, 4 * 4 * 100 * 16);
 }
 
 /* ---- the fused small-head kernels (f32; at most 16 live keys on AVX-512, 64 and dropout on
@@ -482,6 +485,50 @@ static attn_run run_attn(ag_dtype dt, int64_t B, int64_t H, int64_t L, int64_t S
 
 static void assert_close(const ag_tensor *got, const ag_tensor *want, double tol) {
     tu_assert_values_(__FILE__, __LINE__, got, values(want), ag_numel(want), tol);
+}
+
+/* Long heads on the GEMM path: 150 queries against 80 keys (more than the fused kernels take),
+ * in f64 and in f32, against softmax(α q kᵀ + mask) v composed of ag_matmul and
+ * ag_masked_softmax in f64, with every gradient, the float mask's too. Masks: none, key padding
+ * (the second sequence's last 30 keys: the products stop at the live keys), causal (more
+ * queries than keys), and a float mask with -inf that requires grad. */
+static void test_attention_of_long_heads_matches_the_composed_ops(void **s) {
+    const int64_t B = 2, H = 2, L = 150, S = 80, D = 5;
+    ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(B, 1, 1, S));
+    for (int64_t j = 50; j < S; j++) ((uint8_t *)kpm->data)[S + j] = 1;
+    ag_tensor *causal = ag_zeros(AG_BOOL, AG_SHAPE(L, S));
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t j = i + 1; j < S; j++) ((uint8_t *)causal->data)[i * S + j] = 1;
+    ag_tensor *addm = ag_where(ag_gt(tu_seq(AG_F64, AG_SHAPE(L, S), 0.77, 0.3), ag_scalar(AG_F64, 0.8)),
+                               ag_scalar(AG_F64, -INFINITY), tu_seq(AG_F64, AG_SHAPE(L, S), 0.9, 0.2));
+    for (int mi = 0; mi < 4; mi++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            ag_dtype dt = f32 ? AG_F32 : AG_F64;
+            ag_tensor *in[4], *ref[4];
+            const double sc[3] = {0.37, 0.53, 0.29}, off[3] = {0.1, 0.7, 1.1};
+            const int64_t rows[3] = {L, S, S};
+            for (int i = 0; i < 3; i++) {
+                ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(B, H, rows[i], D), sc[i], off[i]);
+                in[i] = tu_leaf(ag_detach(ag_to(x, dt))); /* its own leaf in f64 too */
+                ref[i] = tu_leaf(x);
+            }
+            ag_tensor *mask = mi == 1 ? kpm : NULL, *rmask = mask;
+            in[3] = ref[3] = NULL;
+            if (mi == 3) {
+                in[3] = tu_leaf(ag_detach(ag_to(addm, dt)));
+                ref[3] = rmask = tu_leaf(ag_detach(addm));
+            }
+            ag_tensor *o = ag_attention(in[0], in[1], in[2], in[3] ? in[3] : mask, mi == 2, 0, NULL, false, NULL);
+            ag_tensor *scores = ag_mul_scalar(ag_matmul(ref[0], ag_transpose(ref[1], 2, 3)), 1 / sqrt((double)D));
+            if (mi == 3) scores = ag_add(scores, rmask);
+            ag_tensor *want = ag_matmul(ag_masked_softmax(scores, mi == 2 ? causal : mi == 3 ? NULL : rmask, -1), ref[2]);
+            ag_tensor *g = tu_seq(AG_F64, AG_SHAPE(B, H, L, D), 0.61, 0.4);
+            ag_backward(o, ag_to(g, dt));
+            ag_backward(want, g);
+            double tol = f32 ? 2e-5 : 1e-12;
+            assert_close(ag_to(o, AG_F64), want, tol);
+            for (int i = 0; i < (mi == 3 ? 4 : 3); i++) assert_close(ag_to(in[i]->grad, AG_F64), ref[i]->grad, tol);
+        }
 }
 
 /* f32 (the fused kernels where the CPU has them) against f64 (the GEMM path), with and without
@@ -674,6 +721,7 @@ int main(void) {
         T(test_attention_dropout_is_reproducible_with_a_seed_and_identity_in_eval),
         T(test_attention_dropout_drops_exactly_the_draws_below_p_at_any_thread_count),
         T(test_attention_results_do_not_depend_on_the_thread_count),
+        T(test_attention_of_long_heads_matches_the_composed_ops),
         T(test_attention_f32_short_keys_match_the_f64_path_for_each_mask),
         T(test_attention_short_keys_results_do_not_depend_on_the_thread_count),
         T(test_packed_heads_gradient_is_zero_in_columns_no_head_reads),

@@ -33,7 +33,8 @@ static double *draw_normal(ag_rng *rng, int64_t n) {
  * against the three Random123 known-answer vectors for philox4x32_10, with this library's layout:
  * block b's counter words (b lo, b hi, 0x9E3779B9, 0xBB67AE85), key (seed lo, seed hi); draw d
  * is block d >> 1's words 0, 1 (d even) or 2, 3 (d odd), uniform = ((a << 21) ^ (b >> 11)) ·
- * 2^-53; normal i = sqrt(-2 log(1 - u(c + 2i))) cos(2 pi u(c + 2i + 1)). */
+ * 2^-53; normal i = sqrt(-2 log(1 - u(c + 2i))) cos(2 pi u(c + 2i + 1)); element e of a mask
+ * at counter c is word e % 2 of draw c + e / 2. */
 static void test_philox_matches_reference_values(void **state) {
     (void)state;
     ag_rng r = ag_rng_new(42);
@@ -62,6 +63,13 @@ static void test_philox_matches_reference_values(void **state) {
     r.counter = ((uint64_t)1 << 33) + 6;
     ag_rng_normal_f64(&r, 1, n);
     assert_double_equal(n[0], -0.03239315495753046, 1e-15);
+    /* dropout masks' words: both words of three draws; an odd counter; the carry; the wrap */
+    const uint32_t w42[6] = {0xb10ba74f, 0x917c64f6, 0x13c9cd83, 0x96874f54, 0x74cded9c, 0x41f579a5};
+    for (int e = 0; e < 6; e++) assert_true(ag__rng_mask_word(42, 0, (uint64_t)e) == w42[e]);
+    const uint32_t w42odd[3] = {0xc70a3e51, 0xd93f0c76, 0x888ab6ee};
+    for (int e = 0; e < 3; e++) assert_true(ag__rng_mask_word(42, 1000001, (uint64_t)e) == w42odd[e]);
+    assert_true(ag__rng_mask_word(((uint64_t)7 << 32) | 5, ((uint64_t)1 << 33) + 7, 3) == 0x5bba6a69);
+    assert_true(ag__rng_mask_word(((uint64_t)7 << 32) | 5, ~(uint64_t)0, 1) == 0x73162989);
 }
 
 /* ---- the vector path against the one-block-per-draw reference (tensor/rng.c) ---- */
@@ -109,69 +117,88 @@ static void test_vector_path_draws_the_reference_uniforms_bit_for_bit(void **sta
     free(b);
 }
 
-/* the draws' keep decisions without doubles: ag__rng_keep (vector where it can) and the scalar
- * reference against u < v and u >= v computed from the reference's doubles, as bytes and as bits
- * (bits past n keep what was there) */
-static void check_keep(uint64_t seed, uint64_t ctr, int64_t n, double v, const double *u) {
-    uint64_t t = ag__u53_count_below(v);
+/* The masks' words are the draws' words: element e at counter c is word e % 2 of draw c + e / 2,
+ * whose 53-bit integer is (word 0 << 21) ^ (word 1 >> 11). Then ag__rng_keep (vector where it
+ * can) and the scalar reference against u < v and u >= v for the words' uniforms u = x · 2^-32,
+ * as bytes and as bits (bits past n keep what was there), for masks started part-way (first). */
+static void check_keep(uint64_t seed, uint64_t ctr, int64_t first, int64_t n, double v, const uint32_t *x) {
+    uint64_t t = ag__u32_count_below(v);
     uint8_t keep[4100], bits[4100 / 8 + 2], keep_ref[4100], bits_ref[4100 / 8 + 2];
     for (int at_least = 0; at_least < 2; at_least++) {
         memset(keep, 0xEE, sizeof keep), memset(bits, 0xA5, sizeof bits);
         memset(keep_ref, 0xEE, sizeof keep_ref), memset(bits_ref, 0xA5, sizeof bits_ref);
         for (int64_t i = 0; i < n; i++) {
-            unsigned k = at_least ? u[i] >= v : u[i] < v;
+            double u = x[i] * 0x1.0p-32;
+            unsigned k = at_least ? u >= v : u < v;
             keep_ref[i] = (uint8_t)k;
             bits_ref[i >> 3] = (uint8_t)((bits_ref[i >> 3] & ~(1u << (i & 7))) | k << (i & 7));
         }
         for (int path = 0; path < 2; path++) {
-            (path ? ag__rng_keep_scalar : ag__rng_keep)(seed, ctr, n, t, at_least, keep, bits);
+            (path ? ag__rng_keep_scalar : ag__rng_keep)(seed, ctr, first, n, t, at_least, keep, bits);
             if (memcmp(keep, keep_ref, sizeof keep) || memcmp(bits, bits_ref, sizeof bits))
-                fail_msg("%s: seed %llx counter %llx n %lld v %.17g at_least %d", path ? "scalar" : "ag__rng_keep",
-                         (unsigned long long)seed, (unsigned long long)ctr, (long long)n, v, at_least);
+                fail_msg("%s: seed %llx counter %llx first %lld n %lld v %.17g at_least %d",
+                         path ? "scalar" : "ag__rng_keep", (unsigned long long)seed, (unsigned long long)ctr,
+                         (long long)first, (long long)n, v, at_least);
             memset(keep, 0xEE, sizeof keep), memset(bits, 0xA5, sizeof bits);
         }
         /* each output alone */
-        ag__rng_keep(seed, ctr, n, t, at_least, keep, NULL);
-        ag__rng_keep(seed, ctr, n, t, at_least, NULL, bits);
+        ag__rng_keep(seed, ctr, first, n, t, at_least, keep, NULL);
+        ag__rng_keep(seed, ctr, first, n, t, at_least, NULL, bits);
         assert_memory_equal(keep, keep_ref, sizeof keep);
         assert_memory_equal(bits, bits_ref, sizeof bits);
     }
 }
 
-static void test_keep_decisions_equal_comparisons_of_the_uniforms(void **state) {
+static void test_keep_decisions_equal_comparisons_of_the_mask_words(void **state) {
     (void)state;
-    double u[4100];
+    static const int64_t FIRSTS[] = {0, 1, 2, 3, 5, 64 + 3, 2048};
+    uint32_t x[4100];
+    double u[2100];
     for (size_t s = 0; s < sizeof SEEDS / sizeof *SEEDS; s += 3)
         for (size_t c = 0; c < sizeof COUNTERS / sizeof *COUNTERS; c++)
-            for (size_t l = 0; l < sizeof LENGTHS / sizeof *LENGTHS; l++) {
-                int64_t n = LENGTHS[l];
-                ag__rng_uniform_scalar(SEEDS[s], COUNTERS[c], n, u);
-                /* dropout's 1 - p and p, the ends, and the draws' own values and their neighbours
-                 * (where < and >= turn) */
-                double vs[16] = {0, 1, 0.1, 0.9, 0.5, 0.25, 1 - 0.1, 1 - 0x1.0p-53, 0x1.0p-53, 1e-300, 0.3};
-                int nv = 11;
-                if (n > 0) {
-                    vs[nv++] = u[n / 2];
-                    vs[nv++] = nextafter(u[n / 2], 0);
-                    vs[nv++] = nextafter(u[n / 2], 1);
-                    vs[nv++] = u[n - 1];
-                    vs[nv++] = nextafter(u[0], 1);
+            for (size_t f = 0; f < sizeof FIRSTS / sizeof *FIRSTS; f++)
+                for (size_t l = 0; l < sizeof LENGTHS / sizeof *LENGTHS; l++) {
+                    int64_t n = LENGTHS[l], e0 = FIRSTS[f];
+                    if (f > 0 && n > 1100) continue; /* the long masks from their start only */
+                    /* the draws under elements e0 .. e0+n-1 */
+                    uint64_t d0 = COUNTERS[c] + (uint64_t)e0 / 2;
+                    ag__rng_uniform_scalar(SEEDS[s], d0, (n + 2) / 2, u);
+                    for (int64_t i = 0; i < n; i++) {
+                        uint64_t e = (uint64_t)(e0 + i), x53 = (uint64_t)(u[(e / 2) - (uint64_t)e0 / 2] * 0x1.0p53);
+                        x[i] = ag__rng_mask_word(SEEDS[s], COUNTERS[c], e);
+                        if (e % 2 ? x[i] >> 11 != (x53 & 0x1FFFFF) : x[i] != x53 >> 21)
+                            fail_msg("seed %llx counter %llx element %llu: word %08x, draw's x %014llx",
+                                     (unsigned long long)SEEDS[s], (unsigned long long)COUNTERS[c],
+                                     (unsigned long long)e, x[i], (unsigned long long)x53);
+                    }
+                    /* dropout's 1 - p and p, the ends, and the words' own values and their
+                     * neighbours (where < and >= turn) */
+                    double vs[16] = {0, 1, 0.1, 0.9, 0.5, 0.25, 1 - 0.1, 1 - 0x1.0p-32, 0x1.0p-32, 1e-300, 0.3};
+                    int nv = 11;
+                    if (n > 0) {
+                        double um = x[n / 2] * 0x1.0p-32;
+                        vs[nv++] = um;
+                        vs[nv++] = nextafter(um, 0);
+                        vs[nv++] = nextafter(um, 1);
+                        vs[nv++] = x[n - 1] * 0x1.0p-32;
+                        vs[nv++] = nextafter(x[0] * 0x1.0p-32, 1);
+                    }
+                    for (int k = 0; k < nv; k++) check_keep(SEEDS[s], COUNTERS[c], e0, n, vs[k], x);
                 }
-                for (int k = 0; k < nv; k++) check_keep(SEEDS[s], COUNTERS[c], n, vs[k], u);
-            }
 }
 
-static void test_u53_count_below_counts_the_integers_under_v(void **state) {
+static void test_u32_count_below_counts_the_integers_under_v(void **state) {
     (void)state;
-    assert_true(ag__u53_count_below(0) == 0);
-    assert_true(ag__u53_count_below(-1) == 0);
-    assert_true(ag__u53_count_below(NAN) == 0);
-    assert_true(ag__u53_count_below(1) == (uint64_t)1 << 53);
-    assert_true(ag__u53_count_below(0.5) == (uint64_t)1 << 52);            /* x < 2^52 exactly */
-    assert_true(ag__u53_count_below(nextafter(0.5, 1)) == ((uint64_t)1 << 52) + 1);
-    assert_true(ag__u53_count_below(0x1.0p-53) == 1);                      /* only x = 0 */
-    assert_true(ag__u53_count_below(1e-300) == 1);
-    assert_true(ag__u53_count_below(1 - 0x1.0p-53) == ((uint64_t)1 << 53) - 1);
+    assert_true(ag__u32_count_below(0) == 0);
+    assert_true(ag__u32_count_below(-1) == 0);
+    assert_true(ag__u32_count_below(NAN) == 0);
+    assert_true(ag__u32_count_below(1) == (uint64_t)1 << 32);
+    assert_true(ag__u32_count_below(0.5) == (uint64_t)1 << 31);            /* x < 2^31 exactly */
+    assert_true(ag__u32_count_below(nextafter(0.5, 1)) == ((uint64_t)1 << 31) + 1);
+    assert_true(ag__u32_count_below(0x1.0p-32) == 1);                      /* only x = 0 */
+    assert_true(ag__u32_count_below(1e-300) == 1);
+    assert_true(ag__u32_count_below(1 - 0x1.0p-32) == ((uint64_t)1 << 32) - 1);
+    assert_true(ag__u32_count_below(0.1) == 429496730); /* ceil(0.1 · 2^32 = 429496729.6) */
 }
 
 static void test_same_seed_gives_same_numbers(void **state) {
@@ -357,8 +384,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_philox_matches_reference_values),
         T(test_vector_path_draws_the_reference_uniforms_bit_for_bit),
-        T(test_keep_decisions_equal_comparisons_of_the_uniforms),
-        T(test_u53_count_below_counts_the_integers_under_v),
+        T(test_keep_decisions_equal_comparisons_of_the_mask_words),
+        T(test_u32_count_below_counts_the_integers_under_v),
         T(test_same_seed_gives_same_numbers),
         T(test_different_seeds_give_different_numbers),
         T(test_counter_advances_so_two_draws_of_n_equal_one_of_2n),
