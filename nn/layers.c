@@ -410,56 +410,71 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
 
 /* ==== LayerNorm ============================================================================= */
 
-/* x, y, dy, dx: (m, d) contiguous; w, b: (d) with strides ws, bs, or NULL; mean, rstd: (m). */
+/* x, y, dy, dx: (m, d) contiguous; w, b: (d) contiguous, or NULL; mean, rstd: (m). A row's
+ * loops are always-inline helpers called with w (and b) NULL or not, so each variant is
+ * compiled with unit strides and no test in the loop, and vectorises. */
 #define LN_KERNELS(T, S, D)                                                                                       \
-    static void ln_forward_##S(const char *x_, int64_t m, int64_t d, const char *w_, int64_t ws, const char *b_, \
-                               int64_t bs, double eps, char *y_, double *mean, double *rstd) {                    \
+    static inline __attribute__((always_inline)) void ln_row_fwd_##S(const T *xr, int64_t d, const T *w,        \
+                                                                      const T *b, double eps, T *yr, double *mean,  \
+                                                                      double *rstd) {                               \
+        double s = 0, v = 0;                                                                                      \
+        _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < d; j++) s += xr[j];                          \
+        double mu = s / (double)d;                                                                                \
+        _Pragma("omp simd reduction(+ : v)") for (int64_t j = 0; j < d; j++) v +=                                 \
+            ((double)xr[j] - mu) * ((double)xr[j] - mu);                                                          \
+        double r = 1.0 / sqrt(v / (double)d + eps);                                                               \
+        *mean = mu;                                                                                               \
+        *rstd = r;                                                                                                \
+        for (int64_t j = 0; j < d; j++) {                                                                         \
+            double h = ((double)xr[j] - mu) * r;                                                                  \
+            if (w) h *= w[j];                                                                                     \
+            if (b) h += b[j];                                                                                     \
+            yr[j] = (T)h;                                                                                         \
+        }                                                                                                         \
+    }                                                                                                             \
+    static void ln_forward_##S(const char *x_, int64_t m, int64_t d, const char *w_, const char *b_, double eps,  \
+                               char *y_, double *mean, double *rstd) {                                            \
         const T *x = (const T *)x_, *w = (const T *)w_, *b = (const T *)b_;                                       \
         T *y = (T *)y_;                                                                                           \
         int64_t par_work = m * d;                                                                                 \
         AG_PAR_FOR                                                                                                   \
         for (int64_t i = 0; i < m; i++) {                                                                         \
             const T *xr = x + i * d;                                                                              \
-            double s = 0, v = 0;                                                                                  \
-            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < d; j++) s += xr[j];                      \
-            double mu = s / (double)d;                                                                            \
-            _Pragma("omp simd reduction(+ : v)") for (int64_t j = 0; j < d; j++) v +=                             \
-                ((double)xr[j] - mu) * ((double)xr[j] - mu);                                                      \
-            double r = 1.0 / sqrt(v / (double)d + eps);                                                           \
-            mean[i] = mu;                                                                                         \
-            rstd[i] = r;                                                                                          \
-            for (int64_t j = 0; j < d; j++) {                                                                     \
-                double h = ((double)xr[j] - mu) * r;                                                              \
-                if (w) h *= w[j * ws];                                                                            \
-                if (b) h += b[j * bs];                                                                            \
-                y[i * d + j] = (T)h;                                                                              \
-            }                                                                                                     \
+            T *yr = y + i * d;                                                                                    \
+            if (w && b) ln_row_fwd_##S(xr, d, w, b, eps, yr, mean + i, rstd + i);                                 \
+            else if (w) ln_row_fwd_##S(xr, d, w, NULL, eps, yr, mean + i, rstd + i);                              \
+            else if (b) ln_row_fwd_##S(xr, d, NULL, b, eps, yr, mean + i, rstd + i);                              \
+            else ln_row_fwd_##S(xr, d, NULL, NULL, eps, yr, mean + i, rstd + i);                                  \
         }                                                                                                         \
     }                                                                                                             \
-    /* dx += rstd·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·w; dw += Σ_rows dy·x̂; db += Σ_rows dy */               \
+    /* a row of dx += rstd·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·w */                                          \
+    static inline __attribute__((always_inline)) void ln_row_bwd_##S(const T *xr, const T *gr, int64_t d,       \
+                                                                      const T *w, double mu, double r, T *dxr) {    \
+        double a = 0, c = 0;                                                                                      \
+        _Pragma("omp simd reduction(+ : a, c)") for (int64_t j = 0; j < d; j++) {                                 \
+            double g = w ? (double)gr[j] * w[j] : gr[j];                                                          \
+            a += g;                                                                                               \
+            c += g * ((double)xr[j] - mu) * r;                                                                    \
+        }                                                                                                         \
+        a /= (double)d;                                                                                           \
+        c /= (double)d;                                                                                           \
+        for (int64_t j = 0; j < d; j++) {                                                                         \
+            double g = w ? (double)gr[j] * w[j] : gr[j];                                                          \
+            double xh = ((double)xr[j] - mu) * r;                                                                 \
+            dxr[j] += (T)(r * (g - a - xh * c));                                                                  \
+        }                                                                                                         \
+    }                                                                                                             \
+    /* dx += the rows above; dw += Σ_rows dy·x̂; db += Σ_rows dy */                                                \
     static void ln_backward_##S(const char *x_, const char *dy_, int64_t m, int64_t d, const char *w_,          \
-                                int64_t ws, const double *mean, const double *rstd, char *dx_, char *dw_,         \
-                                char *db_) {                                                                      \
+                                const double *mean, const double *rstd, char *dx_, char *dw_, char *db_) {        \
         const T *x = (const T *)x_, *dy = (const T *)dy_, *w = (const T *)w_;                                     \
         T *dx = (T *)dx_, *dw = (T *)dw_, *db = (T *)db_;                                                         \
         if (dx) {                                                                                                 \
             int64_t par_work = m * d;                                                                             \
             AG_PAR_FOR                                                                                               \
             for (int64_t i = 0; i < m; i++) {                                                                     \
-                const T *xr = x + i * d, *gr = dy + i * d;                                                        \
-                double a = 0, c = 0;                                                                              \
-                _Pragma("omp simd reduction(+ : a, c)") for (int64_t j = 0; j < d; j++) {                         \
-                    double g = w ? (double)gr[j] * w[j * ws] : gr[j];                                             \
-                    a += g;                                                                                       \
-                    c += g * ((double)xr[j] - mean[i]) * rstd[i];                                                 \
-                }                                                                                                 \
-                a /= (double)d;                                                                                   \
-                c /= (double)d;                                                                                   \
-                for (int64_t j = 0; j < d; j++) {                                                                 \
-                    double g = w ? (double)gr[j] * w[j * ws] : gr[j];                                             \
-                    double xh = ((double)xr[j] - mean[i]) * rstd[i];                                              \
-                    dx[i * d + j] += (T)(rstd[i] * (g - a - xh * c));                                             \
-                }                                                                                                 \
+                if (w) ln_row_bwd_##S(x + i * d, dy + i * d, d, w, mean[i], rstd[i], dx + i * d);                 \
+                else ln_row_bwd_##S(x + i * d, dy + i * d, d, NULL, mean[i], rstd[i], dx + i * d);                \
             }                                                                                                     \
         }                                                                                                         \
         if (!dw && !db) return;                                                                                   \
@@ -482,15 +497,14 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
     }
 AG_FLOAT_TYPES(LN_KERNELS)
 
-static const char *ptr_or_null(ag_tensor *t) { return t ? ag__ptr(t) : NULL; }
-
 static void layer_norm_backward(ag_node *n) {
     ag_tensor *x = n->saved[0], *w = n->in[1], *dy = n->out->grad;
     int64_t d = x->shape[x->ndim - 1], m = d ? ag_numel(x) / d : 0;
     const double *mean = (const double *)ag__ptr(n->saved[1]), *rstd = (const double *)ag__ptr(n->saved[2]);
     char *dx = grad_ptr(n->in[0]), *dw = grad_ptr(w), *db = grad_ptr(n->in[2]);
-    (x->dtype == AG_F32 ? ln_backward_f32 : ln_backward_f64)(ag__ptr(x), ag__ptr(dy), m, d, ptr_or_null(w),
-                                                               w ? w->stride[0] : 0, mean, rstd, dx, dw, db);
+    (x->dtype == AG_F32 ? ln_backward_f32 : ln_backward_f64)(ag__ptr(x), ag__ptr(dy), m, d,
+                                                               w ? ag__ptr(ag__dense(w)) : NULL, mean, rstd, dx, dw,
+                                                               db);
 }
 static const ag_op LAYER_NORM = {"ag_layer_norm", layer_norm_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
@@ -513,8 +527,8 @@ ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps) {
     int64_t m = d ? ag_numel(x) / d : 0;
     ag_tensor *xc = ag__dense(x), *y = ag__new(x->dtype, x->ndim, x->shape);
     ag_tensor *mean = ag__new(AG_F64, 1, &m), *rstd = ag__new(AG_F64, 1, &m);
-    (x->dtype == AG_F32 ? ln_forward_f32 : ln_forward_f64)(ag__ptr(xc), m, d, ptr_or_null(w), w ? w->stride[0] : 0,
-                                                             ptr_or_null(b), b ? b->stride[0] : 0, eps, ag__ptr(y),
+    (x->dtype == AG_F32 ? ln_forward_f32 : ln_forward_f64)(ag__ptr(xc), m, d, w ? ag__ptr(ag__dense(w)) : NULL,
+                                                             b ? ag__ptr(ag__dense(b)) : NULL, eps, ag__ptr(y),
                                                              (double *)ag__ptr(mean), (double *)ag__ptr(rstd));
     ag_node *n = ag_finish(&LAYER_NORM, y, 3, (ag_tensor *[]){x, w, b});
     if (n) {

@@ -330,6 +330,35 @@ static void test_layer_norm_matches_torch_values_and_grads(void **s) {
     tu_assert_values(b->grad, 1e-12, 0, 0, 0.75, 2.25);
 }
 
+/* the four affine variants (weight and bias each there or not) against torch's values above:
+ * y - b without the bias, and (y - b) / w without either; weight and bias as strided views
+ * (every other element of a longer tensor), whose gradients reach only the viewed elements */
+static void test_layer_norm_affine_variants_and_strided_weights(void **s) {
+    const double W[4] = {1.5, -0.5, 2, 1}, B[4] = {0.1, 0.2, -0.3, 0.4}, Y[8] = {LN_Y};
+    for (int v = 0; v < 4; v++) {
+        bool hw = v & 1, hb = v & 2;
+        ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_X));
+        ag_tensor *wb = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(8), W[0], 9, W[1], 9, W[2], 9, W[3], 9));
+        ag_tensor *bb = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(8), B[0], 9, B[1], 9, B[2], 9, B[3], 9));
+        ag_tensor *w = hw ? ag_slice(wb, 0, 0, 8, 2) : NULL, *b = hb ? ag_slice(bb, 0, 0, 8, 2) : NULL;
+        ag_tensor *y = ag_layer_norm(x, w, b, 1e-5);
+        double want[8];
+        for (int i = 0; i < 8; i++) want[i] = ((Y[i] - B[i % 4]) / W[i % 4]) * (hw ? W[i % 4] : 1) + (hb ? B[i % 4] : 0);
+        tu_assert_array(y, want, 1e-12);
+        ag_backward(y, tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_G));
+        if (hw && hb) {
+            tu_assert_values(x->grad, 1e-12, LN_DX);
+            tu_assert_values(wb->grad, 1e-12, -0.57859915573423448, 0, 1.1241126232541188, 0, 0.4830108867417402, 0,
+                             5.3470726233805417, 0);
+            tu_assert_values(bb->grad, 1e-12, 0, 0, 0, 0, 0.75, 0, 2.25, 0);
+        }
+        if (!hw) { /* dx with w = 1: the gradcheck below covers it; here its rows sum to 0 */
+            const double *dx = (const double *)raw(x->grad);
+            for (int r = 0; r < 2; r++) assert_true(fabs(dx[4 * r] + dx[4 * r + 1] + dx[4 * r + 2] + dx[4 * r + 3]) < 1e-12);
+        }
+    }
+}
+
 static void test_layer_norm_f32_transposed_input_without_affine_matches_torch(void **s) {
     /* x given as the transpose of its (4,2) transpose; torch: F.layer_norm(x,(4,),None,None,1e-5) */
     ag_tensor *xt = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(4, 2), 1, -1, 2, 0.5, 3, 4, 5, -2));
@@ -343,9 +372,13 @@ static void test_layer_norm_f32_transposed_input_without_affine_matches_torch(vo
                      -0.16705391749281148);
 }
 
+/* ctx "transposed": x is in[0]ᵀ; "bias only": in[1] is the bias; else in[1], in[2] are the
+ * weight and bias as far as n goes */
 static ag_tensor *f_layer_norm(int n, ag_tensor **in, void *ctx) {
-    ag_tensor *x = ctx ? ag_transpose(in[0], 0, 1) : in[0];
-    return ag_layer_norm(x, in[1], in[2], 1e-5);
+    bool tr = ctx && !strcmp(ctx, "transposed"), bias_only = ctx && !strcmp(ctx, "bias only");
+    ag_tensor *x = tr ? ag_transpose(in[0], 0, 1) : in[0];
+    if (bias_only) return ag_layer_norm(x, NULL, in[1], 1e-5);
+    return ag_layer_norm(x, n > 1 ? in[1] : NULL, n > 2 ? in[2] : NULL, 1e-5);
 }
 
 static void test_layer_norm_gradcheck(void **s) {
@@ -355,6 +388,11 @@ static void test_layer_norm_gradcheck(void **s) {
     tu_assert_gradcheck(f_layer_norm, NULL, 3, in);
     in[0] = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(5, 3)));
     tu_assert_gradcheck(f_layer_norm, "transposed", 3, in);
+    in[0] = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(3, 5))); /* weight only, bias only, neither */
+    tu_assert_gradcheck(f_layer_norm, NULL, 2, in);
+    ag_tensor *bias_only[2] = {in[0], in[2]};
+    tu_assert_gradcheck(f_layer_norm, "bias only", 2, bias_only);
+    tu_assert_gradcheck(f_layer_norm, NULL, 1, in);
 }
 
 static void test_layer_norm_module_names_and_init(void **s) {
@@ -683,6 +721,7 @@ int main(void) {
         T(test_embedding_module_zeroes_padding_row_and_draws_standard_normal),
         T(test_embedding_reports_bad_padding_idx),
         T(test_layer_norm_matches_torch_values_and_grads),
+        T(test_layer_norm_affine_variants_and_strided_weights),
         T(test_layer_norm_f32_transposed_input_without_affine_matches_torch),
         T(test_layer_norm_gradcheck),
         T(test_layer_norm_module_names_and_init),
