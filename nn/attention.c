@@ -103,7 +103,9 @@ AG_FLOAT_TYPES(ROW_KERNELS)
     }                                                                                                               \
     static void row_fwd_dense_##S(T *y, int64_t n, const char *m, int64_t ms, int mk, int64_t lim) {                \
         enum { W = W_##S };                                                                                         \
-        if (mk == MASK_BOOL) {                                                                                      \
+        if (mk == MASK_BOOL && ms == 1) { /* a unit-stride row of the mask: vectorises */                          \
+            for (int64_t j = 0; j < n; j++) y[j] = m[j] ? -(T)INFINITY : y[j];                                      \
+        } else if (mk == MASK_BOOL) {                                                                               \
             for (int64_t j = 0; j < n; j++) y[j] = m[j * ms] ? -(T)INFINITY : y[j];                                 \
         } else if (mk == MASK_ADD) {                                                                                \
             for (int64_t j = 0; j < n; j++) y[j] += *(const T *)(m + j * ms);                                       \
