@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../tensor/fastmath.h"
 #include "../tensor/internal.h"
 #include "layers.h"
 
@@ -70,8 +71,26 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
 }
 
 /* Forward: lse[r] = log Σ_j exp x_j and loss[r] = (1-ε)(lse - x_t) + ε(lse - Σ_j x_j / C) (0 if ignored).
- * Backward: dx_j += w_r (softmax_j - ε/C - (1-ε)[j = t]), w_r = g[r·gs]·scale. */
+ * Backward: dx_j += w_r (softmax_j - ε/C - (1-ε)[j = t]), w_r = g[r·gs]·scale. Sums and lse in
+ * double; the exponentials in the input's precision (f32: ag__expf, as accurate as torch's
+ * float log-softmax), in row helpers inlined with ns = 1 (classes along the last dim, the usual
+ * (N, C)) so those loops vectorise. */
+#define EXP_f32 ag__expf
+#define EXP_f64 exp
 #define CE_KERNELS(T, S, D)                                                                                       \
+    static inline __attribute__((always_inline)) double ce_row_fwd_##S(const T *xr, int64_t ns, int64_t c,      \
+                                                                        double *sx_out) {                           \
+        T mx = -(T)INFINITY;                                                                                      \
+        for (int64_t j = 0; j < c; j++) mx = xr[j * ns] > mx ? xr[j * ns] : mx;                                   \
+        if (mx == -(T)INFINITY) mx = 0; /* all -inf: lse is -inf, not NaN */                                       \
+        double se = 0, sx = 0;                                                                                    \
+        _Pragma("omp simd reduction(+ : se, sx)") for (int64_t j = 0; j < c; j++) {                               \
+            se += (double)EXP_##S((T)((double)xr[j * ns] - (double)mx));                                         \
+            sx += xr[j * ns];                                                                                     \
+        }                                                                                                         \
+        *sx_out = sx;                                                                                             \
+        return (double)mx + log(se);                                                                              \
+    }                                                                                                             \
     static void ce_forward_##S(const char *x_, const int64_t *t, const cls_info *L, double *lse, double *loss) { \
         const T *x = (const T *)x_;                                                                               \
         int64_t ns = L->s, c = L->c, npos = L->n * ns, par_work = npos * c;                                       \
@@ -79,14 +98,7 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
         AG_PAR_FOR                                                                                                   \
         for (int64_t r = 0; r < npos; r++) {                                                                      \
             const T *xr = x + (r / ns) * c * ns + r % ns;                                                         \
-            double mx = -INFINITY, se = 0, sx = 0;                                                                \
-            for (int64_t j = 0; j < c; j++) mx = xr[j * ns] > mx ? xr[j * ns] : mx;                               \
-            if (mx == -INFINITY) mx = 0; /* all -inf: lse is -inf, not NaN */                                      \
-            for (int64_t j = 0; j < c; j++) {                                                                     \
-                se += exp((double)xr[j * ns] - mx);                                                               \
-                sx += xr[j * ns];                                                                                 \
-            }                                                                                                     \
-            double l = mx + log(se);                                                                              \
+            double sx, l = ns == 1 ? ce_row_fwd_##S(xr, 1, c, &sx) : ce_row_fwd_##S(xr, ns, c, &sx);              \
             lse[r] = l;                                                                                           \
             if (t[r] == L->ignore) {                                                                              \
                 loss[r] = 0;                                                                                      \
@@ -94,6 +106,14 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
             }                                                                                                     \
             loss[r] = (1 - eps) * (l - (double)xr[t[r] * ns]);                                                    \
             if (eps > 0) loss[r] += eps * (l - sx / (double)c);                                                   \
+        }                                                                                                         \
+    }                                                                                                             \
+    /* dx_j += w (softmax_j - ε/C) for the row; the target's -(1-ε) w is added by the caller */                   \
+    static inline __attribute__((always_inline)) void ce_row_bwd_##S(const T *xr, int64_t ns, int64_t c,        \
+                                                                       double lse, double w, double eps, T *dxr) {  \
+        _Pragma("omp simd") for (int64_t j = 0; j < c; j++) {                                                     \
+            double d = (double)EXP_##S((T)((double)xr[j * ns] - lse)) - eps / (double)c;                          \
+            dxr[j * ns] += (T)(w * d);                                                                            \
         }                                                                                                         \
     }                                                                                                             \
     static void ce_backward_##S(const char *x_, const int64_t *t, const cls_info *L, const double *lse,          \
@@ -105,13 +125,14 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
         AG_PAR_FOR                                                                                                   \
         for (int64_t r = 0; r < npos; r++) {                                                                      \
             if (t[r] == L->ignore) continue;                                                                      \
-            int64_t base = (r / ns) * c * ns + r % ns;                                                            \
+            int64_t base = (r / ns) * c * ns + r % ns, tj = base + t[r] * ns;                                     \
             double w = (double)g[r * gs] * scale;                                                                 \
-            for (int64_t j = 0; j < c; j++) {                                                                     \
-                double d = exp((double)x[base + j * ns] - lse[r]) - eps / (double)c;                              \
-                if (j == t[r]) d -= 1 - eps;                                                                      \
-                dx[base + j * ns] += (T)(w * d);                                                                  \
-            }                                                                                                     \
+            /* the target's term as one expression, as before the split: w (p_t - ε/C - (1-ε)) */               \
+            double dt = (double)EXP_##S((T)((double)x[tj] - lse[r])) - eps / (double)c - (1 - eps);               \
+            T keep = dx[tj];                                                                                      \
+            if (ns == 1) ce_row_bwd_##S(x + base, 1, c, lse[r], w, eps, dx + base);                               \
+            else ce_row_bwd_##S(x + base, ns, c, lse[r], w, eps, dx + base);                                      \
+            dx[tj] = keep + (T)(w * dt);                                                                          \
         }                                                                                                         \
     }                                                                                                             \
     static void nll_forward_##S(const char *x_, const int64_t *t, const cls_info *L, double *loss) {             \
