@@ -140,6 +140,31 @@ static void test_cross_entropy_large_logits_stay_finite(void **s) {
                      -0.01666666753590107, 0.48333331942558289, -0.46666666865348816);
 }
 
+/* f32 (exponentials in float) against the same loss in f64, for (N, C) with unit-stride classes
+ * and (N, C, d) with strided ones: logits over ±20, label smoothing, some targets ignored */
+static void test_cross_entropy_f32_matches_f64(void **s) {
+    ag_rng r = ag_rng_new(17);
+    const int64_t shapes[2][3] = {{64, 1000, 1}, {4, 50, 7}};
+    for (int k = 0; k < 2; k++) {
+        int64_t n = shapes[k][0], c = shapes[k][1], d = shapes[k][2];
+        ag_tensor *x64 = k ? ag_uniform(&r, AG_F64, AG_SHAPE(n, c, d), -20, 20)
+                           : ag_uniform(&r, AG_F64, AG_SHAPE(n, c), -20, 20);
+        ag_tensor *t = k ? ag_zeros(AG_I64, AG_SHAPE(n, d)) : ag_zeros(AG_I64, AG_SHAPE(n));
+        int64_t *tv = (int64_t *)t->data;
+        for (int64_t i = 0; i < n * d; i++) tv[i] = i % 9 == 4 ? -100 : (i * 37) % c;
+        ag_tensor *x32 = tu_leaf(ag_detach(ag_to(x64, AG_F32)));
+        x64 = tu_leaf(ag_detach(ag_to(x32, AG_F64))); /* the same values in both */
+        ag_tensor *l32 = ag_cross_entropy(x32, t, -100, 0.1, AG_REDUCTION_MEAN);
+        ag_tensor *l64 = ag_cross_entropy(x64, t, -100, 0.1, AG_REDUCTION_MEAN);
+        ag_backward(l32, NULL);
+        ag_backward(l64, NULL);
+        double want = ((double *)l64->data)[0];
+        tu_assert_values(l32, 1e-6 * fabs(want), want);
+        int64_t m = ag_numel(x64);
+        tu_assert_values_(__FILE__, __LINE__, x32->grad, (const double *)x64->grad->data, m, 1e-8);
+    }
+}
+
 static void test_cross_entropy_unbatched_input(void **s) {
     /* hand-worked: log(e^0 + e^1 + e^2) - 1 = 1.4076059644443804 (also row 4 of the NCL 'none' case) */
     ag_tensor *y = ag_cross_entropy(tu_tensor(AG_F64, AG_SHAPE(3), 0, 1, 2), ag_scalar(AG_I64, 1), -100, 0,
@@ -260,6 +285,7 @@ int main(void) {
         T(test_cross_entropy_gradcheck_with_smoothing_and_ignore_index),
         T(test_cross_entropy_all_ignored_gives_zero_loss_and_zero_grad),
         T(test_cross_entropy_large_logits_stay_finite),
+        T(test_cross_entropy_f32_matches_f64),
         T(test_cross_entropy_unbatched_input),
         T(test_cross_entropy_reports_shape_mismatch_and_bad_target),
         T(test_nll_loss_each_reduction_matches_torch),
