@@ -127,7 +127,7 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
             if (t[r] == L->ignore) continue;                                                                      \
             int64_t base = (r / ns) * c * ns + r % ns, tj = base + t[r] * ns;                                     \
             double w = (double)g[r * gs] * scale;                                                                 \
-            /* the target's term as one expression, as before the split: w (p_t - ε/C - (1-ε)) */               \
+            /* the target's element: w (p_t - ε/C - (1-ε)) as one expression on its old value */                \
             double dt = (double)EXP_##S((T)((double)x[tj] - lse[r])) - eps / (double)c - (1 - eps);               \
             T keep = dx[tj];                                                                                      \
             if (ns == 1) ce_row_bwd_##S(x + base, 1, c, lse[r], w, eps, dx + base);                               \

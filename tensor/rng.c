@@ -4,9 +4,8 @@
  * on (seed, counter + i), so any split of the work across threads gives the same numbers.
  * Dropout's keep masks need no 53 bits: element e of a mask at counter c is one 32-bit word,
  * word e & 1 of draw c + e / 2, so a mask of n elements takes (n + 1) / 2 draws and one block
- * serves four elements. With AVX2 (and on AVX-512
- * machines, which have it) 16 blocks run at once, 4 per vector, with the same integer
- * arithmetic: the same numbers, bit for bit. */
+ * serves four elements. With AVX2 (and on AVX-512 machines, which have it) 16 blocks run at
+ * once, 4 per vector, with the same integer arithmetic: the same numbers, bit for bit. */
 #include <math.h>
 #include <string.h>
 
@@ -106,7 +105,7 @@ static void round_keys(uint64_t seed, uint32_t key[10][2]) {
  * Each Philox word lives in the low half of a 64-bit lane: vpmuludq then gives the whole 64-bit
  * product (lo in the low half, hi a shift away) and reads only low halves, so the high halves
  * may hold garbage until the end. Blocks are 64-bit lanes, so the carry into word 1 is free.
- * 1.6 ns a draw on Zen 3 (one block per draw: 2.4); a mask's 32-bit words 0.8 ns each. */
+ * 1.6 ns a draw on Zen 3 (one block per draw: 2.4); a mask's 32-bit words ~1 ns each. */
 #define TARGET __attribute__((target("avx2,fma")))
 #define NV 2 /* chains: measured fastest on Zen 3 (4: 7 % slower, 1: 27 %) */
 #define STEP 32 /* draws per step: 16 blocks, STEP / (8 NV) calls of philox_avx2 (64 mask words) */
