@@ -610,6 +610,32 @@ static void test_seq2seq_loss_gradcheck_over_every_parameter(void **s) {
     ag_params_free(p);
 }
 
+/* m's seq2seq loss into *loss and every parameter's gradient (p->numel doubles, malloc'd); the
+ * arena bytes the forward kept into *kept when asked */
+static double *loss_and_grads(ag_params *p, seq2seq *m, double *loss, size_t *kept) {
+    ag_arena *arena = ag_arena_current();
+    ag_params_zero_grad(p);
+    size_t before = ag_arena_used(arena);
+    ag_tensor *l = f_seq2seq(0, NULL, m);
+    if (kept) *kept = ag_arena_used(arena) - before;
+    *loss = ag_item(l);
+    ag_backward(l, NULL);
+    double *g = malloc(sizeof(double) * (size_t)p->numel);
+    ag_to_buffer(p->flat_grad, AG_F64, g);
+    return g;
+}
+
+/* the largest |a - b| over n, and the largest |a| into *size */
+static double max_diff(const double *a, const double *b, int64_t n, double *size) {
+    double worst = 0;
+    *size = 0;
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(b[i] - a[i]));
+        *size = fmax(*size, fabs(a[i]));
+    }
+    return worst;
+}
+
 /* recompute_attention: the same loss and gradients with dropout in training (the masks drawn
  * again the same), every attention block's projections and probabilities gone after forward */
 static void test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_memory(void **s) {
@@ -620,26 +646,14 @@ static void test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_
     m.dropout_seed = 5;
     double loss[2], *grads[2];
     size_t kept[2];
-    ag_arena *arena = ag_arena_current();
     for (int r = 0; r < 2; r++) {
         m.enc.cfg.recompute_attention = m.dec.cfg.recompute_attention = r == 1;
-        ag_params_zero_grad(p);
-        size_t before = ag_arena_used(arena);
-        ag_tensor *l = f_seq2seq(0, NULL, &m);
-        kept[r] = ag_arena_used(arena) - before;
-        loss[r] = ag_item(l);
-        ag_backward(l, NULL);
-        grads[r] = malloc(sizeof(double) * (size_t)p->numel);
-        ag_to_buffer(p->flat_grad, AG_F64, grads[r]);
+        grads[r] = loss_and_grads(p, &m, &loss[r], &kept[r]);
     }
     assert_int_equal(tu_error_count(), 0);
     assert_true(loss[0] > 0.5);
     assert_true(loss[1] == loss[0]);
-    double worst = 0, size = 0;
-    for (int64_t i = 0; i < p->numel; i++) {
-        worst = fmax(worst, fabs(grads[1][i] - grads[0][i]));
-        size = fmax(size, fabs(grads[0][i]));
-    }
+    double size, worst = max_diff(grads[0], grads[1], p->numel, &size);
     assert_true(size > 1e-2);
     assert_true(worst <= 1e-14 * size); /* the input gradients' terms are summed in another grouping */
     assert_true(kept[1] + 2048 < kept[0]);
@@ -673,21 +687,12 @@ static void test_skip_padding_gives_the_same_loss_and_gradients(void **s) {
         double loss[2], *grads[2];
         for (int skip = 0; skip < 2; skip++) {
             m.enc.cfg.skip_padding = m.dec.cfg.skip_padding = skip == 1;
-            ag_params_zero_grad(p);
-            ag_tensor *l = f_seq2seq(0, NULL, &m);
-            loss[skip] = ag_item(l);
-            ag_backward(l, NULL);
-            grads[skip] = malloc(sizeof(double) * (size_t)p->numel);
-            ag_to_buffer(p->flat_grad, AG_F64, grads[skip]);
+            grads[skip] = loss_and_grads(p, &m, &loss[skip], NULL);
         }
         assert_int_equal(tu_error_count(), 0);
         assert_true(loss[0] > 0.5);
         assert_true(fabs(loss[1] - loss[0]) <= 1e-14 * loss[0]);
-        double worst = 0, size = 0;
-        for (int64_t i = 0; i < p->numel; i++) {
-            worst = fmax(worst, fabs(grads[1][i] - grads[0][i]));
-            size = fmax(size, fabs(grads[0][i]));
-        }
+        double size, worst = max_diff(grads[0], grads[1], p->numel, &size);
         assert_true(size > 1e-2);
         if (worst > 1e-13 * size) fail_msg("variant %d: gradients differ by %g (largest %g)", variant, worst, size);
         for (int k = 0; k < 2; k++) free(grads[k]);
