@@ -10,6 +10,8 @@
  *   --rss: a few steps only, then print the peak resident set (run it in its own process)
  *   --recompute: each attention block recomputed in backward (recompute_attention, as
  *     attograd-translate --recompute-attention trains); the row is then train_<config>_recompute
+ *   --keep-ff: the feed-forward blocks keep their hidden activation for backward, as torch does,
+ *     instead of recomputing it (keep_ff_activation); the row is then train_<config>_keepff
  *   --no-skip-padding: compute the padded positions too (skip_padding off; on by default, as
  *     attograd-translate trains: the loss ignores them); the row is then train_<config>_padded
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the
@@ -88,11 +90,12 @@ static ag_tensor *loss_of(const model *m, ag_tensor *src, ag_tensor *tin, ag_ten
 
 int main(int argc, char **argv) {
     const config *c = &CONFIGS[0];
-    bool rss = false, recompute = false, skip_padding = true;
+    bool rss = false, recompute = false, keep_ff = false, skip_padding = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) c = !strcmp(argv[++i], "large") ? &CONFIGS[1] : &CONFIGS[0];
         if (!strcmp(argv[i], "--rss")) rss = true;
         if (!strcmp(argv[i], "--recompute")) recompute = true;
+        if (!strcmp(argv[i], "--keep-ff")) keep_ff = true;
         if (!strcmp(argv[i], "--no-skip-padding")) skip_padding = false;
     }
     int reps = rss ? 3 : bench_reps(argc, argv, c->reps), threads = bench_threads(), warm = rss ? 2 : 3;
@@ -104,6 +107,7 @@ int main(int argc, char **argv) {
     tc.dim_feedforward = c->ff;
     tc.batch_first = true;
     tc.recompute_attention = recompute;
+    tc.keep_ff_activation = keep_ff;
     tc.skip_padding = skip_padding;
     m.src_emb = ag_embedding_new(p, "src_emb", c->vocab, c->d, PAD, NULL);
     m.tgt_emb = ag_embedding_new(p, "tgt_emb", c->vocab, c->d, PAD, NULL);
@@ -151,7 +155,7 @@ int main(int argc, char **argv) {
     snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB", loss0, final,
              (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20));
     char name[64];
-    snprintf(name, sizeof name, "train_%s%s%s%s", c->name, recompute ? "_recompute" : "",
+    snprintf(name, sizeof name, "train_%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
              skip_padding ? "" : "_padded", rss ? "_rss" : "");
     if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
     else bench_result(name, shape, threads, bench_median(t, reps), 3 * forward_flops(c) * 1e-9, note);

@@ -22,6 +22,8 @@ rss = "--rss" in sys.argv
 # attograd's side recomputes its attention in backward (attograd-translate
 # --recompute-attention); torch runs the same plain step, under the row name of that comparison
 suffix = "_recompute" if "--recompute" in sys.argv else ""
+# attograd's side keeps the feed-forward activation (--keep-ff), as torch always does
+suffix += "_keepff" if "--keep-ff" in sys.argv else ""
 # attograd's side computes the padded positions too (--no-skip-padding); torch's step is the same
 suffix += "_padded" if "--no-skip-padding" in sys.argv else ""
 threads = setup_threads()

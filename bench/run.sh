@@ -56,9 +56,14 @@ for r in $(seq "$rounds"); do
     pair 1 bench_train bench_train.py --config small
     pair 1 bench_train bench_train.py --config small --no-skip-padding
     pair 1 bench_train bench_train.py --config small --recompute
-    for t in 1 2; do pair $t bench_train bench_train.py --config large; done
+    pair 1 bench_train bench_train.py --config small --keep-ff
+    for t in 1 2; do
+      pair $t bench_train bench_train.py --config large
+      pair $t bench_train bench_train.py --config large --keep-ff
+    done
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --rss
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --recompute --rss
+    [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --keep-ff --rss
   fi
   # peak RSS of the whole translation training run (./run.sh's, both sides at 1 thread): once
   if [ "$r" = 1 ] && { [ -z "$only" ] || [ "$only" = translate ]; }; then

@@ -195,14 +195,17 @@ static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, 
 }
 
 /* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block. relu: one op that recomputes
- * its (N,L,ff) activation in backward (ag_feed_forward); gelu: composed, its dropout in place
- * (gelu's backward reads gelu's input). The last dropout is in place (linear's output). */
+ * its (N,L,ff) activation in backward (ag_feed_forward), unless keep_ff_activation asks for the
+ * composed ops when backward will run; gelu: composed, its dropout in place (gelu's backward
+ * reads gelu's input). The last dropout is in place (linear's output). */
 static ag_tensor *ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
                            const ag_transformer_args *a) {
     ag_tensor *h;
-    if (c->activation == AG_ACTIVATION_GELU) {
+    bool gelu = c->activation == AG_ACTIVATION_GELU;
+    if (gelu || (c->keep_ff_activation && ag_grad_enabled())) {
         TRY(h = ag_linear_forward(l1, x));
-        TRY(h = ag_dropout_(ag_gelu(h), c->dropout, a->training, a->rng));
+        TRY(h = gelu ? ag_dropout_(ag_gelu(h), c->dropout, a->training, a->rng)
+                     : ag_relu_dropout_(h, c->dropout, a->training, a->rng));
         TRY(h = ag_linear_forward(l2, h));
     } else {
         TRY(h = ag_feed_forward(x, l1->weight, l1->bias, l2->weight, l2->bias, c->dropout, a->training, a->rng));

@@ -36,6 +36,12 @@ typedef struct {
      * probabilities are not held between forward and backward. The same values and parameter
      * gradients; less memory for a second forward of the attention. Off by default. */
     bool recompute_attention;
+    /* attograd's own: in training with grad, the relu feed-forward block keeps its (N,L,ff)
+     * hidden activation for backward, as torch does, instead of computing it again there from
+     * the block's input (ag_feed_forward: one more GEMM over the block's rows in backward, and
+     * ff floats less per position for every layer). The same values and, up to rounding, the same
+     * gradients. Off by default (the activation is recomputed); gelu blocks always keep theirs. */
+    bool keep_ff_activation;
     /* attograd's own: with key padding masks (src_key_padding_mask for an encoder,
      * tgt_key_padding_mask and memory_key_padding_mask for a decoder), a layer or stack runs its
      * projections, feed-forward blocks, LayerNorms and dropouts on the positions that are not

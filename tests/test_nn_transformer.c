@@ -670,6 +670,48 @@ static void test_seq2seq_gradcheck_with_recomputed_attention(void **s) {
     ag_params_free(p);
 }
 
+/* keep_ff_activation: the same loss and, to rounding, the same gradients with dropout in
+ * training (the same masks), with and without skip_padding; the kept blocks hold each layer's
+ * hidden activation (m x ff doubles) */
+static void test_kept_ff_activation_gives_the_same_loss_and_gradients_holding_it(void **s) {
+    for (int skip = 0; skip < 2; skip++) {
+        ag_params *p = ag_params_new(AG_F64);
+        ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
+        c.dropout = 0.2;
+        c.skip_padding = skip == 1;
+        seq2seq m = seq2seq_new(p, &c);
+        m.dropout_seed = 5;
+        double loss[2], *grads[2];
+        size_t kept[2];
+        for (int keep = 0; keep < 2; keep++) {
+            m.enc.cfg.keep_ff_activation = m.dec.cfg.keep_ff_activation = keep == 1;
+            grads[keep] = loss_and_grads(p, &m, &loss[keep], &kept[keep]);
+        }
+        assert_int_equal(tu_error_count(), 0);
+        assert_true(loss[0] > 0.5);
+        assert_true(loss[1] == loss[0]);
+        double size, worst = max_diff(grads[0], grads[1], p->numel, &size);
+        assert_true(size > 1e-2);
+        if (worst > 1e-14 * size) fail_msg("skip %d: gradients differ by %g (largest %g)", skip, worst, size);
+        /* rows: 2x4 source and target positions, 5 and 6 of them not padding */
+        size_t hidden = sizeof(double) * (size_t)c.dim_feedforward * (skip ? 5 + 6 : 8 + 8);
+        if (kept[1] < kept[0] + hidden)
+            fail_msg("skip %d: kept %zu bytes, %zu without the activations", skip, kept[1], kept[0]);
+        for (int k = 0; k < 2; k++) free(grads[k]);
+        ag_params_free(p);
+    }
+}
+
+static void test_seq2seq_gradcheck_with_kept_ff_activation(void **s) {
+    ag_params *p = ag_params_new(AG_F64);
+    ag_transformer_config c = small_config(true, AG_ACTIVATION_RELU, true);
+    c.keep_ff_activation = true;
+    c.skip_padding = true;
+    seq2seq m = seq2seq_new(p, &c);
+    tu_assert_gradcheck(f_seq2seq, &m, p->count, p->list);
+    ag_params_free(p);
+}
+
 /* ==== skip_padding ============================================================================= */
 
 /* the seq2seq loss and every parameter gradient with skip_padding off and on: the padded
@@ -919,6 +961,8 @@ int main(void) {
         T(test_seq2seq_loss_gradcheck_over_every_parameter),
         T(test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_memory),
         T(test_seq2seq_gradcheck_with_recomputed_attention),
+        T(test_kept_ff_activation_gives_the_same_loss_and_gradients_holding_it),
+        T(test_seq2seq_gradcheck_with_kept_ff_activation),
         T(test_skip_padding_gives_the_same_loss_and_gradients),
         T(test_seq2seq_gradcheck_with_skip_padding),
         T(test_skip_padding_keeps_the_outputs_at_real_positions),
