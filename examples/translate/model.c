@@ -54,6 +54,7 @@ static ag_transformer_config tf_config(const model_config *c) {
     t.dropout = c->dropout;
     t.batch_first = true;
     t.recompute_attention = c->recompute;
+    t.keep_ff_activation = c->keep_ff;
     t.skip_padding = true; /* padded positions are masked keys and ignored targets: not computed */
     return t;
 }

@@ -18,6 +18,7 @@ typedef struct {
     double dropout;
     int64_t max_len;         /* longest sequence the positional table covers */
     bool recompute;          /* Transformer: attention recomputed in backward (not saved in checkpoints) */
+    bool keep_ff;            /* Transformer: feed-forward activation kept for backward (not saved either) */
 } model_config;
 
 /* the defaults of `attograd-translate train --model transformer|gru` */

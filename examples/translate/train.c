@@ -20,7 +20,7 @@ typedef struct {
     int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
         seed, threads, samples, beam, max_eval;
     double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
-    bool chars, strict, resume, recompute_attention, help;
+    bool chars, strict, resume, recompute_attention, keep_ff_activation, help;
 } train_opts;
 
 static volatile sig_atomic_t interrupted;
@@ -302,6 +302,7 @@ static int train_run(const train_opts *given) {
     cfg.max_len = 2 * o->max_len + 8;
     if (resuming) cfg = *model_cfg(resumed.m);
     cfg.recompute = o->recompute_attention;
+    cfg.keep_ff = o->keep_ff_activation;
     model *m = model_new(&cfg, AG_F32, (uint64_t)o->seed);
     if (!m) goto out_corpora;
     ag_optim *opt = ag_adam_new(model_params(m), o->lr, 0.9, 0.98, 1e-9, 0.0);
@@ -517,6 +518,8 @@ int cmd_train(int argc, char **argv) {
         {"--resume", OPT_FLAG, &o.resume, "      continue exactly from OUT/last.h5"},
         {"--recompute-attention", OPT_FLAG, &o.recompute_attention,
          "      Transformer: recompute attention in backward (less memory, slower steps, same results)"},
+        {"--keep-ff-activation", OPT_FLAG, &o.keep_ff_activation,
+         "      Transformer: keep the feed-forward activation for backward (more memory, faster steps)"},
         {"--help", OPT_FLAG, &o.help, "      this text"},
         {NULL, 0, NULL, NULL},
     };
