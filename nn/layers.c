@@ -447,9 +447,10 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
             else ln_row_fwd_##S(xr, d, NULL, NULL, eps, yr, mean + i, rstd + i);                                  \
         }                                                                                                         \
     }                                                                                                             \
-    /* a row of dx += rstd·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·w */                                          \
+    /* a row of dx += rstd·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·w (dx = ... unless acc) */                    \
     static inline __attribute__((always_inline)) void ln_row_bwd_##S(const T *xr, const T *gr, int64_t d,       \
-                                                                      const T *w, double mu, double r, T *dxr) {    \
+                                                                      const T *w, double mu, double r, T *dxr,      \
+                                                                      bool acc) {                                   \
         double a = 0, c = 0;                                                                                      \
         _Pragma("omp simd reduction(+ : a, c)") for (int64_t j = 0; j < d; j++) {                                 \
             double g = w ? (double)gr[j] * w[j] : gr[j];                                                          \
@@ -461,20 +462,25 @@ ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
         for (int64_t j = 0; j < d; j++) {                                                                         \
             double g = w ? (double)gr[j] * w[j] : gr[j];                                                          \
             double xh = ((double)xr[j] - mu) * r;                                                                 \
-            dxr[j] += (T)(r * (g - a - xh * c));                                                                  \
+            T v = (T)(r * (g - a - xh * c));                                                                      \
+            dxr[j] = acc ? dxr[j] + v : v;                                                                        \
         }                                                                                                         \
     }                                                                                                             \
-    /* dx += the rows above; dw += Σ_rows dy·x̂; db += Σ_rows dy */                                                \
+    /* dx += the rows above (dx = when not acc); dw += Σ_rows dy·x̂; db += Σ_rows dy */                            \
     static void ln_backward_##S(const char *x_, const char *dy_, int64_t m, int64_t d, const char *w_,          \
-                                const double *mean, const double *rstd, char *dx_, char *dw_, char *db_) {        \
+                                const double *mean, const double *rstd, char *dx_, bool acc, char *dw_,           \
+                                char *db_) {                                                                      \
         const T *x = (const T *)x_, *dy = (const T *)dy_, *w = (const T *)w_;                                     \
         T *dx = (T *)dx_, *dw = (T *)dw_, *db = (T *)db_;                                                         \
         if (dx) {                                                                                                 \
             int64_t par_work = m * d;                                                                             \
             AG_PAR_FOR                                                                                               \
             for (int64_t i = 0; i < m; i++) {                                                                     \
-                if (w) ln_row_bwd_##S(x + i * d, dy + i * d, d, w, mean[i], rstd[i], dx + i * d);                 \
-                else ln_row_bwd_##S(x + i * d, dy + i * d, d, NULL, mean[i], rstd[i], dx + i * d);                \
+                const T *xr = x + i * d, *gr = dy + i * d;                                                        \
+                if (w && acc) ln_row_bwd_##S(xr, gr, d, w, mean[i], rstd[i], dx + i * d, true);                   \
+                else if (w) ln_row_bwd_##S(xr, gr, d, w, mean[i], rstd[i], dx + i * d, false);                    \
+                else if (acc) ln_row_bwd_##S(xr, gr, d, NULL, mean[i], rstd[i], dx + i * d, true);                \
+                else ln_row_bwd_##S(xr, gr, d, NULL, mean[i], rstd[i], dx + i * d, false);                        \
             }                                                                                                     \
         }                                                                                                         \
         if (!dw && !db) return;                                                                                   \
@@ -501,10 +507,12 @@ static void layer_norm_backward(ag_node *n) {
     ag_tensor *x = n->saved[0], *w = n->in[1], *dy = n->out->grad;
     int64_t d = x->shape[x->ndim - 1], m = d ? ag_numel(x) / d : 0;
     const double *mean = (const double *)ag__ptr(n->saved[1]), *rstd = (const double *)ag__ptr(n->saved[2]);
-    char *dx = grad_ptr(n->in[0]), *dw = grad_ptr(w), *db = grad_ptr(n->in[2]);
+    bool fresh; /* every element of x's gradient is written: a new buffer is assigned, not added to */
+    ag_tensor *gx = ag__grad_buffer_to_write(n->in[0], &fresh);
+    char *dx = gx ? ag__ptr(gx) : NULL, *dw = grad_ptr(w), *db = grad_ptr(n->in[2]);
     (x->dtype == AG_F32 ? ln_backward_f32 : ln_backward_f64)(ag__ptr(x), ag__ptr(dy), m, d,
-                                                               w ? ag__ptr(ag__dense(w)) : NULL, mean, rstd, dx, dw,
-                                                               db);
+                                                               w ? ag__ptr(ag__dense(w)) : NULL, mean, rstd, dx, !fresh,
+                                                               dw, db);
 }
 static const ag_op LAYER_NORM = {"ag_layer_norm", layer_norm_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
@@ -606,7 +614,9 @@ static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *k
                 y[i] = keep[i] != 0 ? v : 0;                                                                      \
             }                                                                                                     \
     }                                                                                                             \
-    static void drop_bwd_##S(const uint8_t *bits, const char *y_, const char *g_, char *dx_, int64_t n, T sc) {   \
+    /* dx += (kept)·g·scale, or dx = when not acc */                                                              \
+    static void drop_bwd_##S(const uint8_t *bits, const char *y_, const char *g_, char *dx_, int64_t n, T sc,     \
+                             bool acc) {                                                                          \
         const T *g = (const T *)g_, *y = (const T *)y_;                                                           \
         T *dx = (T *)dx_;                                                                                         \
         int64_t par_work = n;                                                                                     \
@@ -616,10 +626,16 @@ static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *k
                 uint8_t k[DROP_CHUNK];                                                                            \
                 int64_t m = n - c < DROP_CHUNK ? n - c : DROP_CHUNK;                                              \
                 bits_to_bytes(bits, c, m, k);                                                                     \
-                for (int64_t i = 0; i < m; i++) {                                                                 \
-                    T v = g[c + i] * sc;                                                                          \
-                    dx[c + i] += k[i] != 0 ? v : 0;                                                               \
-                }                                                                                                 \
+                if (acc)                                                                                          \
+                    for (int64_t i = 0; i < m; i++) {                                                             \
+                        T v = g[c + i] * sc;                                                                      \
+                        dx[c + i] += k[i] != 0 ? v : 0;                                                           \
+                    }                                                                                             \
+                else                                                                                              \
+                    for (int64_t i = 0; i < m; i++) {                                                             \
+                        T v = g[c + i] * sc;                                                                      \
+                        dx[c + i] = k[i] != 0 ? v : 0;                                                            \
+                    }                                                                                             \
             }                                                                                                     \
         } else if (dx_ == g_) { /* dx = (y ≠ 0)·g·scale in place of g */                                          \
             AG_PAR_FOR                                                                                            \
@@ -627,11 +643,17 @@ static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *k
                 T v = dx[i] * sc;                                                                                 \
                 dx[i] = y[i] != 0 ? v : 0;                                                                        \
             }                                                                                                     \
-        } else {                                                                                                  \
+        } else if (acc) {                                                                                         \
             AG_PAR_FOR                                                                                            \
             for (int64_t i = 0; i < n; i++) {                                                                     \
                 T v = g[i] * sc;                                                                                  \
                 dx[i] += y[i] != 0 ? v : 0;                                                                       \
+            }                                                                                                     \
+        } else {                                                                                                  \
+            AG_PAR_FOR                                                                                            \
+            for (int64_t i = 0; i < n; i++) {                                                                     \
+                T v = g[i] * sc;                                                                                  \
+                dx[i] = y[i] != 0 ? v : 0;                                                                        \
             }                                                                                                     \
         }                                                                                                         \
     }
@@ -681,12 +703,13 @@ static void drop_advance(ag_rng *r, int64_t n, double p) {
 
 /* saved[0]: the keep mask (bits), or NULL for the relu form, which reads its output instead */
 static void dropout_backward(ag_node *n) {
-    ag_tensor *dx = ag_grad_buffer(n->in[0]), *g = n->out->grad;
+    bool fresh; /* every element of x's gradient is written */
+    ag_tensor *dx = ag__grad_buffer_to_write(n->in[0], &fresh), *g = n->out->grad;
     if (!dx) return;
     const uint8_t *bits = n->saved[0] ? (const uint8_t *)ag__ptr(n->saved[0]) : NULL;
     const char *y = ag__ptr(n->out);
-    if (g->dtype == AG_F32) drop_bwd_f32(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), (float)n->ctx.d[0]);
-    else drop_bwd_f64(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), n->ctx.d[0]);
+    if (g->dtype == AG_F32) drop_bwd_f32(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), (float)n->ctx.d[0], !fresh);
+    else drop_bwd_f64(bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), n->ctx.d[0], !fresh);
 }
 static const ag_op DROPOUT = {"ag_dropout", dropout_backward, AG_SAVES_NONE},
                    DROPOUT_ = {"ag_dropout_", dropout_backward, AG_SAVES_NONE},
@@ -782,8 +805,8 @@ static void feed_forward_backward(ag_node *n) {
         linear_fwd(dt, xr, w1m, b1, r, d, ff, ag__ptr(a));
         drop_apply(dt, ag__ptr(a), ag__ptr(a), r * ff, r0 * ff, p, true, 0, 0, bits, true);
         linear_bwd(dt, gr, (mat){ag__ptr(a), false, max1(ff)}, w2m, r, ff, out, ag__ptr(da), true, dw2, db2);
-        if (dt == AG_F32) drop_bwd_f32(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, (float)scale);
-        else drop_bwd_f64(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, scale);
+        if (dt == AG_F32) drop_bwd_f32(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, (float)scale, false);
+        else drop_bwd_f64(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, scale, false);
         linear_bwd(dt, ag__ptr(da), xr, w1m, r, d, ff, dx ? dx + (size_t)(r0 * d) * es : NULL, fresh, dw1, db1);
     }
 }

@@ -443,18 +443,27 @@ ag_tensor *ag_masked_fill(ag_tensor *a, ag_tensor *mask, double value) {
 
 /* ---- accumulation into a (possibly strided) destination ---- */
 
-void ag__add_into(ag_tensor *dst, const ag_tensor *src) {
+/* src summed down to dst's shape where it has more (or larger) dims, in dst's dtype: what
+ * broadcasts onto dst element by element (NULL on failure) */
+static const ag_tensor *onto(const ag_tensor *dst, const ag_tensor *src) {
     const ag_tensor *s = src;
     bool fits = s->ndim <= dst->ndim;
     for (int i = 0; fits && i < s->ndim; i++) {
         int64_t ss = s->shape[s->ndim - 1 - i], ds = dst->shape[dst->ndim - 1 - i];
         if (ss != ds && ss != 1) fits = false;
     }
-    if (!fits) {
-        s = ag_sum_to_shape((ag_tensor *)src, dst->ndim, dst->shape);
-        if (!s) return;
-    }
-    if (s->dtype != dst->dtype) s = ag_to((ag_tensor *)s, dst->dtype);
+    if (!fits && !(s = ag_sum_to_shape((ag_tensor *)src, dst->ndim, dst->shape))) return NULL;
+    return s->dtype != dst->dtype ? ag_to((ag_tensor *)s, dst->dtype) : s;
+}
+
+bool ag__set_into(ag_tensor *dst, const ag_tensor *src) {
+    const ag_tensor *s = onto(dst, src);
+    return s && ag__copy(dst, s);
+}
+
+void ag__add_into(ag_tensor *dst, const ag_tensor *src) {
+    const ag_tensor *s = onto(dst, src);
+    if (!s) return;
     int64_t bs[3][AG_MAX_DIMS];
     ag__bcast_bstrides(dst, dst->ndim, dst->shape, bs[0]);
     ag__bcast_bstrides(dst, dst->ndim, dst->shape, bs[1]);

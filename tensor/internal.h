@@ -86,6 +86,8 @@ void ag__bcast_bstrides(const ag_tensor *t, int ndim, const int64_t *shape, int6
 /* dst += src, where src has dst's shape, broadcasts to it, or is a broadcast of it (then it is
  * summed down to dst's shape). dst may be a strided view. No grad recorded. */
 void ag__add_into(ag_tensor *dst, const ag_tensor *src);
+/* dst = src, src as for ag__add_into; false (dst unchanged) when src does not fit */
+bool ag__set_into(ag_tensor *dst, const ag_tensor *src);
 
 /* ag_grad_buffer for a backward that writes every element of t's gradient: when the buffer is
  * new in this pass, *fresh is set and its contents are undefined (no zeroing pass), and the

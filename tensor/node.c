@@ -157,7 +157,13 @@ void ag__grad_release(ag_tensor *t) {
 }
 
 void ag_accum_grad(ag_tensor *t, ag_tensor *g) {
-    ag_tensor *buf = ag_grad_buffer(t);
-    if (!buf || !g) return;
-    ag__add_into(buf, g);
+    if (!g) {
+        ag_grad_buffer(t);
+        return;
+    }
+    bool fresh; /* the first gradient of this pass is copied into a new buffer, later ones added */
+    ag_tensor *buf = ag__grad_buffer_to_write(t, &fresh);
+    if (!buf) return;
+    if (!fresh) ag__add_into(buf, g);
+    else if (!ag__set_into(buf, g)) ag__zero(ag__ptr(buf), (size_t)ag_numel(buf) * ag_dtype_size(buf->dtype));
 }

@@ -505,6 +505,27 @@ static void test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros(vo
     tu_assert_values(x2->grad, 0, 0, 0, 0);
 }
 
+/* x used by a dropout (with and without relu) and by 2·x, summed either way round: x's
+ * gradient is the dropout's, (kept)/(1 - p), plus 2, whichever backward writes it first */
+static void test_dropout_gradient_adds_to_another_use_of_its_input(void **s) {
+    for (int k = 0; k < 4; k++) {
+        bool relu = k & 1, dropout_first = k & 2;
+        ag_rng r = ag_rng_new(5);
+        ag_tensor *x = tu_leaf(ag_randn(&r, AG_F64, AG_SHAPE(64)));
+        ag_tensor *y = relu ? ag_relu_dropout_(x, 0.3, true, &r) : ag_dropout(x, 0.3, true, &r);
+        ag_tensor *twice = ag_mul_scalar(x, 2.0);
+        ag_tensor *z = dropout_first ? ag_add(y, twice) : ag_add(twice, y);
+        ag_backward(z, ag_ones(AG_F64, AG_SHAPE(64)));
+        const double *yv = raw(y), *g = raw(x->grad);
+        int kept = 0;
+        for (int i = 0; i < 64; i++) {
+            kept += yv[i] != 0;
+            assert_true(fabs(g[i] - ((yv[i] != 0 ? 1 / 0.7 : 0) + 2)) <= 1e-15);
+        }
+        assert_true(kept > 10 && kept < 64);
+    }
+}
+
 static ag_tensor *f_dropout(int n, ag_tensor **in, void *ctx) {
     ag_rng r = ag_rng_new(77); /* fresh each call: the same mask for every evaluation */
     return ag_dropout(in[0], 0.4, true, &r);
@@ -733,6 +754,7 @@ int main(void) {
         T(test_dropout_keeps_exactly_the_draws_below_one_minus_p),
         T(test_dropout_backward_uses_the_forward_mask_and_p_one_gives_zeros),
         T(test_dropout_gradcheck_with_fixed_mask),
+        T(test_dropout_gradient_adds_to_another_use_of_its_input),
         T(test_dropout_reports_p_outside_unit_interval),
         T(test_dropout_in_place_matches_dropout_and_shares_storage),
         T(test_dropout_in_place_on_a_leaf_or_strided_input_works_out_of_place),
