@@ -636,29 +636,39 @@ static double max_diff(const double *a, const double *b, int64_t n, double *size
     return worst;
 }
 
-/* recompute_attention: the same loss and gradients with dropout in training (the masks drawn
- * again the same), every attention block's projections and probabilities gone after forward */
-static void test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_memory(void **s) {
+/* The seq2seq loss and every parameter gradient with an option off and on (set), dropout 0.2
+ * in training: the same loss, the same gradients to rounding (1e-14 of the largest); the arena
+ * bytes each forward kept into kept[0] (off) and kept[1] (on). */
+static void same_loss_and_gradients_with(ag_transformer_config c, void (*set)(seq2seq *, bool), size_t kept[2]) {
     ag_params *p = ag_params_new(AG_F64);
-    ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
     c.dropout = 0.2;
     seq2seq m = seq2seq_new(p, &c);
     m.dropout_seed = 5;
     double loss[2], *grads[2];
-    size_t kept[2];
-    for (int r = 0; r < 2; r++) {
-        m.enc.cfg.recompute_attention = m.dec.cfg.recompute_attention = r == 1;
-        grads[r] = loss_and_grads(p, &m, &loss[r], &kept[r]);
+    for (int on = 0; on < 2; on++) {
+        set(&m, on == 1);
+        grads[on] = loss_and_grads(p, &m, &loss[on], &kept[on]);
     }
     assert_int_equal(tu_error_count(), 0);
     assert_true(loss[0] > 0.5);
     assert_true(loss[1] == loss[0]);
     double size, worst = max_diff(grads[0], grads[1], p->numel, &size);
     assert_true(size > 1e-2);
-    assert_true(worst <= 1e-14 * size); /* the input gradients' terms are summed in another grouping */
-    assert_true(kept[1] + 2048 < kept[0]);
-    for (int r = 0; r < 2; r++) free(grads[r]);
+    if (worst > 1e-14 * size) fail_msg("gradients differ by %g (largest %g)", worst, size);
+    for (int k = 0; k < 2; k++) free(grads[k]);
     ag_params_free(p);
+}
+
+static void set_recompute_attention(seq2seq *m, bool on) {
+    m->enc.cfg.recompute_attention = m->dec.cfg.recompute_attention = on;
+}
+
+/* recompute_attention: the masks drawn again the same, the input gradients' terms summed in
+ * another grouping; every attention block's projections and probabilities gone after forward */
+static void test_recomputed_attention_gives_the_same_loss_and_gradients_in_less_memory(void **s) {
+    size_t kept[2];
+    same_loss_and_gradients_with(small_config(false, AG_ACTIVATION_RELU, true), set_recompute_attention, kept);
+    assert_true(kept[1] + 2048 < kept[0]);
 }
 
 static void test_seq2seq_gradcheck_with_recomputed_attention(void **s) {
@@ -670,35 +680,23 @@ static void test_seq2seq_gradcheck_with_recomputed_attention(void **s) {
     ag_params_free(p);
 }
 
-/* keep_ff_activation: the same loss and, to rounding, the same gradients with dropout in
- * training (the same masks), with and without skip_padding; the kept blocks hold each layer's
- * hidden activation (m x ff doubles) */
+static void set_keep_ff_activation(seq2seq *m, bool on) {
+    m->enc.cfg.keep_ff_activation = m->dec.cfg.keep_ff_activation = on;
+}
+
+/* keep_ff_activation, with and without skip_padding: the same dropout masks, the weight
+ * gradients summed in another grouping; the kept blocks hold each layer's hidden activation
+ * (rows x ff doubles) */
 static void test_kept_ff_activation_gives_the_same_loss_and_gradients_holding_it(void **s) {
     for (int skip = 0; skip < 2; skip++) {
-        ag_params *p = ag_params_new(AG_F64);
         ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
-        c.dropout = 0.2;
         c.skip_padding = skip == 1;
-        seq2seq m = seq2seq_new(p, &c);
-        m.dropout_seed = 5;
-        double loss[2], *grads[2];
         size_t kept[2];
-        for (int keep = 0; keep < 2; keep++) {
-            m.enc.cfg.keep_ff_activation = m.dec.cfg.keep_ff_activation = keep == 1;
-            grads[keep] = loss_and_grads(p, &m, &loss[keep], &kept[keep]);
-        }
-        assert_int_equal(tu_error_count(), 0);
-        assert_true(loss[0] > 0.5);
-        assert_true(loss[1] == loss[0]);
-        double size, worst = max_diff(grads[0], grads[1], p->numel, &size);
-        assert_true(size > 1e-2);
-        if (worst > 1e-14 * size) fail_msg("skip %d: gradients differ by %g (largest %g)", skip, worst, size);
+        same_loss_and_gradients_with(c, set_keep_ff_activation, kept);
         /* rows: 2x4 source and target positions, 5 and 6 of them not padding */
         size_t hidden = sizeof(double) * (size_t)c.dim_feedforward * (skip ? 5 + 6 : 8 + 8);
         if (kept[1] < kept[0] + hidden)
             fail_msg("skip %d: kept %zu bytes, %zu without the activations", skip, kept[1], kept[0]);
-        for (int k = 0; k < 2; k++) free(grads[k]);
-        ag_params_free(p);
     }
 }
 
