@@ -626,16 +626,10 @@ static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *k
                 uint8_t k[DROP_CHUNK];                                                                            \
                 int64_t m = n - c < DROP_CHUNK ? n - c : DROP_CHUNK;                                              \
                 bits_to_bytes(bits, c, m, k);                                                                     \
-                if (acc)                                                                                          \
-                    for (int64_t i = 0; i < m; i++) {                                                             \
-                        T v = g[c + i] * sc;                                                                      \
-                        dx[c + i] += k[i] != 0 ? v : 0;                                                           \
-                    }                                                                                             \
-                else                                                                                              \
-                    for (int64_t i = 0; i < m; i++) {                                                             \
-                        T v = g[c + i] * sc;                                                                      \
-                        dx[c + i] = k[i] != 0 ? v : 0;                                                            \
-                    }                                                                                             \
+                for (int64_t i = 0; i < m; i++) {                                                                 \
+                    T v = g[c + i] * sc, kept = k[i] != 0 ? v : 0;                                                \
+                    dx[c + i] = acc ? dx[c + i] + kept : kept;                                                    \
+                }                                                                                                 \
             }                                                                                                     \
         } else if (dx_ == g_) { /* dx = (y ≠ 0)·g·scale in place of g */                                          \
             AG_PAR_FOR                                                                                            \
@@ -643,17 +637,11 @@ static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *k
                 T v = dx[i] * sc;                                                                                 \
                 dx[i] = y[i] != 0 ? v : 0;                                                                        \
             }                                                                                                     \
-        } else if (acc) {                                                                                         \
-            AG_PAR_FOR                                                                                            \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                T v = g[i] * sc;                                                                                  \
-                dx[i] += y[i] != 0 ? v : 0;                                                                       \
-            }                                                                                                     \
         } else {                                                                                                  \
             AG_PAR_FOR                                                                                            \
             for (int64_t i = 0; i < n; i++) {                                                                     \
-                T v = g[i] * sc;                                                                                  \
-                dx[i] = y[i] != 0 ? v : 0;                                                                        \
+                T v = g[i] * sc, kept = y[i] != 0 ? v : 0;                                                        \
+                dx[i] = acc ? dx[i] + kept : kept;                                                                \
             }                                                                                                     \
         }                                                                                                         \
     }
