@@ -2,10 +2,13 @@
  * nn/attention_small_avx2.c).
  * At head dim 16 and 16 keys every product of a head is 16×16×16: GEMM calls, their packing
  * and a softmax pass over memory cost more than the arithmetic. Here the live keys of a query
- * row are the lanes of one vector (AVX-512) or of up to 8 (AVX2): scores, mask, softmax and
- * P·V of a head never leave registers and a stack buffer, and the backward is fused the same
- * way. f32 only, with AVX-512F or else AVX2 + FMA chosen at run time; f64 and other CPUs take
- * the GEMM path of nn/attention.c.
+ * row are the lanes of one vector (the AVX-512 kernels: up to 16 keys, no dropout) or of up to 8
+ * (the AVX2 kernels: up to 64 keys, with dropout): scores, mask, softmax and P·V of a head never
+ * leave registers and a stack buffer, and the backward is fused the same way. f32 only, chosen
+ * at run time: an AVX-512F CPU runs its own kernels where they fit and the AVX2 ones (with the
+ * AVX-512 GEMM tile for their products) for the other heads, measured faster there than the
+ * GEMM path; an AVX2 + FMA CPU runs the AVX2 ones. f64 and other CPUs take the GEMM path of
+ * nn/attention.c.
  * Internal, not installed. */
 #ifndef AG_ATTENTION_SMALL_H
 #define AG_ATTENTION_SMALL_H
@@ -24,7 +27,7 @@
  * masked for every query). The mask of query row i is madd + i·madd_ld (n floats added to the
  * scaled scores, NULL for none; madd_ld 0: one row for all) and the bits dead[i·dead_ld] (bit j
  * set: key j is -inf; keys from n on always are). L and Dh, Dv up to the limits above.
- * Dropout (AVX2 kernels only, see ag__attn_small_keys): keep non-NULL gives the keep bytes of
+ * Dropout (the AVX2 kernels only: ag__attn_small_fwd/bwd send a tile with keep there): keep non-NULL gives the keep bytes of
  * row i at keep + i·ldkeep; P V and the backward use P·keep·keep_scale, P itself is what is
  * written out. */
 typedef struct {
@@ -44,10 +47,9 @@ typedef struct {
 /* true when the kernels below exist and the CPU runs them (AVX-512F, or AVX2 and FMA; and
  * AG_GEMM=blas is not set). Checked once. */
 bool ag__attn_small_available(void);
-/* the most live keys the kernels in use take, with dropout or without: 16 and none with dropout
- * on AVX-512 (whose kernels hold a row in one vector), 64 either way on AVX2; 0 when
+/* the most live keys the kernels take, with dropout or without (64); 0 when
  * ag__attn_small_available() is false */
-int64_t ag__attn_small_keys(bool dropout);
+int64_t ag__attn_small_keys(void);
 /* P (L rows, ldp >= n apart; columns n..S-1 of each row zeroed, S = ldp) = softmax(alpha Q Kᵀ
  * + mask), a row with no live key all zeros; O (L,Dv), ldo = P V (with dropout Pd V) */
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);

@@ -1,7 +1,9 @@
 /* The fused small-attention kernels (nn/attention_small.h) for AVX2 + FMA: the same math and
  * masking as the AVX-512 kernels of nn/attention_small.c, for up to 64 live keys (a query row
- * in up to 8 vectors) and with dropout. Every product is the AVX2 GEMM's unpacked 6×16 register
- * tile (tensor/gemm_kernels.c), A read through two strides so that it serves A and Aᵀ:
+ * in up to 8 vectors) and with dropout; AVX-512 CPUs run them too, for the heads their own
+ * kernels do not take. Every product is the unpacked register tile of the GEMM kernel set in
+ * use (tensor/gemm_kernels.c: AVX2's 6×16, AVX-512's 8×32 on such a CPU), A read through two
+ * strides so that it serves A and Aᵀ:
  *   forward   scores = Q Kᵀ (Kᵀ transposed once per head), row softmax, O = Pd V
  *   backward  dV = Pdᵀ dO, dP = dropout'(dO Vᵀ), dS = P*(dP - rowsum(P*dP)), dQ = α dS K,
  *             dK = α dSᵀ Q
@@ -74,12 +76,13 @@ static inline TARGET __m256 exp8(__m256 x) {
 }
 
 /* out[r][c] = scale·acc (assign) or out[r][c] + scale·acc, acc = Σ_{k<K} A[r·ars + k·aks] ·
- * Y[k·ldy + c], for rows r < R and columns c < D (out: ldo apart): the AVX2 GEMM's unpacked
+ * Y[k·ldy + c], for rows r < R and columns c < D (out: ldo apart): the in-use GEMM set's unpacked
  * register tile (tensor/gemm_kernels.c) over the whole product. Each element sums over k in
  * order. */
 static void mac(int64_t R, int64_t K, int64_t D, const float *a, int64_t ars, int64_t aks, const float *y,
                 int64_t ldy, float scale, bool assign, float *out, int64_t ldo) {
-    const ag__sgemm_kernels *G = &ag__sgemm_avx2;
+    const ag__sgemm_kernels *G = ag__sgemm_kernels_in_use();
+    if (!G) G = &ag__sgemm_avx2; /* AG_GEMM=blas: never called so, but tests may */
     for (int64_t c = 0; c < D; c += G->nr)
         for (int64_t r = 0; r < R; r += G->mr)
             G->small_tile(K, a + r * ars, ars, aks, R - r < G->mr ? R - r : G->mr, y + c, ldy,
@@ -126,13 +129,23 @@ static void zero_rows(float *dst, int64_t ld, int64_t n, int64_t S, int64_t D) {
 /* the live keys rounded up to whole vectors: the row width of the head's buffers */
 static int64_t width(int64_t n) { return (n + 7) / 8 * 8; }
 
-/* dropout on the L×n block x (rows w apart) in place: x·scale where the keep byte is set, else 0 */
-static void drop_rows(float *x, int64_t w, const ag__attn_tile *t) {
-    const float sc = t->keep_scale;
+/* dropout on the L×w block x (rows w apart, w = width(n)) in place: x·scale where the keep byte
+ * is set, else 0, and 0 from column n on. Eight lanes at a time: left to GCC, the loop is
+ * vectorised by its byte type (64 lanes) and rows of fewer keys ran its scalar epilogue. */
+static TARGET void drop_rows(float *x, int64_t w, const ag__attn_tile *t) {
+    const __m256 sc = _mm256_set1_ps(t->keep_scale);
+    const __m256i zero = _mm256_setzero_si256();
     for (int64_t i = 0; i < t->L; i++) {
         float *xi = x + i * w;
         const uint8_t *ki = t->keep + i * t->ldkeep;
-        for (int64_t j = 0; j < t->n; j++) xi[j] = ki[j] ? xi[j] * sc : 0.0f;
+        for (int64_t j = 0; j < w; j += 8) {
+            uint64_t k8 = 0; /* the keep bytes of keys j..j+7, none read past key n */
+            int64_t c = t->n - j;
+            if (c >= 8) memcpy(&k8, ki + j, 8);
+            else if (c > 0) memcpy(&k8, ki + j, (size_t)c);
+            __m256i kept = _mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)k8)), zero);
+            _mm256_store_ps(xi + j, _mm256_and_ps(_mm256_castsi256_ps(kept), _mm256_mul_ps(_mm256_load_ps(xi + j), sc)));
+        }
     }
 }
 

@@ -460,8 +460,9 @@ static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
     assert_thread_count_independent(run_big, 4 * 4 * 100 * 16);
 }
 
-/* ---- the fused small-head kernels (f32; at most 16 live keys on AVX-512, 64 and dropout on
- * AVX2: nn/attention_small.c, nn/attention_small_avx2.c) ---- */
+/* ---- the fused small-head kernels (f32, up to 64 live keys and dropout; an AVX-512 CPU's own
+ * kernels take 16 keys without dropout, the AVX2 ones the rest: nn/attention_small.c,
+ * nn/attention_small_avx2.c) ---- */
 
 typedef struct {
     ag_tensor *o, *g[3];
@@ -532,7 +533,8 @@ static void test_attention_of_long_heads_matches_the_composed_ops(void **s) {
 }
 
 /* f32 (the fused kernels where the CPU has them) against f64 (the GEMM path), with and without
- * dropout, at 16 keys (either ISA's kernels) and 40 (AVX2's) */
+ * dropout, at 16 keys (on AVX-512 its own kernels without dropout, the AVX2 ones with) and 40
+ * (the AVX2 ones) */
 static void test_attention_f32_short_keys_match_the_f64_path_for_each_mask(void **s) {
     /* B=4 sequences padded to S keys with S, S-5, 0 (all padded) and 5 live; L around the row blocks */
     const int64_t B = 4, H = 2, Ss[] = {16, 40};
@@ -585,7 +587,7 @@ static void test_attention_short_keys_results_do_not_depend_on_the_thread_count(
  * gradient where heads read, and exact zeros elsewhere. The arena is filled with NaN first, so
  * an element nobody writes shows. Returns the gradient as (N·L, W) doubles (malloc'd). */
 static double *run_packed(ag_dtype dt, int64_t W) {
-    const int64_t N = 2, L = 20, H = 2, E = 16; /* f64: the GEMM path; f32: 12 keys fused, 20 fused on AVX2 only */
+    const int64_t N = 2, L = 20, H = 2, E = 16; /* f64: the GEMM path; f32: 12 and 20 keys fused */
     ag_arena *prev = ag_arena_current(), *ar = ag_arena_new(1 << 20);
     ag_arena_use(ar);
     ag_full(AG_F64, AG_SHAPE(1 << 16), NAN);
