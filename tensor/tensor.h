@@ -72,6 +72,11 @@ void ag_arena_reset(ag_arena *a);
 /* 64-byte aligned, uninitialised. Aborts on out-of-memory. */
 void *ag_arena_alloc(ag_arena *a, size_t bytes);
 size_t ag_arena_used(const ag_arena *a);
+/* Give the pages of the arena's free space back to the system: they leave the resident set
+ * until used again, and the blocks stay (no heap allocation when they are). For a pause
+ * between steps that needs memory of its own (a checkpoint save), not for every step: the
+ * next step faults the pages in again (zero-filled; arena memory is uninitialised anyway). */
+void ag_arena_trim(ag_arena *a);
 /* A position in an arena, and going back to it: everything allocated after the mark is
  * forgotten (for loops inside a step, e.g. decoding one token at a time). */
 typedef struct { void *block; size_t used, total; } ag_arena_mark;

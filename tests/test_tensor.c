@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -422,6 +424,39 @@ static void test_arena_repeated_step_after_one_reset_does_no_heap_allocation(voi
     ag_arena_free(a);
 }
 
+/* trim hands the free space's pages back (mincore: not resident) and keeps the blocks: the
+ * memory is used again with no heap allocation, and what is still allocated keeps its values */
+static void test_arena_trim_releases_free_pages_and_keeps_the_blocks(void **state) {
+    (void)state;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t bytes = (size_t)64 * (size_t)page;
+    ag_arena *a = ag_arena_new(2 * bytes);
+    unsigned char *keep = ag_arena_alloc(a, 100);
+    memset(keep, 7, 100);
+    ag_arena_mark m = ag_arena_get_mark(a);
+    unsigned char *p = ag_arena_alloc(a, bytes);
+    memset(p, 1, bytes); /* resident */
+    ag_arena_rewind(a, m);
+    uint64_t count = ag_alloc_count();
+    ag_arena_trim(a);
+    /* the pages wholly inside p's span are free space now */
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    size_t npages = (size_t)(((uintptr_t)p + bytes - lo) / (uintptr_t)page) - 1;
+    unsigned char vec[64];
+    assert_true(npages >= 32 && npages <= 64);
+    assert_int_equal(mincore((void *)lo, npages * (size_t)page, vec), 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < npages; i++) resident += vec[i] & 1;
+    assert_int_equal(resident, 0);
+    for (int i = 0; i < 100; i++) assert_int_equal(keep[i], 7); /* still allocated: untouched */
+    unsigned char *q = ag_arena_alloc(a, bytes);
+    assert_ptr_equal(q, p); /* the same block */
+    memset(q, 2, bytes);
+    assert_int_equal(q[bytes - 1], 2);
+    assert_int_equal(ag_alloc_count(), count);
+    ag_arena_free(a);
+}
+
 static void test_arena_use_switches_where_tensors_live(void **state) {
     (void)state;
     ag_arena *a = ag_arena_new(4096);
@@ -600,6 +635,7 @@ int main(void) {
         T(test_index_out_of_range_is_reported),
         T(test_error_handler_is_replaceable_and_last_error_is_kept),
             cmocka_unit_test(test_arena_rewind_reuses_memory_after_the_mark),
+            cmocka_unit_test(test_arena_trim_releases_free_pages_and_keeps_the_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,6 +143,9 @@ static void curves_free(curves *c) {
 
 static bool save(const char *path, model *m, ag_optim *opt, ag_train_state *st) {
     char msg[1024];
+    /* between steps the training arena is idle: its pages make room for HDF5's buffers, so a
+     * save does not add its memory to a step's (the run's peak RSS was a save's) */
+    ag_arena_trim(ag_arena_current());
     ag_ckpt_status s = ag_checkpoint_save(path, model_params(m), opt, st, NULL, msg, sizeof msg);
     if (s != AG_CKPT_OK) fprintf(stderr, "attograd-translate: saving %s failed: %s\n", path, msg);
     return s == AG_CKPT_OK;
