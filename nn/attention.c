@@ -438,9 +438,8 @@ AG_FLOAT_TYPES(ATTN_KERNELS)
 
 /* The fused kernels (nn/attention_small.c) for f32 heads with 1..ag__attn_small_keys() (64) live
  * keys, with dropout too unless the weights after dropout are wanted; a head with more (or
- * none) takes the GEMM path above. The mask of the
- * head becomes per-row bits of dead keys and additive values: one row for all queries unless
- * it varies by row or is causal. */
+ * none) takes the GEMM path above. The mask of the head becomes per-row bits of dead keys and
+ * additive values: one row for all queries unless it varies by row or is causal. */
 static bool small_fits(const attn *a) {
     return ag__attn_small_available() && !a->q.trans && !a->k.trans && !a->v.trans &&
            (!a->keep || a->pd_per_thread) && a->L <= AG_ATTN_SMALL_ROWS &&

@@ -27,9 +27,9 @@
  * masked for every query). The mask of query row i is madd + i·madd_ld (n floats added to the
  * scaled scores, NULL for none; madd_ld 0: one row for all) and the bits dead[i·dead_ld] (bit j
  * set: key j is -inf; keys from n on always are). L and Dh, Dv up to the limits above.
- * Dropout (the AVX2 kernels only: ag__attn_small_fwd/bwd send a tile with keep there): keep non-NULL gives the keep bytes of
- * row i at keep + i·ldkeep; P V and the backward use P·keep·keep_scale, P itself is what is
- * written out. */
+ * Dropout (the AVX2 kernels only: ag__attn_small_fwd/bwd send a tile with keep there): keep
+ * non-NULL gives the keep bytes of row i at keep + i·ldkeep; P V and the backward use
+ * P·keep·keep_scale, P itself is what is written out. */
 typedef struct {
     int64_t L, n, Dh, Dv;
     const float *q, *k, *v;

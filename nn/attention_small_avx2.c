@@ -76,9 +76,9 @@ static inline TARGET __m256 exp8(__m256 x) {
 }
 
 /* out[r][c] = scale·acc (assign) or out[r][c] + scale·acc, acc = Σ_{k<K} A[r·ars + k·aks] ·
- * Y[k·ldy + c], for rows r < R and columns c < D (out: ldo apart): the in-use GEMM set's unpacked
- * register tile (tensor/gemm_kernels.c) over the whole product. Each element sums over k in
- * order. */
+ * Y[k·ldy + c], for rows r < R and columns c < D (out: ldo apart): the in-use GEMM set's
+ * unpacked register tile (tensor/gemm_kernels.c) over the whole product. Each element sums over
+ * k in order. */
 static void mac(int64_t R, int64_t K, int64_t D, const float *a, int64_t ars, int64_t aks, const float *y,
                 int64_t ldy, float scale, bool assign, float *out, int64_t ldo) {
     const ag__sgemm_kernels *G = ag__sgemm_kernels_in_use();
@@ -143,8 +143,9 @@ static TARGET void drop_rows(float *x, int64_t w, const ag__attn_tile *t) {
             int64_t c = t->n - j;
             if (c >= 8) memcpy(&k8, ki + j, 8);
             else if (c > 0) memcpy(&k8, ki + j, (size_t)c);
-            __m256i kept = _mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)k8)), zero);
-            _mm256_store_ps(xi + j, _mm256_and_ps(_mm256_castsi256_ps(kept), _mm256_mul_ps(_mm256_load_ps(xi + j), sc)));
+            __m256 kept = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)k8)), zero));
+            _mm256_store_ps(xi + j, _mm256_and_ps(kept, _mm256_mul_ps(_mm256_load_ps(xi + j), sc)));
         }
     }
 }
