@@ -436,10 +436,10 @@ static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
     }
 AG_FLOAT_TYPES(ATTN_KERNELS)
 
-/* The fused kernels (nn/attention_small.c) for f32 heads with 1..ag__attn_small_keys() (64) live
- * keys, with dropout too unless the weights after dropout are wanted; a head with more (or
- * none) takes the GEMM path above. The mask of the head becomes per-row bits of dead keys and
- * additive values: one row for all queries unless it varies by row or is causal. */
+/* The fused kernels (nn/attention_small.c) for f32 heads with 1..AG_ATTN_AVX2_KEYS (64) live
+ * keys on either ISA, with dropout too unless the weights after dropout are wanted; a head with
+ * more (or none) takes the GEMM path above. The mask of the head becomes per-row bits of dead
+ * keys and additive values: one row for all queries unless it varies by row or is causal. */
 static bool small_fits(const attn *a) {
     return ag__attn_small_available() && !a->q.trans && !a->k.trans && !a->v.trans &&
            (!a->keep || a->pd_per_thread) && a->L <= AG_ATTN_SMALL_ROWS &&
@@ -448,7 +448,7 @@ static bool small_fits(const attn *a) {
 
 /* the tile of (b,h) with n live keys, or n 0 when the kernels do not take that many */
 static ag__attn_tile small_tile(const attn *a, int64_t b, int64_t h, int64_t n) {
-    if (n < 1 || n > ag__attn_small_keys()) n = 0;
+    if (n < 1 || n > AG_ATTN_AVX2_KEYS) n = 0;
     int64_t bh = b * a->H + h;
     return (ag__attn_tile){.L = a->L, .n = n, .Dh = a->Dh, .Dv = a->Dv, .q = (const float *)at(&a->q, b, h),
                            .k = (const float *)at(&a->k, b, h), .v = (const float *)at(&a->v, b, h),

@@ -26,14 +26,12 @@
  * off and AG_GEMM=avx2 picks the AVX2 ones on an AVX-512 CPU, as it does the GEMM's. */
 bool ag__attn_small_available(void) { return ag__sgemm_isa_in_use() != AG_ISA_NONE; }
 
-/* Up to 64 keys, with dropout, on either ISA: an AVX-512 CPU runs the AVX2 kernels (whose
- * products are the in-use GEMM's tile, AVX-512's there) for the heads its own do not take. At
+/* Either ISA takes heads of up to AG_ATTN_AVX2_KEYS keys, with dropout: an AVX-512 CPU runs its
+ * own kernels (a row's live keys in one vector, no dropout) where they fit and the AVX2 ones
+ * (whose products are the in-use GEMM's tile, AVX-512's there) for the other heads. At
  * (64,8,L,32) forward + backward with a key padding mask, against the GEMM path on Zen 5:
  * L 32 no dropout 4.0 -> 2.6 ms, L 20 and 32 with dropout 1.9 -> 1.25 and 4.4 -> 3.0 ms,
  * L 64 with dropout 13.2 -> 11.5 ms. */
-int64_t ag__attn_small_keys(void) { return ag__sgemm_isa_in_use() == AG_ISA_NONE ? 0 : AG_ATTN_AVX2_KEYS; }
-
-/* the AVX-512 kernels: a row's live keys in one vector, no dropout */
 static bool avx512_takes(const ag__attn_tile *t) {
     return ag__sgemm_isa_in_use() == AG_ISA_AVX512 && t->n <= KEYS && !t->keep;
 }
@@ -296,7 +294,6 @@ TARGET void ag__attn_small_bwd_avx512(const ag__attn_tile *t, const float *p, in
 #else /* no fused kernels on this platform: nn/attention.c never calls them */
 
 bool ag__attn_small_available(void) { return false; }
-int64_t ag__attn_small_keys(void) { return 0; }
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {}
 void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
                         float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {}

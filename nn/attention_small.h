@@ -23,7 +23,7 @@
 #define AG_ATTN_SMALL_ROWS 64
 
 /* One (b,h): Q (L,Dh), K (n,Dh), V (n,Dv), row-major with unit-stride rows and leading
- * dimensions ldq, ldk, ldv; n in 1..ag__attn_small_keys() live keys (the keys from n on are
+ * dimensions ldq, ldk, ldv; n in 1..AG_ATTN_AVX2_KEYS live keys (the keys from n on are
  * masked for every query). The mask of query row i is madd + i·madd_ld (n floats added to the
  * scaled scores, NULL for none; madd_ld 0: one row for all) and the bits dead[i·dead_ld] (bit j
  * set: key j is -inf; keys from n on always are). L and Dh, Dv up to the limits above.
@@ -47,9 +47,6 @@ typedef struct {
 /* true when the kernels below exist and the CPU runs them (AVX-512F, or AVX2 and FMA; and
  * AG_GEMM=blas is not set). Checked once. */
 bool ag__attn_small_available(void);
-/* the most live keys the kernels take, with dropout or without (64); 0 when
- * ag__attn_small_available() is false */
-int64_t ag__attn_small_keys(void);
 /* P (L rows, ldp >= n apart; columns n..S-1 of each row zeroed, S = ldp) = softmax(alpha Q Kᵀ
  * + mask), a row with no live key all zeros; O (L,Dv), ldo = P V (with dropout Pd V) */
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);
