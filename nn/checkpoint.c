@@ -10,7 +10,6 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <hdf5.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +84,11 @@ const char *ag_ckpt_status_name(ag_ckpt_status s) {
 }
 
 /* ---- HDF5 error handling ------------------------------------------------------------------ */
+
+bool ag__ck_need_hdf5(report *r) {
+    char why[512];
+    return ag__h5_open(why, sizeof why) || ag__ck_problem(r, IO, "%s", why);
+}
 
 hush_t ag__ck_hush(void) {
     hush_t h = {NULL, NULL};
@@ -431,6 +435,7 @@ ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, con
         ag__ck_problem(&r, INVAL, "ag_checkpoint_save: no path given");
     else
         check_save_args(params, opt, state, &r);
+    if (!r.worst) ag__ck_need_hdf5(&r);
     if (!r.worst) {
         size_t n = strlen(path) + 5;
         char *tmp = malloc(n);

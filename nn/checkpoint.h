@@ -9,7 +9,10 @@
  * Saving is atomic (write "<path>.tmp", flush, fsync, rename over path, fsync the directory):
  * a crash at any moment leaves the previous checkpoint or the new one, never a mix. Loading
  * reads and checks everything into staging memory first, so a failed load changes nothing.
- * One writer per path at a time (concurrent saves to one path share the ".tmp" name). */
+ * One writer per path at a time (concurrent saves to one path share the ".tmp" name).
+ * libhdf5 is opened by the first save or load, not when libattograd loads: a process that never
+ * touches a checkpoint does not carry it (~7 MiB resident). If it cannot be opened, save and
+ * load return AG_CKPT_EIO saying why. */
 #ifndef AG_NN_CHECKPOINT_H
 #define AG_NN_CHECKPOINT_H
 #include "optim.h"
@@ -21,7 +24,8 @@ extern "C" {
 typedef enum {
     AG_CKPT_OK = 0,
     AG_CKPT_PARTIAL = 1,      /* non-strict load: what matched was loaded, msg lists the rest */
-    AG_CKPT_EIO = -1,         /* missing file, unwritable directory, failed write/fsync/rename */
+    AG_CKPT_EIO = -1,         /* missing file, unwritable directory, failed write/fsync/rename,
+                                 libhdf5 missing */
     AG_CKPT_EFORMAT = -2,     /* not HDF5, truncated, corrupted, not an attograd checkpoint,
                                  unsupported format_version, malformed attributes */
     AG_CKPT_EMISMATCH = -3,   /* the file does not fit the model or optimizer: missing or

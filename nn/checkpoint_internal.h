@@ -2,9 +2,8 @@
 #ifndef AG_NN_CHECKPOINT_INTERNAL_H
 #define AG_NN_CHECKPOINT_INTERNAL_H
 
-#include <hdf5.h>
-
 #include "../tensor/internal.h"
+#include "h5lib.h" /* HDF5 opened on first use; call ag__h5_open before anything else */
 #include "checkpoint.h"
 
 #define FORMAT_NAME "attograd-checkpoint"
@@ -37,6 +36,8 @@ bool ag__ck_problem(report *r, int severity, const char *fmt, ...) __attribute__
 ag_ckpt_status ag__ck_report_status(const report *r, bool strict);
 /* "<path>: <problem>" or "<path>: <lead>N problems: <p1>; <p2>; ..." into msg */
 void ag__ck_report_write(const report *r, const char *path, const char *lead, char *msg, size_t size);
+/* Opens libhdf5 on first use (nn/h5lib.h); false, with the reason reported as IO, if it cannot. */
+bool ag__ck_need_hdf5(report *r);
 /* HDF5's error printing off (and back on) around each call */
 hush_t ag__ck_hush(void);
 void ag__ck_unhush(hush_t h);

@@ -2,7 +2,6 @@
  * whole load succeeds (layout in docs/checkpoint.md). */
 #include <errno.h>
 #include <fcntl.h>
-#include <hdf5.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -507,7 +506,7 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
         ag__ck_problem(&r, INVAL, "the optimizer must be loaded together with the parameter set it was made for");
     else if (params && params->dtype != AG_F32 && params->dtype != AG_F64)
         ag__ck_problem(&r, INVAL, "parameters must be f32 or f64");
-    if (r.worst) goto done;
+    if (r.worst || !ag__ck_need_hdf5(&r)) goto done;
     /* staging: copies of everything a load may change, committed only on success */
     bool oom = false;
     if (params) {
