@@ -7,9 +7,6 @@
  * and commits with memcpy only when the load as a whole succeeds. */
 #include <errno.h>
 #include <fcntl.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,9 +82,9 @@ const char *ag_ckpt_status_name(ag_ckpt_status s) {
 
 /* ---- HDF5 error handling ------------------------------------------------------------------ */
 
-bool ag__ck_need_hdf5(report *r) {
+bool ag__ck_hdf5_acquire(report *r) {
     char why[512];
-    return ag__h5_open(why, sizeof why) || ag__ck_problem(r, IO, "%s", why);
+    return ag__h5_acquire(why, sizeof why) || ag__ck_problem(r, IO, "%s", why);
 }
 
 hush_t ag__ck_hush(void) {
@@ -396,13 +393,6 @@ static bool save_atomic(const char *path, const char *tmp, const ag_params *p, c
     bool ok = write_all(f, p, o, s) >= 0 && H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0;
     c = ag__ck_cause();
     ok = H5Fclose(f) >= 0 && ok;
-    /* HDF5 keeps what its free lists hold after the file closes (0.9 MiB after a save of the
-     * translation model): hand it back to malloc, and malloc gives freed memory (HDF5's chunk
-     * and filter buffers: 6-9 MiB after each save) back to the system */
-    H5garbage_collect();
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
     if (!ok) {
         ag__ck_problem(r, IO, "writing '%s' failed: %s", tmp, c.desc);
         unlink(tmp);
@@ -435,8 +425,7 @@ ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, con
         ag__ck_problem(&r, INVAL, "ag_checkpoint_save: no path given");
     else
         check_save_args(params, opt, state, &r);
-    if (!r.worst) ag__ck_need_hdf5(&r);
-    if (!r.worst) {
+    if (!r.worst && ag__ck_hdf5_acquire(&r)) {
         size_t n = strlen(path) + 5;
         char *tmp = malloc(n);
         if (!tmp) {
@@ -448,6 +437,7 @@ ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, con
             ag__ck_unhush(h);
             free(tmp);
         }
+        ag__h5_release();
     }
     ag__ck_report_write(&r, path, "", msg, msgsize);
     return ag__ck_report_status(&r, true);

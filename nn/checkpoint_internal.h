@@ -3,7 +3,7 @@
 #define AG_NN_CHECKPOINT_INTERNAL_H
 
 #include "../tensor/internal.h"
-#include "h5lib.h" /* HDF5 opened on first use; call ag__h5_open before anything else */
+#include "h5lib.h" /* HDF5 through a table: ag__ck_hdf5_acquire before any call */
 #include "checkpoint.h"
 
 #define FORMAT_NAME "attograd-checkpoint"
@@ -36,8 +36,9 @@ bool ag__ck_problem(report *r, int severity, const char *fmt, ...) __attribute__
 ag_ckpt_status ag__ck_report_status(const report *r, bool strict);
 /* "<path>: <problem>" or "<path>: <lead>N problems: <p1>; <p2>; ..." into msg */
 void ag__ck_report_write(const report *r, const char *path, const char *lead, char *msg, size_t size);
-/* Opens libhdf5 on first use (nn/h5lib.h); false, with the reason reported as IO, if it cannot. */
-bool ag__ck_need_hdf5(report *r);
+/* ag__h5_acquire (nn/h5lib.h), the reason reported as IO if it fails; a true needs one
+ * ag__h5_release, after ag__ck_unhush */
+bool ag__ck_hdf5_acquire(report *r);
 /* HDF5's error printing off (and back on) around each call */
 hush_t ag__ck_hush(void);
 void ag__ck_unhush(hush_t h);

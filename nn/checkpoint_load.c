@@ -506,7 +506,7 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
         ag__ck_problem(&r, INVAL, "the optimizer must be loaded together with the parameter set it was made for");
     else if (params && params->dtype != AG_F32 && params->dtype != AG_F64)
         ag__ck_problem(&r, INVAL, "parameters must be f32 or f64");
-    if (r.worst || !ag__ck_need_hdf5(&r)) goto done;
+    if (r.worst) goto done;
     /* staging: copies of everything a load may change, committed only on success */
     bool oom = false;
     if (params) {
@@ -528,6 +528,7 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
         ag__ck_problem(&r, NOMEM, "out of memory staging the load");
         goto done;
     }
+    if (!ag__ck_hdf5_acquire(&r)) goto done;
     hush_t h = ag__ck_hush();
     size_t file_size = 0;
     hid_t f = open_checkpoint(path, &file_size, &r);
@@ -538,6 +539,7 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
         if (H5Fclose(f) < 0) ag__ck_problem(&r, FORMAT, "closing failed: %s", ag__ck_cause().desc);
     }
     ag__ck_unhush(h);
+    ag__h5_release();
     ag_ckpt_status s = ag__ck_report_status(&r, strict);
     if (s == AG_CKPT_OK || s == AG_CKPT_PARTIAL) {
         if (params) {

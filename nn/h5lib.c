@@ -1,11 +1,15 @@
-/* libhdf5 opened on first use: the table of nn/h5lib.h, filled by dlopen and dlsym. */
+/* libhdf5 opened for each save or load: the table of nn/h5lib.h, filled by dlopen and dlsym. */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #define AG__H5_TABLE_ITSELF
 #include "h5lib.h"
 
 #include <dlfcn.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 /* AG_HDF5_SONAME: the file name the dynamic loader found libhdf5 under when meson linked a test
  * program against it (its soname), so that dlopen finds the same library a direct link would. */
@@ -15,41 +19,84 @@
 
 ag__h5_table ag__h5;
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static char why[512]; /* empty once the table is complete */
+/* The library stays loaded while a save or load uses it (users > 0); the last release unloads
+ * it, unless the program had libhdf5 loaded already (pinned: it is the program's own). */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static void *lib;
+static int users;
+static bool pinned;
 
 /* The global scope first, as libhdf5's own relocations resolve: when the program links libhdf5
  * too and reads a variable (H5T_NATIVE_FLOAT_g), the variable lives in the program (a copy
  * relocation) and libhdf5 uses that copy; its own definition, which dlsym(lib) returns, stays
  * unused and would hold an invalid ID. */
-static void *lookup(void *lib, const char *name) {
+static void *lookup(const char *name, char *why, size_t size) {
     void *p = dlsym(RTLD_DEFAULT, name);
     if (!p) p = dlsym(lib, name);
-    if (!p && !why[0]) snprintf(why, sizeof why, "%s has no symbol %s (a different HDF5 version?)", AG_HDF5_SONAME, name);
+    if (!p && !why[0]) snprintf(why, size, "%s has no symbol %s (a different HDF5 version?)", AG_HDF5_SONAME, name);
     return p;
 }
 
-static void load(void) {
-    /* RTLD_LOCAL: HDF5's symbols stay out of the global namespace, as a linked library's would
-     * not; a program that links libhdf5 itself gets that same copy back (same soname) */
-    void *lib = dlopen(AG_HDF5_SONAME, RTLD_LAZY | RTLD_LOCAL);
+/* dlopen and fill the table; false with why set (nothing left loaded) */
+static bool load(char *why, size_t size) {
+    why[0] = 0;
+    void *before = dlopen(AG_HDF5_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    pinned = before != NULL;
+    if (before) dlclose(before);
+    /* RTLD_LOCAL: HDF5's symbols stay out of the global namespace; a program that links libhdf5
+     * itself gets that same copy back (same soname) */
+    lib = dlopen(AG_HDF5_SONAME, RTLD_LAZY | RTLD_LOCAL);
     if (!lib) {
         const char *e = dlerror();
-        snprintf(why, sizeof why, "cannot load HDF5 (%s): %s; install Debian's libhdf5-103 (or libhdf5-dev)", AG_HDF5_SONAME,
+        snprintf(why, size, "cannot load HDF5 (%s): %s; install Debian's libhdf5-103 (or libhdf5-dev)", AG_HDF5_SONAME,
                  e ? e : "unknown error");
-        return;
+        return false;
     }
-#define AG__H5_LOOKUP(name) ag__h5.name = (__typeof__(ag__h5.name))lookup(lib, #name);
+#define AG__H5_LOOKUP(name) ag__h5.name = (__typeof__(ag__h5.name))lookup(#name, why, size);
     AG__H5_FUNCTIONS(AG__H5_LOOKUP)
     AG__H5_FILE_LOCKING(AG__H5_LOOKUP)
     AG__H5_VARIABLES(AG__H5_LOOKUP)
 #undef AG__H5_LOOKUP
-    /* a half-filled table must not be used: keep the library (dlclose of HDF5 is not safe after
-     * H5open) but report it unusable */
+    if (why[0]) { /* a half-filled table is never used */
+        dlclose(lib);
+        lib = NULL;
+        memset(&ag__h5, 0, sizeof ag__h5);
+        return false;
+    }
+    return true;
 }
 
-bool ag__h5_open(char *msg, size_t size) {
-    pthread_once(&once, load);
-    if (why[0] && msg && size) snprintf(msg, size, "%s", why);
-    return !why[0];
+bool ag__h5_acquire(char *msg, size_t size) {
+    char why[512] = "";
+    pthread_mutex_lock(&lock);
+    bool ok = lib || load(why, sizeof why);
+    users += ok;
+    pthread_mutex_unlock(&lock);
+    if (!ok && msg && size) snprintf(msg, size, "%s", why);
+    return ok;
+}
+
+void ag__h5_release(void) {
+    pthread_mutex_lock(&lock);
+    if (--users == 0 && !pinned) {
+        /* H5close frees what HDF5 holds; dlclose unmaps it and the libraries it brought (all but
+         * those that never unload: OpenSSL's, p11-kit, libffi, ~3 MiB) */
+        /* printing off: after a load that met a corrupted object header, HDF5 1.10.8 closes
+         * with a leaked structure and would print "infinite loop closing library" (docs/checkpoint.md) */
+        ag__h5.H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        ag__h5.H5close();
+        dlclose(lib);
+        lib = NULL;
+        memset(&ag__h5, 0, sizeof ag__h5);
+    } else if (users == 0) {
+        /* the program's own HDF5 stays: hand back what its free lists hold (0.9 MiB after a save
+         * of the translation model) */
+        ag__h5.H5garbage_collect();
+    }
+    pthread_mutex_unlock(&lock);
+#ifdef __GLIBC__
+    /* and malloc gives freed memory (HDF5's chunk and filter buffers: 6-9 MiB after a save)
+     * back to the system */
+    malloc_trim(0);
+#endif
 }
