@@ -126,8 +126,12 @@ uint64_t ag__u32_count_below(double v);
 static inline uint64_t ag__mask_draws(int64_t n) { return ((uint64_t)n + 1) / 2; }
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
                   uint8_t *keep, uint8_t *bits);
+/* ag__rng_keep on the given path (AG_ISA_NONE: the scalar reference), which the CPU must have
+ * (tests run each) */
+void ag__rng_keep_isa(ag__isa isa, uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t,
+                      bool at_least, uint8_t *keep, uint8_t *bits);
 /* the one-block-per-value reference of the draws and the masks (tests compare), and which
- * vector path runs: "AVX2" (also on AVX-512 machines) or NULL (the scalar reference) */
+ * vector path runs: "AVX2", "AVX2 draws, AVX-512 masks" or NULL (the scalar reference) */
 void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out);
 uint32_t ag__rng_mask_word(uint64_t seed, uint64_t counter, uint64_t e);
 void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,

@@ -4,8 +4,9 @@
  * on (seed, counter + i), so any split of the work across threads gives the same numbers.
  * Dropout's keep masks need no 53 bits: element e of a mask at counter c is one 32-bit word,
  * word e & 1 of draw c + e / 2, so a mask of n elements takes (n + 1) / 2 draws and one block
- * serves four elements. With AVX2 (and on AVX-512 machines, which have it) 16 blocks run at
- * once, 4 per vector, with the same integer arithmetic: the same numbers, bit for bit. */
+ * serves four elements. With AVX2 16 blocks run at once, 4 per vector, and with AVX-512 the
+ * masks' 16 blocks take 2 vectors of 8, with the same integer arithmetic: the same numbers, bit
+ * for bit. */
 #include <math.h>
 #include <string.h>
 
@@ -146,8 +147,8 @@ static const uint16_t SPREAD4[16] = {0x0000, 0x0001, 0x0010, 0x0011, 0x0100, 0x0
                                      0x1000, 0x1001, 0x1010, 0x1011, 0x1100, 0x1101, 0x1110, 0x1111};
 
 /* bit j: word j of blocks blk .. blk + 15 (word j & 3 of block blk + j / 4) below t */
-static inline TARGET uint64_t below64(const uint32_t key[10][2], uint64_t blk, __m256i tv) {
-    const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF);
+static TARGET uint64_t below64_avx2(const uint32_t key[10][2], uint64_t blk, uint64_t t) {
+    const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFF), tv = _mm256_set1_epi64x((long long)t);
     uint64_t k = 0;
     for (int h = 0; h < STEP / (8 * NV); h++) {
         __m256i w[4][NV];
@@ -205,20 +206,69 @@ static TARGET void uniform_avx2(uint64_t seed, uint64_t counter, int64_t n, doub
     }
 }
 
+/* ---- 8 blocks per AVX-512 vector: the AVX2 arithmetic at twice the width, and the
+ * comparisons straight into mask registers. 16 blocks (one mask step) per call. ---- */
+#define TARGET512 __attribute__((target("avx512f,bmi2")))
+
+/* w[j][v]: word j of philox(seed, blk + 8v + lane), as philox_avx2 */
+static inline TARGET512 void philox_avx512(const uint32_t key[10][2], uint64_t blk, __m512i w[4][2]) {
+    const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
+    const __m512i bmask = _mm512_set1_epi64((long long)BLOCK_MASK);
+    __m512i c0[2], c1[2], c2[2], c3[2];
+    uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);
+    __m512i x0 = _mm512_set1_epi64(h1 ^ key[0][0]), x2 = _mm512_set1_epi64(PHILOX_W1 ^ key[0][1]);
+    for (int v = 0; v < 2; v++) {
+        __m512i ctrv = _mm512_and_si512(
+            _mm512_add_epi64(_mm512_set1_epi64((long long)blk), _mm512_setr_epi64(8 * v, 8 * v + 1, 8 * v + 2, 8 * v + 3,
+                                                                                  8 * v + 4, 8 * v + 5, 8 * v + 6, 8 * v + 7)),
+            bmask);
+        __m512i p0 = _mm512_mul_epu32(m0, ctrv);
+        c0[v] = _mm512_xor_si512(_mm512_srli_epi64(ctrv, 32), x0);
+        c1[v] = _mm512_set1_epi64(l1);
+        c2[v] = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), x2);
+        c3[v] = p0;
+    }
+    for (int r = 1; r < 10; r++) {
+        __m512i k0 = _mm512_set1_epi64(key[r][0]), k1 = _mm512_set1_epi64(key[r][1]);
+        for (int v = 0; v < 2; v++) {
+            __m512i p0 = _mm512_mul_epu32(m0, c0[v]), p1 = _mm512_mul_epu32(m1, c2[v]);
+            c0[v] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), c1[v]), k0);
+            c2[v] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), c3[v]), k1);
+            c1[v] = p1;
+            c3[v] = p0;
+        }
+    }
+    for (int v = 0; v < 2; v++) w[0][v] = c0[v], w[1][v] = c1[v], w[2][v] = c2[v], w[3][v] = c3[v];
+}
+
+/* below64_avx2's bits: lane j of vector v is block 8v + j, whose word q is bit 32v + 4j + q */
+static TARGET512 uint64_t below64_avx512(const uint32_t key[10][2], uint64_t blk, uint64_t t) {
+    const __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFF), tv = _mm512_set1_epi64((long long)t);
+    __m512i w[4][2];
+    philox_avx512(key, blk, w);
+    uint64_t k = 0;
+    for (int v = 0; v < 2; v++)
+        for (int q = 0; q < 4; q++) {
+            __mmask8 m = _mm512_cmplt_epu64_mask(_mm512_and_si512(w[q][v], lo32), tv);
+            k |= (uint64_t)_pdep_u32(m, 0x11111111u << q) << 32 * v;
+        }
+    return k;
+}
+
 /* Steps start at a block: a mask whose first word is word s of its block takes bits s.. of
- * its first step */
-static TARGET void keep_avx2(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
-                             uint8_t *keep, uint8_t *bits) {
+ * its first step. below: one step's 64 decisions (below64_avx2 or below64_avx512). */
+static void keep_steps(uint64_t (*below)(const uint32_t key[10][2], uint64_t blk, uint64_t t), uint64_t seed,
+                       uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
+                       uint8_t *bits) {
     uint32_t key[10][2];
     round_keys(seed, key);
-    const __m256i tv = _mm256_set1_epi64x((long long)t);
     const uint64_t flip = at_least ? ~(uint64_t)0 : 0, w0 = 2 * (counter & 1) + (uint64_t)first;
     uint64_t blk = (counter >> 1) + (w0 >> 2);
     unsigned s = (unsigned)(w0 & 3);
     /* outputs i .. i+63 are bits s .. s+63 of the steps at word i - s and i - s + 64 */
-    uint64_t cur = n > 0 ? below64(key, blk, tv) : 0;
+    uint64_t cur = n > 0 ? below(key, blk, t) : 0;
     for (int64_t i = 0; i < n; i += 64) {
-        uint64_t next = i + 64 < n + s ? below64(key, blk + (uint64_t)(i + 64) / 4, tv) : 0;
+        uint64_t next = i + 64 < n + s ? below(key, blk + (uint64_t)(i + 64) / 4, t) : 0;
         uint64_t k = (s ? cur >> s | next << (64 - s) : cur) ^ flip;
         int64_t left = n - i < 64 ? n - i : 64;
         if (keep)
@@ -229,7 +279,15 @@ static TARGET void keep_avx2(uint64_t seed, uint64_t counter, int64_t first, int
 }
 #endif
 
-const char *ag__rng_vector_path(void) { return ag__cpu_isa() == AG_ISA_NONE ? NULL : "AVX2"; }
+/* The masks' path: AVX-512 where the GEMM runs AVX-512 (so AG_GEMM=avx2 switches it too, as it
+ * does the attention kernels: tensor/gemm.h), else AVX2 where the CPU has it */
+static ag__isa keep_isa(void) {
+    return ag__sgemm_isa_in_use() == AG_ISA_AVX512 ? AG_ISA_AVX512 : ag__cpu_isa() == AG_ISA_NONE ? AG_ISA_NONE : AG_ISA_AVX2;
+}
+
+const char *ag__rng_vector_path(void) {
+    return ag__cpu_isa() == AG_ISA_NONE ? NULL : keep_isa() == AG_ISA_AVX512 ? "AVX2 draws, AVX-512 masks" : "AVX2";
+}
 
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out) {
 #ifdef RNG_X86
@@ -241,15 +299,20 @@ void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *
     ag__rng_uniform_scalar(seed, counter, n, out);
 }
 
-void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
-                  uint8_t *keep, uint8_t *bits) {
+void ag__rng_keep_isa(ag__isa isa, uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t,
+                      bool at_least, uint8_t *keep, uint8_t *bits) {
 #ifdef RNG_X86
-    if (ag__cpu_isa() != AG_ISA_NONE) {
-        keep_avx2(seed, counter, first, n, t, at_least, keep, bits);
+    if (isa != AG_ISA_NONE) {
+        keep_steps(isa == AG_ISA_AVX512 ? below64_avx512 : below64_avx2, seed, counter, first, n, t, at_least, keep, bits);
         return;
     }
 #endif
     ag__rng_keep_scalar(seed, counter, first, n, t, at_least, keep, bits);
+}
+
+void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                  uint8_t *keep, uint8_t *bits) {
+    ag__rng_keep_isa(keep_isa(), seed, counter, first, n, t, at_least, keep, bits);
 }
 
 /* ---- the public generator ---- */

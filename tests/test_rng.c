@@ -118,9 +118,10 @@ static void test_vector_path_draws_the_reference_uniforms_bit_for_bit(void **sta
 }
 
 /* The masks' words are the draws' words: element e at counter c is word e % 2 of draw c + e / 2,
- * whose 53-bit integer is (word 0 << 21) ^ (word 1 >> 11). Then ag__rng_keep (vector where it
- * can) and the scalar reference against u < v and u >= v for the words' uniforms u = x · 2^-32,
- * as bytes and as bits (bits past n keep what was there), for masks started part-way (first). */
+ * whose 53-bit integer is (word 0 << 21) ^ (word 1 >> 11). Then each path of ag__rng_keep (the
+ * scalar reference and the CPU's vector ones) and ag__rng_keep itself against u < v and u >= v
+ * for the words' uniforms u = x · 2^-32, as bytes and as bits (bits past n keep what was there),
+ * for masks started part-way (first). */
 static void check_keep(uint64_t seed, uint64_t ctr, int64_t first, int64_t n, double v, const uint32_t *x) {
     uint64_t t = ag__u32_count_below(v);
     uint8_t keep[4100], bits[4100 / 8 + 2], keep_ref[4100], bits_ref[4100 / 8 + 2];
@@ -133,12 +134,13 @@ static void check_keep(uint64_t seed, uint64_t ctr, int64_t first, int64_t n, do
             keep_ref[i] = (uint8_t)k;
             bits_ref[i >> 3] = (uint8_t)((bits_ref[i >> 3] & ~(1u << (i & 7))) | k << (i & 7));
         }
-        for (int path = 0; path < 2; path++) {
-            (path ? ag__rng_keep_scalar : ag__rng_keep)(seed, ctr, first, n, t, at_least, keep, bits);
+        /* the scalar reference, then every vector path this CPU has, whichever ag__rng_keep takes */
+        static const char *const NAMES[] = {"scalar", "AVX2", "AVX-512"};
+        for (int isa = AG_ISA_NONE; isa <= (int)ag__cpu_isa(); isa++) {
+            ag__rng_keep_isa((ag__isa)isa, seed, ctr, first, n, t, at_least, keep, bits);
             if (memcmp(keep, keep_ref, sizeof keep) || memcmp(bits, bits_ref, sizeof bits))
-                fail_msg("%s: seed %llx counter %llx first %lld n %lld v %.17g at_least %d",
-                         path ? "scalar" : "ag__rng_keep", (unsigned long long)seed, (unsigned long long)ctr,
-                         (long long)first, (long long)n, v, at_least);
+                fail_msg("%s: seed %llx counter %llx first %lld n %lld v %.17g at_least %d", NAMES[isa],
+                         (unsigned long long)seed, (unsigned long long)ctr, (long long)first, (long long)n, v, at_least);
             memset(keep, 0xEE, sizeof keep), memset(bits, 0xA5, sizeof bits);
         }
         /* each output alone */
