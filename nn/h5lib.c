@@ -80,9 +80,9 @@ void ag__h5_release(void) {
     pthread_mutex_lock(&lock);
     if (--users == 0 && !pinned) {
         /* H5close frees what HDF5 holds; dlclose unmaps it and the libraries it brought (all but
-         * those that never unload: OpenSSL's, p11-kit, libffi, ~3 MiB) */
-        /* printing off: after a load that met a corrupted object header, HDF5 1.10.8 closes
-         * with a leaked structure and would print "infinite loop closing library" (docs/checkpoint.md) */
+         * those that never unload: OpenSSL's, p11-kit, libffi, ~3 MiB). Error printing off first:
+         * after a load that met a corrupted object header, HDF5 1.10.8 closes with a leaked
+         * structure and would print "infinite loop closing library" (docs/checkpoint.md). */
         ag__h5.H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
         ag__h5.H5close();
         dlclose(lib);

@@ -59,7 +59,7 @@ extern ag__h5_table ag__h5;
  * msg. Every true must be matched by one ag__h5_release. */
 bool ag__h5_acquire(char *msg, size_t size);
 /* The last release closes HDF5 and unloads it, giving its memory back (~6 MiB), unless the
- * program had libhdf5 loaded before the first acquire: that copy is the program's and stays. */
+ * program had libhdf5 loaded already when it was opened: that copy is the program's and stays. */
 void ag__h5_release(void);
 
 #ifndef AG__H5_TABLE_ITSELF
