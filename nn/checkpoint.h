@@ -10,10 +10,10 @@
  * a crash at any moment leaves the previous checkpoint or the new one, never a mix. Loading
  * reads and checks everything into staging memory first, so a failed load changes nothing.
  * One writer per path at a time (concurrent saves to one path share the ".tmp" name).
- * libhdf5 is loaded for each save or load and unloaded after it (~6.5 ms a call), not with
- * libattograd: a process carries its ~7 MiB resident only while it saves or loads (a program
- * that links libhdf5 itself keeps its own copy loaded). If it cannot be loaded, save and load
- * return AG_CKPT_EIO saying why. */
+ * libhdf5 is loaded by the first save or load, not with libattograd: a process that never
+ * touches a checkpoint does not carry its ~7 MiB resident. If it cannot be loaded, save and
+ * load return AG_CKPT_EIO saying why. Saves and loads from several threads take turns (Debian's
+ * libhdf5 is not thread-safe). */
 #ifndef AG_NN_CHECKPOINT_H
 #define AG_NN_CHECKPOINT_H
 #include "optim.h"

@@ -1,4 +1,4 @@
-/* libhdf5 opened for each save or load: the table of nn/h5lib.h, filled by dlopen and dlsym. */
+/* libhdf5 opened on the first save or load: the table of nn/h5lib.h, filled by dlopen and dlsym. */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #define AG__H5_TABLE_ITSELF
 #include "h5lib.h"
@@ -19,12 +19,13 @@
 
 ag__h5_table ag__h5;
 
-/* The library stays loaded while a save or load uses it (users > 0); the last release unloads
- * it, unless the program had libhdf5 loaded already (pinned: it is the program's own). */
+/* One save or load at a time: the lock is held from acquire to release, since Debian's libhdf5
+ * is the serial build, not thread-safe. Once loaded, the library stays: unloading it after each
+ * call gave back its ~6 MiB, but libhdf5's dependencies create thread-specific keys when they
+ * load (5 a time, never freed: 1024 in all), with destructors that a thread which saved then
+ * ran after the unload, crashing at its exit. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *lib;
-static int users;
-static bool pinned;
 
 /* The global scope first, as libhdf5's own relocations resolve: when the program links libhdf5
  * too and reads a variable (H5T_NATIVE_FLOAT_g), the variable lives in the program (a copy
@@ -40,9 +41,6 @@ static void *lookup(const char *name, char *why, size_t size) {
 /* dlopen and fill the table; false with why set (nothing left loaded) */
 static bool load(char *why, size_t size) {
     why[0] = 0;
-    void *before = dlopen(AG_HDF5_SONAME, RTLD_LAZY | RTLD_NOLOAD);
-    pinned = before != NULL;
-    if (before) dlclose(before);
     /* RTLD_LOCAL: HDF5's symbols stay out of the global namespace; a program that links libhdf5
      * itself gets that same copy back (same soname) */
     lib = dlopen(AG_HDF5_SONAME, RTLD_LAZY | RTLD_LOCAL);
@@ -57,7 +55,7 @@ static bool load(char *why, size_t size) {
     AG__H5_FILE_LOCKING(AG__H5_LOOKUP)
     AG__H5_VARIABLES(AG__H5_LOOKUP)
 #undef AG__H5_LOOKUP
-    if (why[0]) { /* a half-filled table is never used */
+    if (why[0]) { /* a half-filled table is never used (nothing of HDF5 has run yet) */
         dlclose(lib);
         lib = NULL;
         memset(&ag__h5, 0, sizeof ag__h5);
@@ -69,30 +67,16 @@ static bool load(char *why, size_t size) {
 bool ag__h5_acquire(char *msg, size_t size) {
     char why[512] = "";
     pthread_mutex_lock(&lock);
-    bool ok = lib || load(why, sizeof why);
-    users += ok;
+    if (lib || load(why, sizeof why)) return true; /* the lock stays held */
     pthread_mutex_unlock(&lock);
-    if (!ok && msg && size) snprintf(msg, size, "%s", why);
-    return ok;
+    if (msg && size) snprintf(msg, size, "%s", why);
+    return false;
 }
 
 void ag__h5_release(void) {
-    pthread_mutex_lock(&lock);
-    if (--users == 0 && !pinned) {
-        /* H5close frees what HDF5 holds; dlclose unmaps it and the libraries it brought (all but
-         * those that never unload: OpenSSL's, p11-kit, libffi, ~3 MiB). Error printing off first:
-         * after a load that met a corrupted object header, HDF5 1.10.8 closes with a leaked
-         * structure and would print "infinite loop closing library" (docs/checkpoint.md). */
-        ag__h5.H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-        ag__h5.H5close();
-        dlclose(lib);
-        lib = NULL;
-        memset(&ag__h5, 0, sizeof ag__h5);
-    } else if (users == 0) {
-        /* the program's own HDF5 stays: hand back what its free lists hold (0.9 MiB after a save
-         * of the translation model) */
-        ag__h5.H5garbage_collect();
-    }
+    /* HDF5 keeps what its free lists hold after a file closes (0.9 MiB after a save of the
+     * translation model): hand it back to malloc */
+    ag__h5.H5garbage_collect();
     pthread_mutex_unlock(&lock);
 #ifdef __GLIBC__
     /* and malloc gives freed memory (HDF5's chunk and filter buffers: 6-9 MiB after a save)

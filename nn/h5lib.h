@@ -1,15 +1,14 @@
-/* libhdf5, opened for each checkpoint save or load and unloaded after it (nn/h5lib.c).
+/* libhdf5, opened on the first checkpoint save or load (nn/h5lib.c).
  *
  * Linked, libhdf5 costs every process that loads libattograd ~7 MiB of resident memory before
  * main(): Debian builds it with curl, a TLS, Kerberos and LDAP stack (35 libraries, 37 000
- * relocations), whether the process ever touches a checkpoint or not, and a training run that
- * saves now and then would carry it through every step after the first save. So libattograd
- * does not link it: the checkpoint code calls HDF5 through a table that ag__h5_acquire fills
- * with dlopen and dlsym, and ag__h5_release unloads it again. The names below are redirected
- * into that table, so the call sites read as plain HDF5. Names are those the object code refers
- * to (H5Eget_auto2, H5T_NATIVE_FLOAT_g, ...), after hdf5.h's macros. A name missing from a list
- * fails the build: a call not redirected is an undefined reference (libattograd does not link
- * libhdf5), a redirect not listed has no field. */
+ * relocations), whether the process ever touches a checkpoint or not. So libattograd does not
+ * link it: the checkpoint code calls HDF5 through a table that ag__h5_acquire fills with dlopen
+ * and dlsym on first use. The names below are redirected into that table, so the call sites
+ * read as plain HDF5. Names are those the object code refers to (H5Eget_auto2,
+ * H5T_NATIVE_FLOAT_g, ...), after hdf5.h's macros. A name missing from a list fails the build: a
+ * call not redirected is an undefined reference (libattograd does not link libhdf5), a
+ * redirect not listed has no field. */
 #ifndef AG_NN_H5LIB_H
 #define AG_NN_H5LIB_H
 
@@ -29,7 +28,7 @@
     X(H5Sget_simple_extent_dims) X(H5Sget_simple_extent_ndims) X(H5Sget_simple_extent_npoints) \
     X(H5Sget_simple_extent_type) X(H5Tclose) X(H5Tcopy) X(H5Tget_class) X(H5Tget_sign) X(H5Tget_size) \
     X(H5Tget_strpad) X(H5Tis_variable_str) X(H5Tset_cset) X(H5Tset_size) X(H5Tset_strpad) X(H5check_version) \
-    X(H5free_memory) X(H5garbage_collect) X(H5open) X(H5close)
+    X(H5free_memory) X(H5garbage_collect) X(H5open)
 
 /* H5Pset_file_locking came with 1.10.7 (nn/checkpoint.c calls it only then) */
 #if H5_VERSION_GE(1, 10, 7)
@@ -55,11 +54,11 @@ typedef struct {
 
 extern ag__h5_table ag__h5;
 
-/* Opens libhdf5 if it is not open and fills ag__h5 (thread-safe): true, or false with why in
- * msg. Every true must be matched by one ag__h5_release. */
+/* Loads libhdf5 (the first time) and fills ag__h5: true, or false with why in msg. A true holds
+ * a process-wide lock until the matching ag__h5_release (HDF5's serial build is not
+ * thread-safe: saves and loads from several threads take turns); not to be nested. */
 bool ag__h5_acquire(char *msg, size_t size);
-/* The last release closes HDF5 and unloads it, giving its memory back (~6 MiB), unless the
- * program had libhdf5 loaded already when it was opened: that copy is the program's and stays. */
+/* Hands back what HDF5's free lists and malloc hold, then the lock. */
 void ag__h5_release(void);
 
 #ifndef AG__H5_TABLE_ITSELF
@@ -132,7 +131,6 @@ void ag__h5_release(void);
 #define H5check_version              ag__h5.H5check_version
 #define H5free_memory                ag__h5.H5free_memory
 #define H5garbage_collect            ag__h5.H5garbage_collect
-#define H5close                      ag__h5.H5close
 #define H5open                       ag__h5.H5open
 #define H5E_TRUNCATED_g              (*ag__h5.H5E_TRUNCATED_g)
 #define H5P_CLS_DATASET_CREATE_ID_g  (*ag__h5.H5P_CLS_DATASET_CREATE_ID_g)
