@@ -1,16 +1,20 @@
 /* libhdf5 is loaded by the first checkpoint save or load, not with libattograd (nn/h5lib.h).
  * This program links libattograd alone (the cmocka tests link libhdf5 themselves, which would
- * hide both the late loading and the lookups in a dlopen'd copy): libhdf5 must not be mapped
- * until the first call, a load of a missing file (which must fail as such); then saves and
- * loads must give back the saved values bit for bit, twice; then saves and loads from 4
- * threads at once must round-trip each thread's values, and the threads must exit cleanly (an
- * earlier design unloaded libhdf5 after each call, and a thread that had saved crashed at its
- * exit, in a thread-specific-data destructor of the unloaded code). Exit 0 only then. */
+ * hide both the late loading and the lookups in a dlopen'd copy). First a child process loads a
+ * checkpoint with a corrupted object header and exits normally: it must report EFORMAT and
+ * print nothing at exit (HDF5 1.10.8's exit handler would). Then, in this process: libhdf5 must
+ * not be mapped until the first call, a load of a missing file (which must fail as such); saves
+ * and loads must give back the saved values bit for bit, twice; saves and loads from 4 threads
+ * at once must round-trip each thread's values, and the threads must exit cleanly (an earlier
+ * design unloaded libhdf5 after each call, and a thread that had saved crashed at its exit, in
+ * a thread-specific-data destructor of the unloaded code). Exit 0 only then. */
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "attograd.h"
@@ -46,6 +50,52 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
+/* in a child: flip a byte of the root group's object header (superblock version 2: its address
+ * at byte 36) of a saved checkpoint, load it, and exit(0) through the exit handlers. The child
+ * reports its steps through one pipe (0 when the load said EFORMAT) and its stderr through
+ * another, read to the end: what the exit handlers print is in err. Not its exit status, which
+ * valgrind's --error-exitcode replaces with its report of HDF5's leak. */
+static bool corrupted_load_in_child(ag_params *p, const char *path, char *err, size_t size) {
+    int out[2], status[2];
+    if (pipe(out) != 0 || pipe(status) != 0) return false;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(out[1], 2);
+        close(out[0]);
+        close(status[0]);
+        char msg[2048], step = 1;
+        FILE *f = NULL;
+        unsigned char d[64], h[16];
+        uint64_t root = 0;
+        if (ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_OK && (step = 2) &&
+            (f = fopen(path, "r+b")) && fread(d, 1, 44, f) == 44 && d[8] == 2 && (step = 3)) {
+            for (int i = 7; i >= 0; i--) root = root << 8 | d[36 + i];
+            if (!fseek(f, (long)root, SEEK_SET) && fread(h, 1, 16, f) == 16 && !memcmp(h, "OHDR", 4) && (step = 4)) {
+                h[12] ^= 1;
+                if (!fseek(f, (long)root, SEEK_SET) && fwrite(h, 1, 16, f) == 16 && !fclose(f) && (step = 5) &&
+                    ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_EFORMAT)
+                    step = 0;
+                f = NULL;
+            }
+        }
+        if (f) fclose(f);
+        if (write(status[1], &step, 1) != 1) step = 9;
+        exit(0);
+    }
+    close(out[1]);
+    close(status[1]);
+    char step = 99;
+    bool got_step = read(status[0], &step, 1) == 1;
+    ssize_t n, got = 0;
+    while (got < (ssize_t)size - 1 && (n = read(out[0], err + got, size - 1 - (size_t)got)) > 0) got += n;
+    err[got] = 0;
+    close(out[0]);
+    close(status[0]);
+    waitpid(pid, NULL, 0);
+    if (!got_step || step != 0) fprintf(stderr, "the child stopped at step %d\n", step);
+    return got_step && step == 0;
+}
+
 static int fail(const char *what, const char *msg) {
     fprintf(stderr, "%s: %s\n", what, msg);
     return 1;
@@ -60,9 +110,15 @@ int main(void) {
     float *saved = malloc(sizeof(float) * (size_t)p->numel);
     memcpy(saved, v, sizeof(float) * (size_t)p->numel);
     if (hdf5_mapped()) return fail("before any checkpoint call", "libhdf5 is mapped");
-
     char dir[] = "/tmp/ag_h5_XXXXXX", path[64], msg[2048];
     if (!mkdtemp(dir)) return fail("mkdtemp", "failed");
+    snprintf(path, sizeof path, "%s/corrupt.h5", dir);
+    char err[4096];
+    if (!corrupted_load_in_child(p, path, err, sizeof err)) return fail("a corrupted checkpoint's load in a child", err);
+    if (strstr(err, "HDF5")) return fail("a child that loaded a corrupted checkpoint printed at exit", err);
+    unlink(path);
+    if (hdf5_mapped()) return fail("before any checkpoint call (the child's do not count)", "libhdf5 is mapped");
+
     snprintf(path, sizeof path, "%s/none.h5", dir);
     if (ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CKPT_EIO || !strstr(msg, "none.h5"))
         return fail("loading a missing file", msg);
