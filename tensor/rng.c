@@ -111,35 +111,42 @@ static void round_keys(uint64_t seed, uint32_t key[10][2]) {
 #define NV 2 /* chains: measured fastest on Zen 3 (4: 7 % slower, 1: 27 %) */
 #define STEP 32 /* draws per step: 16 blocks, STEP / (8 NV) calls of philox_avx2 (64 mask words) */
 
+/* The Philox block function on nvec vectors of blocks, written once for both widths
+ * (philox_avx2, philox_avx512) with the width's intrinsics: set1, mul (vpmuludq), xor, srl
+ * (64-bit shift right); ctr(v) is vector v's block counters. Needs m0, m1 (the multipliers),
+ * key and w in scope. Round 0: words 2 and 3 are the same constants in every lane. */
+#define PHILOX_BODY(nvec, ctr, set1, mul, xor, srl)                                                                   \
+    do {                                                                                                           \
+        __typeof__(w[0][0]) c0[nvec], c1[nvec], c2[nvec], c3[nvec];                                               \
+        uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);                                                     \
+        __typeof__(m0) x0 = set1(h1 ^ key[0][0]), x2 = set1(PHILOX_W1 ^ key[0][1]);                               \
+        for (int v = 0; v < (nvec); v++) {                                                                         \
+            __typeof__(m0) ctrv = ctr(v), p0 = mul(m0, ctrv);                                                      \
+            c0[v] = xor(srl(ctrv, 32), x0);                                                                        \
+            c1[v] = set1(l1);                                                                                      \
+            c2[v] = xor(srl(p0, 32), x2);                                                                          \
+            c3[v] = p0;                                                                                            \
+        }                                                                                                          \
+        for (int r = 1; r < 10; r++) {                                                                             \
+            __typeof__(m0) k0 = set1(key[r][0]), k1 = set1(key[r][1]);                                             \
+            for (int v = 0; v < (nvec); v++) {                                                                     \
+                __typeof__(m0) p0 = mul(m0, c0[v]), p1 = mul(m1, c2[v]);                                           \
+                c0[v] = xor(xor(srl(p1, 32), c1[v]), k0);                                                          \
+                c2[v] = xor(xor(srl(p0, 32), c3[v]), k1);                                                          \
+                c1[v] = p1;                                                                                        \
+                c3[v] = p0;                                                                                        \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (int v = 0; v < (nvec); v++) w[0][v] = c0[v], w[1][v] = c1[v], w[2][v] = c2[v], w[3][v] = c3[v];      \
+    } while (0)
+
 /* w[j][v]: word j of philox(seed, blk + 4v + lane); key[r] holds round r's key words */
 static inline TARGET void philox_avx2(const uint32_t key[10][2], uint64_t blk, __m256i w[4][NV]) {
     const __m256i m0 = _mm256_set1_epi64x(PHILOX_M0), m1 = _mm256_set1_epi64x(PHILOX_M1);
-    const __m256i bmask = _mm256_set1_epi64x((long long)BLOCK_MASK);
-    __m256i c0[NV], c1[NV], c2[NV], c3[NV];
-    /* round 0: words 2 and 3 are the same constants in every lane */
-    uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);
-    __m256i x0 = _mm256_set1_epi64x(h1 ^ key[0][0]), x2 = _mm256_set1_epi64x(PHILOX_W1 ^ key[0][1]);
-    for (int v = 0; v < NV; v++) {
-        __m256i ctrv = _mm256_and_si256(_mm256_add_epi64(_mm256_set1_epi64x((long long)blk),
-                                                         _mm256_setr_epi64x(4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3)),
-                                        bmask);
-        __m256i p0 = _mm256_mul_epu32(m0, ctrv);
-        c0[v] = _mm256_xor_si256(_mm256_srli_epi64(ctrv, 32), x0);
-        c1[v] = _mm256_set1_epi64x(l1);
-        c2[v] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), x2);
-        c3[v] = p0;
-    }
-    for (int r = 1; r < 10; r++) {
-        __m256i k0 = _mm256_set1_epi64x(key[r][0]), k1 = _mm256_set1_epi64x(key[r][1]);
-        for (int v = 0; v < NV; v++) {
-            __m256i p0 = _mm256_mul_epu32(m0, c0[v]), p1 = _mm256_mul_epu32(m1, c2[v]);
-            c0[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[v]), k0);
-            c2[v] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[v]), k1);
-            c1[v] = p1;
-            c3[v] = p0;
-        }
-    }
-    for (int v = 0; v < NV; v++) w[0][v] = c0[v], w[1][v] = c1[v], w[2][v] = c2[v], w[3][v] = c3[v];
+    const __m256i bmask = _mm256_set1_epi64x((long long)BLOCK_MASK), base = _mm256_set1_epi64x((long long)blk);
+#define CTR(v) _mm256_and_si256(_mm256_add_epi64(base, _mm256_setr_epi64x(4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3)), bmask)
+    PHILOX_BODY(NV, CTR, _mm256_set1_epi64x, _mm256_mul_epu32, _mm256_xor_si256, _mm256_srli_epi64);
+#undef CTR
 }
 
 /* bit j of a 4-bit lane mask to bit 4j: lane j of a vector holds words 4j .. 4j + 3 of its 16 */
@@ -213,32 +220,13 @@ static TARGET void uniform_avx2(uint64_t seed, uint64_t counter, int64_t n, doub
 /* w[j][v]: word j of philox(seed, blk + 8v + lane), as philox_avx2 */
 static inline TARGET512 void philox_avx512(const uint32_t key[10][2], uint64_t blk, __m512i w[4][2]) {
     const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
-    const __m512i bmask = _mm512_set1_epi64((long long)BLOCK_MASK);
-    __m512i c0[2], c1[2], c2[2], c3[2];
-    uint32_t h1, l1 = mulhilo(PHILOX_M1, PHILOX_W0, &h1);
-    __m512i x0 = _mm512_set1_epi64(h1 ^ key[0][0]), x2 = _mm512_set1_epi64(PHILOX_W1 ^ key[0][1]);
-    for (int v = 0; v < 2; v++) {
-        __m512i ctrv = _mm512_and_si512(
-            _mm512_add_epi64(_mm512_set1_epi64((long long)blk), _mm512_setr_epi64(8 * v, 8 * v + 1, 8 * v + 2, 8 * v + 3,
-                                                                                  8 * v + 4, 8 * v + 5, 8 * v + 6, 8 * v + 7)),
-            bmask);
-        __m512i p0 = _mm512_mul_epu32(m0, ctrv);
-        c0[v] = _mm512_xor_si512(_mm512_srli_epi64(ctrv, 32), x0);
-        c1[v] = _mm512_set1_epi64(l1);
-        c2[v] = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), x2);
-        c3[v] = p0;
-    }
-    for (int r = 1; r < 10; r++) {
-        __m512i k0 = _mm512_set1_epi64(key[r][0]), k1 = _mm512_set1_epi64(key[r][1]);
-        for (int v = 0; v < 2; v++) {
-            __m512i p0 = _mm512_mul_epu32(m0, c0[v]), p1 = _mm512_mul_epu32(m1, c2[v]);
-            c0[v] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), c1[v]), k0);
-            c2[v] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), c3[v]), k1);
-            c1[v] = p1;
-            c3[v] = p0;
-        }
-    }
-    for (int v = 0; v < 2; v++) w[0][v] = c0[v], w[1][v] = c1[v], w[2][v] = c2[v], w[3][v] = c3[v];
+    const __m512i bmask = _mm512_set1_epi64((long long)BLOCK_MASK), base = _mm512_set1_epi64((long long)blk);
+#define CTR(v)                                                                                                      \
+    _mm512_and_si512(_mm512_add_epi64(base, _mm512_add_epi64(_mm512_set1_epi64(8 * v),                              \
+                                                             _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7))),             \
+                     bmask)
+    PHILOX_BODY(2, CTR, _mm512_set1_epi64, _mm512_mul_epu32, _mm512_xor_si512, _mm512_srli_epi64);
+#undef CTR
 }
 
 /* below64_avx2's bits: lane j of vector v is block 8v + j, whose word q is bit 32v + 4j + q */
