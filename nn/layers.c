@@ -745,7 +745,7 @@ ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng) 
     return dropout(&RELU_DROPOUT_, x, p, training, rng);
 }
 
-/* ==== the feed-forward block, recomputed in backward ======================================== */
+/* ==== the feed-forward block ============================================================== */
 
 /* Rows of the hidden activation computed at a time, forward and backward: about 512 KiB of f32
  * for the activation (and as much for its gradient) whatever the batch, but at least 512 rows:
@@ -765,18 +765,20 @@ static mat rows_from(mat a, int64_t r0, size_t es) {
     return a;
 }
 
-/* saved[0]: the keep bits of the hidden dropout (NULL when p is 0); in: x, w1, b1, w2, b2.
- * Block by block of rows: a = dropout(relu(x w1ᵀ + b1)) again with the stored mask, then
- * dw2 += gᵀ a, db2 += Σ g, da = g w2 → dh = (a ≠ 0)·da·scale, dw1 += dhᵀ x, db1 += Σ dh, dx = dh w1.
- * The weight gradients sum the blocks in order: fixed for a shape, whatever the thread count. */
+/* saved[0], saved[1]: the hidden activation a = dropout(relu(x w1ᵀ + b1)) packed (ag__nz_pack:
+ * which elements are nonzero, and those); in: x, w1, b1, w2, b2. Block by block of rows: a
+ * unpacked, then dw2 += gᵀ a, db2 += Σ g, da = g w2 → dh = (a ≠ 0)·da·scale, dw1 += dhᵀ x,
+ * db1 += Σ dh, dx = dh w1. The weight gradients sum the blocks in order: fixed for a shape,
+ * whatever the thread count. */
 static void feed_forward_backward(ag_node *n) {
     ag_tensor *x = n->in[0], *w1 = n->in[1], *b1 = n->in[2], *w2 = n->in[3], *g = n->out->grad;
     ag_dtype dt = g->dtype;
     size_t es = ag_dtype_size(dt);
     int64_t d = w1->shape[1], ff = w1->shape[0], out = w2->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
-    int64_t rows = ff_block_rows(ff);
+    int64_t rows = ff_block_rows(ff), packed = 0;
     double p = n->ctx.d[0], scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
-    uint8_t *bits = n->saved[0] ? (uint8_t *)ag__ptr(n->saved[0]) : NULL;
+    const uint8_t *nz = (const uint8_t *)ag__ptr(n->saved[0]);
+    const char *vals = ag__ptr(n->saved[1]);
     mat xm, w1m, w2m;
     operand(x, m, d, &xm);
     operand(w1, ff, d, &w1m);
@@ -790,17 +792,16 @@ static void feed_forward_backward(ag_node *n) {
         int64_t r = m - r0 < rows ? m - r0 : rows;
         mat xr = rows_from(xm, r0, es);
         const char *gr = ag__ptr(g) + (size_t)(r0 * out) * es;
-        linear_fwd(dt, xr, w1m, b1, r, d, ff, ag__ptr(a));
-        drop_apply(dt, ag__ptr(a), ag__ptr(a), r * ff, r0 * ff, p, true, 0, 0, bits, true);
+        packed += ag__nz_unpack(dt, nz, r0 * ff, r * ff, vals + (size_t)packed * es, ag__ptr(a));
         linear_bwd(dt, gr, (mat){ag__ptr(a), false, max1(ff)}, w2m, r, ff, out, ag__ptr(da), true, dw2, db2);
         if (dt == AG_F32) drop_bwd_f32(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, (float)scale, false);
         else drop_bwd_f64(NULL, ag__ptr(a), ag__ptr(da), ag__ptr(da), r * ff, scale, false);
         linear_bwd(dt, ag__ptr(da), xr, w1m, r, d, ff, dx ? dx + (size_t)(r0 * d) * es : NULL, fresh, dw1, db1);
     }
 }
-/* x, w1, b1, w2: the hidden activation is recomputed from them; not b2 */
+/* x (dw1), w1 (dx), w2 (da): b1 and b2 are not read */
 static const ag_op FEED_FORWARD = {"ag_feed_forward", feed_forward_backward,
-                                   AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(2) | AG_SAVES_INPUT(3)};
+                                   AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(3)};
 
 ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
                            bool training, ag_rng *rng) {
@@ -826,30 +827,36 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
     shape[x->ndim - 1] = out;
     ag_tensor *y = ag__new(dt, x->ndim, shape);
     bool record = ag_any_requires_grad(5, (ag_tensor *[]){x, w1, b1, w2, b2});
-    ag_tensor *bits = record && p > 0 ? ag__new(AG_BOOL, 1, (int64_t[]){(m * ff + 7) / 8}) : NULL;
+    ag_tensor *nz = record ? ag__new(AG_BOOL, 1, (int64_t[]){(m * ff + 7) / 8}) : NULL;
     ag_arena *arena = ag_arena_current();
-    ag_arena_mark mark = ag_arena_get_mark(arena); /* the hidden activation is scratch */
+    ag_arena_mark mark = ag_arena_get_mark(arena); /* the dense hidden activation is scratch */
     mat xm, w1m, w2m;
     operand(x, m, d, &xm);
     operand(w1, ff, d, &w1m);
     operand(w2, out, ff, &w2m);
     ag_rng *r = rng ? rng : ag_rng_global();
     size_t es = ag_dtype_size(dt);
-    int64_t rows = ff_block_rows(ff);
+    int64_t rows = ff_block_rows(ff), packed = 0;
     ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff));
+    char *vals = record ? ag_arena_alloc(arena, (size_t)(m * ff) * es) : NULL; /* room for all, kept: the packed */
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
         int64_t n = m - r0 < rows ? m - r0 : rows;
         linear_fwd(dt, rows_from(xm, r0, es), w1m, b1, n, d, ff, ag__ptr(a));
-        drop_apply(dt, ag__ptr(a), ag__ptr(a), n * ff, r0 * ff, p, true, r->seed, r->counter,
-                   bits ? (uint8_t *)ag__ptr(bits) : NULL, false);
+        drop_apply(dt, ag__ptr(a), ag__ptr(a), n * ff, r0 * ff, p, true, r->seed, r->counter, NULL, false);
+        if (record) packed += ag__nz_pack(dt, ag__ptr(a), n * ff, r0 * ff, (uint8_t *)ag__ptr(nz), vals + (size_t)packed * es);
         linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, n, ff, out, ag__ptr(y) + (size_t)(r0 * out) * es);
     }
     drop_advance(r, m * ff, p);
-    ag_arena_rewind(arena, mark);
-    ag_node *n = ag_finish(&FEED_FORWARD, y, 5, (ag_tensor *[]){x, w1, b1, w2, b2});
-    if (n) {
-        n->saved[0] = bits;
-        n->ctx.d[0] = p;
+    ag_tensor *kept = NULL;
+    if (record) /* the packed values to the mark, in place of the scratch */
+        kept = ag_wrap(dt, 1, (int64_t[]){packed}, ag__arena_rewind_move(arena, mark, vals, (size_t)packed * es));
+    else
+        ag_arena_rewind(arena, mark);
+    ag_node *nd = ag_finish(&FEED_FORWARD, y, 5, (ag_tensor *[]){x, w1, b1, w2, b2});
+    if (nd) {
+        nd->saved[0] = nz;
+        nd->saved[1] = kept;
+        nd->ctx.d[0] = p;
     }
     return y;
 }

@@ -83,10 +83,11 @@ ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng);
 
 /* ---- the Transformer's feed-forward block ------------------------------------------------- */
 /* y = dropout(relu(x w1ᵀ + b1)) w2ᵀ + b2, the values of ag_linear → ag_relu_dropout_ → ag_linear
- * (same rng draws), holding no (..., ff) activation: backward recomputes it from x and a one-bit
- * keep mask (one extra GEMM per step for memory: the hidden activation is the largest tensor of
- * a Transformer layer). x (..., d), w1 (ff, d), b1 (ff) or NULL, w2 (out, ff), b2 (out) or NULL
- * -> (..., out). Backward reads x, so x must keep its values until then (checked). */
+ * (same rng draws), holding its (..., ff) hidden activation for backward packed: one bit per
+ * element and the nonzero elements (after relu and dropout about half), not the dense tensor
+ * and its keep mask (the hidden activation is the largest tensor of a Transformer layer).
+ * x (..., d), w1 (ff, d), b1 (ff) or NULL, w2 (out, ff), b2 (out) or NULL -> (..., out).
+ * Backward reads x, w1 and w2, so they must keep their values until then (checked). */
 ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
                            bool training, ag_rng *rng);
 

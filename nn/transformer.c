@@ -194,9 +194,9 @@ static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, 
     return attn_run(&c, in);
 }
 
-/* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block. relu: one op that recomputes
- * its (N,L,ff) activation in backward (ag_feed_forward), unless keep_ff_activation asks for the
- * composed ops when backward will run; gelu: composed, its dropout in place (gelu's backward
+/* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block. relu: one op that keeps its
+ * (N,L,ff) activation packed for backward (ag_feed_forward), unless keep_ff_activation asks for
+ * the composed ops when backward will run; gelu: composed, its dropout in place (gelu's backward
  * reads gelu's input). The last dropout is in place (linear's output). */
 static ag_tensor *ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
                            const ag_transformer_args *a) {

@@ -138,6 +138,17 @@ void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t first, int64_t
                          uint8_t *keep, uint8_t *bits);
 const char *ag__rng_vector_path(void);
 
+/* Nonzero packing (tensor/nzpack.c): elements e0 .. e0+n-1 of a float array (x is element e0)
+ * into bit e of bits (1: its bits are not all zero; the bytes past the range keep their other
+ * bits) and the nonzero elements, bit for bit and in order, into vals (room for n); returns how
+ * many. Unpacking writes them back into x, zeros elsewhere, and returns how many it read. The
+ * _isa forms run the given path (AG_ISA_NONE: the scalar one), which the CPU must have. */
+int64_t ag__nz_pack(ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
+int64_t ag__nz_unpack(ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals, void *x);
+int64_t ag__nz_pack_isa(ag__isa isa, ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
+int64_t ag__nz_unpack_isa(ag__isa isa, ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals,
+                          void *x);
+
 /* Check that t is non-NULL and of a float dtype; reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);
 bool ag__check_not_null(const char *op, const ag_tensor *t);

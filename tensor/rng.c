@@ -267,14 +267,8 @@ static void keep_steps(uint64_t (*below)(const uint32_t key[10][2], uint64_t blk
 }
 #endif
 
-/* The masks' path: AVX-512 where the GEMM runs AVX-512 (so AG_GEMM=avx2 switches it too, as it
- * does the attention kernels: tensor/gemm.h), else AVX2 where the CPU has it */
-static ag__isa keep_isa(void) {
-    return ag__sgemm_isa_in_use() == AG_ISA_AVX512 ? AG_ISA_AVX512 : ag__cpu_isa() == AG_ISA_NONE ? AG_ISA_NONE : AG_ISA_AVX2;
-}
-
 const char *ag__rng_vector_path(void) {
-    return ag__cpu_isa() == AG_ISA_NONE ? NULL : keep_isa() == AG_ISA_AVX512 ? "AVX2 draws, AVX-512 masks" : "AVX2";
+    return ag__cpu_isa() == AG_ISA_NONE ? NULL : ag__vector_isa() == AG_ISA_AVX512 ? "AVX2 draws, AVX-512 masks" : "AVX2";
 }
 
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out) {
@@ -300,7 +294,7 @@ void ag__rng_keep_isa(ag__isa isa, uint64_t seed, uint64_t counter, int64_t firs
 
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
                   uint8_t *keep, uint8_t *bits) {
-    ag__rng_keep_isa(keep_isa(), seed, counter, first, n, t, at_least, keep, bits);
+    ag__rng_keep_isa(ag__vector_isa(), seed, counter, first, n, t, at_least, keep, bits);
 }
 
 /* ---- the public generator ---- */

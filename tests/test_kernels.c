@@ -7,7 +7,8 @@
  * Each kernel set the CPU can run (tensor/gemm_kernels.h: AVX-512 8×32, AVX2 6×16) is also
  * driven directly through both paths of the driver, at sizes around its own tile and blocks.
  * The fused small-attention kernels (nn/attention_small.h) against a double-precision softmax
- * attention and its backward, around their tile edges (8-row blocks, 16-lane head chunks). */
+ * attention and its backward, around their tile edges (8-row blocks, 16-lane head chunks).
+ * Nonzero packing (tensor/nzpack.c) on every path against an element-by-element reference. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "../nn/attention_small.h"
 #include "../tensor/gemm.h"
 #include "../tensor/gemm_kernels.h"
+#include "../tensor/internal.h"
 #include "test_util.h"
 
 /* distance in units in the last place, for finite floats of one sign */
@@ -428,6 +430,67 @@ static void test_small_attention_matches_double_reference_around_tile_edges(void
 #endif
 }
 
+/* elements e0 .. e0+n-1 of an f32 or f64 array (es bytes each) whose bits are x (half of them
+ * zero, and -0.0, NaNs and subnormals among the rest), packed and unpacked on path isa: the bits
+ * and values against a reference, nothing written outside the range or past the count, nothing
+ * read past the packed values (vals holds exactly that many: ASan would see an over-read) */
+static void check_nz(ag__isa isa, ag_dtype dt, int64_t e0, int64_t n, uint64_t seed) {
+    size_t es = ag_dtype_size(dt);
+    int64_t nb = (e0 + n + 7) / 8 + 1;
+    unsigned char *x = malloc((size_t)n * es + 1), *ref = malloc((size_t)n * es + 1), *vals = malloc((size_t)n * es + 1);
+    unsigned char *y = malloc((size_t)n * es + 1);
+    uint8_t *bits = malloc((size_t)nb), *bits_ref = malloc((size_t)nb);
+    memset(bits, 0xA5, (size_t)nb), memset(bits_ref, 0xA5, (size_t)nb), memset(vals, 0xEE, (size_t)n * es + 1);
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        uint64_t r = seed >> 11;
+        double v = r % 16 == 1 ? -0.0 : r % 16 == 2 ? NAN : r % 16 == 3 ? 1e-310 : (double)(r % 1000) - 500;
+        if (r % 16 > 3 && r % 2) v = 0;
+        if (dt == AG_F32) {
+            float f = r % 16 == 3 ? 1e-40f : (float)v;
+            memcpy(x + i * 4, &f, 4);
+        } else {
+            memcpy(x + i * 8, &v, 8);
+        }
+        bool nz = false;
+        for (size_t b = 0; b < es; b++) nz |= x[i * es + b] != 0;
+        int64_t e = e0 + i;
+        bits_ref[e >> 3] = (uint8_t)((bits_ref[e >> 3] & ~(1u << (e & 7))) | (unsigned)nz << (e & 7));
+        if (nz) memcpy(ref + count++ * (int64_t)es, x + i * es, es);
+    }
+    int64_t got = ag__nz_pack_isa(isa, dt, x, n, e0, bits, vals);
+    if (got != count || memcmp(bits, bits_ref, (size_t)nb) || memcmp(vals, ref, (size_t)count * es))
+        fail_msg("pack, path %d, %s, e0 %lld, n %lld: count %lld (expected %lld), bits %s, values %s", (int)isa,
+                 ag_dtype_name(dt), (long long)e0, (long long)n, (long long)got, (long long)count,
+                 memcmp(bits, bits_ref, (size_t)nb) ? "differ" : "equal", memcmp(vals, ref, (size_t)count * es) ? "differ" : "equal");
+    for (int64_t i = count * (int64_t)es; i < n * (int64_t)es; i++) assert_int_equal(vals[i], 0xEE);
+    unsigned char *packed = malloc((size_t)count * es + 1); /* exactly the values */
+    memcpy(packed, vals, (size_t)count * es);
+    memset(y, 0x7F, (size_t)n * es + 1);
+    assert_int_equal(ag__nz_unpack_isa(isa, dt, bits, e0, n, packed, y), count);
+    if (memcmp(y, x, (size_t)n * es)) fail_msg("unpack, path %d, %s, e0 %lld, n %lld: differs", (int)isa, ag_dtype_name(dt), (long long)e0, (long long)n);
+    assert_int_equal(y[n * (int64_t)es], 0x7F);
+    free(x), free(ref), free(vals), free(y), free(bits), free(bits_ref), free(packed);
+}
+
+static void test_nonzero_packing_round_trips_bit_for_bit_on_every_path(void **s) {
+    /* starts inside a byte and at chunk (2048) edges; lengths around the vector widths; one
+     * range of more than one group of chunks (256 x 2048 elements), at 1 and 2 threads */
+    static const int64_t E0[] = {0, 1, 5, 8, 13, 2045, 2048, 4096 + 3};
+    static const int64_t N[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 2047, 2048, 2051, 5000, 70001};
+    uint64_t seed = 1;
+    for (int isa = AG_ISA_NONE; isa <= (int)ag__cpu_isa(); isa++)
+        for (int f = 0; f < 2; f++)
+            for (size_t i = 0; i < sizeof E0 / sizeof *E0; i++)
+                for (size_t j = 0; j < sizeof N / sizeof *N; j++)
+                    check_nz((ag__isa)isa, f ? AG_F64 : AG_F32, E0[i], N[j], seed++);
+    for (int t = 1; t <= 2; t++) {
+        omp_set_num_threads(t);
+        for (int isa = AG_ISA_NONE; isa <= (int)ag__cpu_isa(); isa++) check_nz((ag__isa)isa, AG_F32, 3, 600000, 99);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expf_within_two_ulp_of_libm_and_zero_below_the_normal_range),
@@ -438,6 +501,7 @@ int main(void) {
         cmocka_unit_test(test_each_kernel_set_matches_the_witness_around_its_tile_and_block_edges),
         cmocka_unit_test(test_each_kernel_set_gives_the_same_bits_at_one_and_two_threads),
         cmocka_unit_test(test_small_attention_matches_double_reference_around_tile_edges),
+        cmocka_unit_test(test_nonzero_packing_round_trips_bit_for_bit_on_every_path),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

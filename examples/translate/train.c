@@ -522,7 +522,7 @@ int cmd_train(int argc, char **argv) {
         {"--recompute-attention", OPT_FLAG, &o.recompute_attention,
          "      Transformer: recompute attention in backward (less memory, slower steps, same results)"},
         {"--keep-ff-activation", OPT_FLAG, &o.keep_ff_activation,
-         "      Transformer: keep the feed-forward activation for backward (more memory, faster steps)"},
+         "      Transformer: keep the feed-forward activation dense, as PyTorch does, not packed (more memory)"},
         {"--help", OPT_FLAG, &o.help, "      this text"},
         {NULL, 0, NULL, NULL},
     };

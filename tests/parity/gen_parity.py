@@ -188,7 +188,7 @@ def family_nn_layers(f):
     write_case(f, "feed_forward_two_row_blocks", "feed_forward", "f32", [x, w1, b1, w2, b2],
                [F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)],
                "linear2(relu(linear1(x))) with dropout 0: 300 rows x 512 hidden, so attograd's backward "
-               "recomputes the hidden activation in two row blocks", grad_outputs="random")
+               "unpacks the hidden activation in two row blocks", grad_outputs="random")
     r = leaf(torch.randn(4, 5))
     write_case(f, "relu_dropout_inplace_eval", "relu_dropout_", "f32", [r], [F.relu(r * 1.0)],
                "ag_relu_dropout_ not training: relu in place on a non-leaf (x * 1)", grad_outputs="random")
