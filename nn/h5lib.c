@@ -8,9 +8,16 @@
 #include <malloc.h>
 #endif
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__) && defined(__GLIBC__)
+#include <link.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#define AG_H5_DROP_PAGES 1
+#endif
 
 /* AG_HDF5_SONAME: the file name the dynamic loader found libhdf5 under when meson linked a test
  * program against it (its soname), so that dlopen finds the same library a direct link would. */
@@ -45,9 +52,60 @@ static void *lookup(const char *name, char *why, size_t size) {
  * printing goes off at exit. */
 static void quiet_exit(void) { ag__h5.H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
+/* Between calls, the pages libhdf5 and its dependencies read from their files (code and
+ * read-only data: ~8 MiB after a save, of the ~10 MiB the load adds) would stay in the
+ * process's resident set while it trains on, although nothing of HDF5 runs. They are unmapped
+ * after each call (madvise MADV_DONTNEED) and come back from the page cache, by minor page
+ * faults, at the next. Only where that changes nothing but residency: the non-writable
+ * segments (PT_LOAD without PF_W, whole pages) of the objects that loading libhdf5 added, and
+ * not of one with text relocations (whose code pages are private copies that MADV_DONTNEED
+ * would drop). The writable segments, relocated data included, stay as they are. */
+#ifdef AG_H5_DROP_PAGES
+#define MAX_SPANS 512
+static struct {
+    uintptr_t lo, hi;
+} spans[MAX_SPANS];
+static int nspans;
+
+static int count_objects(struct dl_phdr_info *info, size_t size, void *n) {
+    (void)info, (void)size;
+    ++*(int *)n;
+    return 0;
+}
+
+static bool has_textrel(const struct dl_phdr_info *info) {
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
+        for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr); d->d_tag != DT_NULL;
+             d++)
+            if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL))) return true;
+    }
+    return false;
+}
+
+/* objects from index *first on (those loaded after the count was taken): their spans */
+static int add_spans(struct dl_phdr_info *info, size_t size, void *first) {
+    (void)size;
+    if ((*(int *)first)-- > 0 || has_textrel(info)) return 0;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < info->dlpi_phnum && nspans < MAX_SPANS; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
+        uintptr_t lo = (info->dlpi_addr + ph->p_vaddr + page - 1) & ~(page - 1);
+        uintptr_t hi = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz) & ~(page - 1);
+        if (hi > lo) spans[nspans].lo = lo, spans[nspans].hi = hi, nspans++;
+    }
+    return 0;
+}
+#endif
+
 /* dlopen and fill the table; false with why set (nothing left loaded) */
 static bool load(char *why, size_t size) {
     why[0] = 0;
+#ifdef AG_H5_DROP_PAGES
+    int before = 0;
+    dl_iterate_phdr(count_objects, &before);
+#endif
     /* RTLD_LOCAL: HDF5's symbols stay out of the global namespace; a program that links libhdf5
      * itself gets that same copy back (same soname) */
     lib = dlopen(AG_HDF5_SONAME, RTLD_LAZY | RTLD_LOCAL);
@@ -70,6 +128,9 @@ static bool load(char *why, size_t size) {
     }
     /* H5open registers HDF5's exit handler; ours, registered after it, runs before it */
     if (ag__h5.H5open() >= 0) atexit(quiet_exit);
+#ifdef AG_H5_DROP_PAGES
+    dl_iterate_phdr(add_spans, &before);
+#endif
     return true;
 }
 
@@ -86,6 +147,10 @@ void ag__h5_release(void) {
     /* HDF5 keeps what its free lists hold after a file closes (0.9 MiB after a save of the
      * translation model): hand it back to malloc */
     ag__h5.H5garbage_collect();
+#ifdef AG_H5_DROP_PAGES
+    for (int i = 0; i < nspans; i++) /* advice: a refusal changes nothing */
+        madvise((void *)spans[i].lo, spans[i].hi - spans[i].lo, MADV_DONTNEED);
+#endif
     pthread_mutex_unlock(&lock);
 #ifdef __GLIBC__
     /* and malloc gives freed memory (HDF5's chunk and filter buffers: 6-9 MiB after a save)
