@@ -96,81 +96,72 @@ static inline T2 __m256i perm_lanes(uint32_t p) {
     return _mm256_srlv_epi32(_mm256_set1_epi32((int)p), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
 }
 
-static T2 int64_t pack_avx2(const char *x_, int64_t lo, int64_t hi, uint8_t *bits, char *vals_, int64_t cap) {
-    const float *x = (const float *)x_;
-    float *vals = (float *)vals_;
-    int64_t a, b;
-    vector_part(lo, hi, 8, &a, &b);
-    int64_t c = pack_u32(x_, lo, a, bits, vals_, cap);
-    for (int64_t e = a; e < b; e += 8) {
-        __m256 v = _mm256_loadu_ps(x + e);
-        __m256i zero = _mm256_cmpeq_epi32(_mm256_castps_si256(v), _mm256_setzero_si256());
-        unsigned m = ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zero)) & 0xFF;
-        int k = __builtin_popcount(m);
-        bits[e >> 3] = (uint8_t)m;
-        if (vals) { /* all 8 lanes while there is room (AMD's masked stores are slow) */
-            __m256 packed = _mm256_permutevar8x32_ps(v, perm_lanes(PACK_PERM[m]));
-            if (c + 8 <= cap) _mm256_storeu_ps(vals + c, packed);
-            else _mm256_maskstore_ps(vals + c, ag__avx2_first(k), packed);
-        }
-        c += k;
+/* One vector of elements: x's (w of them; bits for them at bits, whole bytes), the packed
+ * values from vals on with room for room of them; the steps return how many they packed or
+ * read. Whole vectors are stored and loaded while there is room (AMD's masked stores are slow). */
+#define STEP static inline __attribute__((always_inline))
+STEP T2 int pack_step_avx2(const float *x, uint8_t *bits, float *vals, int64_t room) {
+    __m256 v = _mm256_loadu_ps(x);
+    __m256i zero = _mm256_cmpeq_epi32(_mm256_castps_si256(v), _mm256_setzero_si256());
+    unsigned m = ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zero)) & 0xFF;
+    int k = __builtin_popcount(m);
+    *bits = (uint8_t)m;
+    if (vals) {
+        __m256 packed = _mm256_permutevar8x32_ps(v, perm_lanes(PACK_PERM[m]));
+        if (room >= 8) _mm256_storeu_ps(vals, packed);
+        else _mm256_maskstore_ps(vals, ag__avx2_first(k), packed);
     }
-    return c + pack_u32(x_, b, hi, bits, vals ? (char *)(vals + c) : NULL, cap - c);
+    return k;
 }
-
-static T2 int64_t unpack_avx2(const uint8_t *bits, int64_t lo, int64_t hi, const char *vals_, int64_t cap, char *x_) {
-    float *x = (float *)x_;
-    const float *vals = (const float *)vals_;
+STEP T2 int unpack_step_avx2(const uint8_t *bits, const float *vals, int64_t room, float *x) {
     const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    int64_t a, b;
-    vector_part(lo, hi, 8, &a, &b);
-    int64_t c = unpack_u32(bits, lo, a, vals_, cap, x_);
-    for (int64_t e = a; e < b; e += 8) {
-        unsigned m = bits[e >> 3];
-        int k = __builtin_popcount(m);
-        __m256 p = c + 8 <= cap ? _mm256_loadu_ps(vals + c) : _mm256_maskload_ps(vals + c, ag__avx2_first(k));
-        p = _mm256_permutevar8x32_ps(p, perm_lanes(UNPACK_PERM[m]));
-        __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), lane_bit), lane_bit);
-        _mm256_storeu_ps(x + e, _mm256_and_ps(_mm256_castsi256_ps(set), p));
-        c += k;
-    }
-    return c + unpack_u32(bits, b, hi, (const char *)(vals + c), cap - c, x_);
+    unsigned m = *bits;
+    int k = __builtin_popcount(m);
+    __m256 p = room >= 8 ? _mm256_loadu_ps(vals) : _mm256_maskload_ps(vals, ag__avx2_first(k));
+    p = _mm256_permutevar8x32_ps(p, perm_lanes(UNPACK_PERM[m]));
+    __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), lane_bit), lane_bit);
+    _mm256_storeu_ps(x, _mm256_and_ps(_mm256_castsi256_ps(set), p));
+    return k;
+}
+STEP T512 int pack_step_avx512(const float *x, uint8_t *bits, float *vals, int64_t room) {
+    __m512i v = _mm512_loadu_si512(x);
+    uint16_t m = (uint16_t)_mm512_test_epi32_mask(v, v);
+    int k = __builtin_popcount(m);
+    memcpy(bits, &m, 2);
+    if (vals) _mm512_mask_storeu_epi32(vals, (__mmask16)((1u << k) - 1), _mm512_maskz_compress_epi32(m, v));
+    (void)room; /* masked stores are fast here */
+    return k;
+}
+STEP T512 int unpack_step_avx512(const uint8_t *bits, const float *vals, int64_t room, float *x) {
+    uint16_t m;
+    memcpy(&m, bits, 2);
+    int k = __builtin_popcount(m);
+    (void)room;
+    _mm512_storeu_si512(x, _mm512_maskz_expand_epi32(m, _mm512_maskz_loadu_epi32((__mmask16)((1u << k) - 1), vals)));
+    return k;
 }
 
-static T512 int64_t pack_avx512(const char *x_, int64_t lo, int64_t hi, uint8_t *bits, char *vals_, int64_t cap) {
-    const float *x = (const float *)x_;
-    float *vals = (float *)vals_;
-    int64_t a, b;
-    vector_part(lo, hi, 16, &a, &b);
-    int64_t c = pack_u32(x_, lo, a, bits, vals_, cap);
-    for (int64_t e = a; e < b; e += 16) {
-        __m512i v = _mm512_loadu_si512(x + e);
-        __mmask16 m = _mm512_test_epi32_mask(v, v);
-        uint16_t m16 = (uint16_t)m;
-        int k = __builtin_popcount(m16);
-        memcpy(bits + (e >> 3), &m16, 2);
-        if (vals) _mm512_mask_storeu_epi32(vals + c, (__mmask16)((1u << k) - 1), _mm512_maskz_compress_epi32(m, v));
-        c += k;
+/* a chunk's kernels from the steps of an ISA (W elements each): the scalar ones at the edges */
+#define VECTOR_KERNELS(ISA, TGT, W)                                                                               \
+    static TGT int64_t pack_##ISA(const char *x, int64_t lo, int64_t hi, uint8_t *bits, char *vals, int64_t cap) { \
+        int64_t a, b;                                                                                             \
+        vector_part(lo, hi, W, &a, &b);                                                                           \
+        int64_t c = pack_u32(x, lo, a, bits, vals, cap);                                                          \
+        for (int64_t e = a; e < b; e += W)                                                                        \
+            c += pack_step_##ISA((const float *)x + e, bits + (e >> 3), vals ? (float *)vals + c : NULL, cap - c); \
+        return c + pack_u32(x, b, hi, bits, vals ? vals + c * 4 : NULL, cap - c);                                 \
+    }                                                                                                             \
+    static TGT int64_t unpack_##ISA(const uint8_t *bits, int64_t lo, int64_t hi, const char *vals, int64_t cap,   \
+                                    char *x) {                                                                    \
+        int64_t a, b;                                                                                             \
+        vector_part(lo, hi, W, &a, &b);                                                                           \
+        int64_t c = unpack_u32(bits, lo, a, vals, cap, x);                                                        \
+        for (int64_t e = a; e < b; e += W)                                                                        \
+            c += unpack_step_##ISA(bits + (e >> 3), (const float *)vals + c, cap - c, (float *)x + e);            \
+        return c + unpack_u32(bits, b, hi, vals + c * 4, cap - c, x);                                             \
     }
-    return c + pack_u32(x_, b, hi, bits, vals ? (char *)(vals + c) : NULL, cap - c);
-}
-
-static T512 int64_t unpack_avx512(const uint8_t *bits, int64_t lo, int64_t hi, const char *vals_, int64_t cap, char *x_) {
-    float *x = (float *)x_;
-    const float *vals = (const float *)vals_;
-    int64_t a, b;
-    vector_part(lo, hi, 16, &a, &b);
-    int64_t c = unpack_u32(bits, lo, a, vals_, cap, x_);
-    for (int64_t e = a; e < b; e += 16) {
-        uint16_t m16;
-        memcpy(&m16, bits + (e >> 3), 2);
-        int k = __builtin_popcount(m16);
-        __m512i p = _mm512_maskz_loadu_epi32((__mmask16)((1u << k) - 1), vals + c);
-        _mm512_storeu_si512(x + e, _mm512_maskz_expand_epi32((__mmask16)m16, p));
-        c += k;
-    }
-    return c + unpack_u32(bits, b, hi, (const char *)(vals + c), cap - c, x_);
-}
+VECTOR_KERNELS(avx2, T2, 8)
+VECTOR_KERNELS(avx512, T512, 16)
 #endif
 
 static void kernels(ag__isa isa, ag_dtype dt, pack_fn **pack, unpack_fn **unpack) {
