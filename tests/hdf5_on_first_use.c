@@ -20,12 +20,17 @@
 
 #include "attograd.h"
 
-static bool hdf5_mapped(void) {
-    FILE *f = fopen("/proc/self/maps", "r");
+static FILE *open_or_exit(const char *path) {
+    FILE *f = fopen(path, "r");
     if (!f) {
-        perror("/proc/self/maps");
+        perror(path);
         exit(1);
     }
+    return f;
+}
+
+static bool hdf5_mapped(void) {
+    FILE *f = open_or_exit("/proc/self/maps");
     char line[4096];
     bool found = false;
     while (fgets(line, sizeof line, f))
@@ -36,11 +41,7 @@ static bool hdf5_mapped(void) {
 
 /* resident KiB of libhdf5's mappings that are not writable (its code and read-only data) */
 static long hdf5_readonly_resident_kib(void) {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f) {
-        perror("/proc/self/smaps");
-        exit(1);
-    }
+    FILE *f = open_or_exit("/proc/self/smaps");
     char line[4096];
     bool in = false;
     long kib = 0, v;
