@@ -197,10 +197,12 @@ T2 static void small_avx2(int64_t kc, const float *a, int64_t ars, int64_t aks, 
  * alternating, at the linear layers' shapes of bench/) the blocked path beats OpenBLAS's Zen
  * kernel by 5-22% on the products of depth up to 128 with A as it lies (the toy Transformer's
  * and MHA (64,16,64,4)'s forward and input gradients: no packing of A, one K slice), is level
- * with it at depth 256-1024 and 2-32% slower on weight gradients (Aᵀ B, depth = rows): only the
- * first go to the blocked path. The blocked path is tested whole (tests/test_kernels.c) either
- * way. */
-const ag__sgemm_kernels ag__sgemm_avx2 = {"avx2", MR2, NR2, 256, 72, 256, 96 * 96 * 96, 128, false, packed_avx2,
+ * with it at depth 256-1024 and 2-32% slower on weight gradients (Aᵀ B, depth = rows). On Zen 5
+ * with AG_GEMM=avx2 (session 11, alternating runs) taking depths up to 1024 too made the MHA
+ * benchmarks 2-7% faster than OpenBLAS's Haswell kernel there, the training steps 2-3% (with
+ * Aᵀ as well, 5% slower): so products with A as it lies and depth up to 1024 go to the blocked
+ * path. The blocked path is tested whole (tests/test_kernels.c) either way. */
+const ag__sgemm_kernels ag__sgemm_avx2 = {"avx2", MR2, NR2, 256, 72, 256, 96 * 96 * 96, 1024, false, packed_avx2,
                                           small_avx2};
 
 #endif
