@@ -838,7 +838,7 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
     size_t es = ag_dtype_size(dt);
     int64_t rows = ff_block_rows(ff), packed = 0;
     ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff));
-    char *vals = record ? ag_arena_alloc(arena, (size_t)(m * ff) * es) : NULL; /* room for all, kept: the packed */
+    char *vals = record ? ag_arena_alloc(arena, (size_t)(m * ff) * es) : NULL; /* room for all; the packed stay */
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
         int64_t n = m - r0 < rows ? m - r0 : rows;
         linear_fwd(dt, rows_from(xm, r0, es), w1m, b1, n, d, ff, ag__ptr(a));

@@ -39,7 +39,7 @@ typedef struct {
     /* attograd's own: in training with grad, the relu feed-forward block keeps its (N,L,ff)
      * hidden activation for backward dense, as torch does (the composed ops), instead of
      * packed (ag_feed_forward: its nonzero elements and one bit per element, about half the
-     * memory, packed and unpacked in ~1 % of a step). The same values and, up to rounding, the
+     * memory, packed and unpacked in 1-3 % of a step). The same values and, up to rounding, the
      * same gradients. Off by default; gelu blocks always keep theirs dense. */
     bool keep_ff_activation;
     /* attograd's own: with key padding masks (src_key_padding_mask for an encoder,
