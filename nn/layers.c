@@ -843,7 +843,8 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
         int64_t n = m - r0 < rows ? m - r0 : rows;
         linear_fwd(dt, rows_from(xm, r0, es), w1m, b1, n, d, ff, ag__ptr(a));
         drop_apply(dt, ag__ptr(a), ag__ptr(a), n * ff, r0 * ff, p, true, r->seed, r->counter, NULL, false);
-        if (record) packed += ag__nz_pack(dt, ag__ptr(a), n * ff, r0 * ff, (uint8_t *)ag__ptr(nz), vals + (size_t)packed * es);
+        if (record)
+            packed += ag__nz_pack(dt, ag__ptr(a), n * ff, r0 * ff, (uint8_t *)ag__ptr(nz), vals + (size_t)packed * es);
         linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, n, ff, out, ag__ptr(y) + (size_t)(r0 * out) * es);
     }
     drop_advance(r, m * ff, p);

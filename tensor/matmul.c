@@ -50,7 +50,8 @@ ag__isa ag__sgemm_isa_in_use(void) {
 }
 
 ag__isa ag__vector_isa(void) {
-    return ag__sgemm_isa_in_use() == AG_ISA_AVX512 ? AG_ISA_AVX512 : ag__cpu_isa() == AG_ISA_NONE ? AG_ISA_NONE : AG_ISA_AVX2;
+    if (ag__sgemm_isa_in_use() == AG_ISA_AVX512) return AG_ISA_AVX512;
+    return ag__cpu_isa() == AG_ISA_NONE ? AG_ISA_NONE : AG_ISA_AVX2;
 }
 
 const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void) {

@@ -437,10 +437,10 @@ static void test_small_attention_matches_double_reference_around_tile_edges(void
 static void check_nz(ag__isa isa, ag_dtype dt, int64_t e0, int64_t n, uint64_t seed) {
     size_t es = ag_dtype_size(dt);
     int64_t nb = (e0 + n + 7) / 8 + 1;
-    unsigned char *x = malloc((size_t)n * es + 1), *ref = malloc((size_t)n * es + 1), *vals = malloc((size_t)n * es + 1);
-    unsigned char *y = malloc((size_t)n * es + 1);
+    size_t bytes = (size_t)n * es + 1;
+    unsigned char *x = malloc(bytes), *ref = malloc(bytes), *vals = malloc(bytes), *y = malloc(bytes);
     uint8_t *bits = malloc((size_t)nb), *bits_ref = malloc((size_t)nb);
-    memset(bits, 0xA5, (size_t)nb), memset(bits_ref, 0xA5, (size_t)nb), memset(vals, 0xEE, (size_t)n * es + 1);
+    memset(bits, 0xA5, (size_t)nb), memset(bits_ref, 0xA5, (size_t)nb), memset(vals, 0xEE, bytes);
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++) {
         seed = seed * 6364136223846793005u + 1442695040888963407u;
@@ -460,16 +460,19 @@ static void check_nz(ag__isa isa, ag_dtype dt, int64_t e0, int64_t n, uint64_t s
         if (nz) memcpy(ref + count++ * (int64_t)es, x + i * es, es);
     }
     int64_t got = ag__nz_pack_isa(isa, dt, x, n, e0, bits, vals);
-    if (got != count || memcmp(bits, bits_ref, (size_t)nb) || memcmp(vals, ref, (size_t)count * es))
+    bool bits_ok = !memcmp(bits, bits_ref, (size_t)nb), vals_ok = !memcmp(vals, ref, (size_t)count * es);
+    if (got != count || !bits_ok || !vals_ok)
         fail_msg("pack, path %d, %s, e0 %lld, n %lld: count %lld (expected %lld), bits %s, values %s", (int)isa,
                  ag_dtype_name(dt), (long long)e0, (long long)n, (long long)got, (long long)count,
-                 memcmp(bits, bits_ref, (size_t)nb) ? "differ" : "equal", memcmp(vals, ref, (size_t)count * es) ? "differ" : "equal");
+                 bits_ok ? "equal" : "differ", vals_ok ? "equal" : "differ");
     for (int64_t i = count * (int64_t)es; i < n * (int64_t)es; i++) assert_int_equal(vals[i], 0xEE);
     unsigned char *packed = malloc((size_t)count * es + 1); /* exactly the values */
     memcpy(packed, vals, (size_t)count * es);
     memset(y, 0x7F, (size_t)n * es + 1);
     assert_int_equal(ag__nz_unpack_isa(isa, dt, bits, e0, n, packed, y), count);
-    if (memcmp(y, x, (size_t)n * es)) fail_msg("unpack, path %d, %s, e0 %lld, n %lld: differs", (int)isa, ag_dtype_name(dt), (long long)e0, (long long)n);
+    if (memcmp(y, x, (size_t)n * es))
+        fail_msg("unpack, path %d, %s, e0 %lld, n %lld: differs", (int)isa, ag_dtype_name(dt), (long long)e0,
+                 (long long)n);
     assert_int_equal(y[n * (int64_t)es], 0x7F);
     free(x), free(ref), free(vals), free(y), free(bits), free(bits_ref), free(packed);
 }
