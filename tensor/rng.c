@@ -268,7 +268,8 @@ static void keep_steps(uint64_t (*below)(const uint32_t key[10][2], uint64_t blk
 #endif
 
 const char *ag__rng_vector_path(void) {
-    return ag__cpu_isa() == AG_ISA_NONE ? NULL : ag__vector_isa() == AG_ISA_AVX512 ? "AVX2 draws, AVX-512 masks" : "AVX2";
+    if (ag__cpu_isa() == AG_ISA_NONE) return NULL;
+    return ag__vector_isa() == AG_ISA_AVX512 ? "AVX2 draws, AVX-512 masks" : "AVX2";
 }
 
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out) {
