@@ -8,16 +8,15 @@
 #include <malloc.h>
 #endif
 #include <pthread.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__) && defined(__GLIBC__)
 #include <link.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #define AG_H5_DROP_PAGES 1
 #endif
+
+#include "../tensor/internal.h" /* ag__drop_pages */
 
 /* AG_HDF5_SONAME: the file name the dynamic loader found libhdf5 under when meson linked a test
  * program against it (its soname), so that dlopen finds the same library a direct link would. */
@@ -55,15 +54,15 @@ static void quiet_exit(void) { ag__h5.H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 /* Between calls, the pages libhdf5 and its dependencies read from their files (code and
  * read-only data: ~8 MiB after a save, of the ~10 MiB the load adds) would stay in the
  * process's resident set while it trains on, although nothing of HDF5 runs. They are unmapped
- * after each call (madvise MADV_DONTNEED) and come back from the page cache, by minor page
- * faults, at the next. Only where that changes nothing but residency: the non-writable
- * segments (PT_LOAD without PF_W, whole pages) of the objects that loading libhdf5 added, and
+ * after each call (ag__drop_pages) and come back from the page cache, by minor page faults, at
+ * the next. Only where that changes nothing but residency: the non-writable segments
+ * (PT_LOAD without PF_W, whole pages) of the objects that loading libhdf5 added, and
  * not of one with text relocations (whose code pages are private copies that MADV_DONTNEED
  * would drop). The writable segments, relocated data included, stay as they are. */
 #ifdef AG_H5_DROP_PAGES
 #define MAX_SPANS 512
 static struct {
-    uintptr_t lo, hi;
+    const char *lo, *hi;
 } spans[MAX_SPANS];
 static int nspans;
 
@@ -87,13 +86,12 @@ static bool has_textrel(const struct dl_phdr_info *info) {
 static int add_spans(struct dl_phdr_info *info, size_t size, void *first) {
     (void)size;
     if ((*(int *)first)-- > 0 || has_textrel(info)) return 0;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (int i = 0; i < info->dlpi_phnum && nspans < MAX_SPANS; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
-        uintptr_t lo = (info->dlpi_addr + ph->p_vaddr + page - 1) & ~(page - 1);
-        uintptr_t hi = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz) & ~(page - 1);
-        if (hi > lo) spans[nspans].lo = lo, spans[nspans].hi = hi, nspans++;
+        spans[nspans].lo = (const char *)(info->dlpi_addr + ph->p_vaddr);
+        spans[nspans].hi = spans[nspans].lo + ph->p_memsz;
+        nspans++;
     }
     return 0;
 }
@@ -148,8 +146,7 @@ void ag__h5_release(void) {
      * translation model): hand it back to malloc */
     ag__h5.H5garbage_collect();
 #ifdef AG_H5_DROP_PAGES
-    for (int i = 0; i < nspans; i++) /* advice: a refusal changes nothing */
-        madvise((void *)spans[i].lo, spans[i].hi - spans[i].lo, MADV_DONTNEED);
+    for (int i = 0; i < nspans; i++) ag__drop_pages(spans[i].lo, spans[i].hi);
 #endif
     pthread_mutex_unlock(&lock);
 #ifdef __GLIBC__

@@ -197,15 +197,16 @@ void *ag_arena_alloc(ag_arena *a, size_t asked) {
 
 size_t ag_arena_used(const ag_arena *a) { return a->total_used; }
 
-void ag_arena_trim(ag_arena *a) {
+void ag__drop_pages(const void *from, const void *to) {
 #ifdef MADV_DONTNEED
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    for (block *b = a->first; b; b = b->next) { /* whole pages of the free space only */
-        uintptr_t lo = ((uintptr_t)(b->mem + b->used) + page - 1) & ~(page - 1);
-        uintptr_t hi = (uintptr_t)(b->mem + b->size) & ~(page - 1);
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a refusal changes nothing */
-    }
+    uintptr_t lo = ((uintptr_t)from + page - 1) & ~(page - 1), hi = (uintptr_t)to & ~(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a refusal changes nothing */
 #endif
+}
+
+void ag_arena_trim(ag_arena *a) {
+    for (block *b = a->first; b; b = b->next) ag__drop_pages(b->mem + b->used, b->mem + b->size);
 }
 
 ag_arena_mark ag_arena_get_mark(const ag_arena *a) { return (ag_arena_mark){a->cur, a->cur->used, a->total_used}; }

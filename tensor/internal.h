@@ -109,6 +109,11 @@ ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
 /* memset(p, 0, bytes), split over the OpenMP threads when large (gradient buffers, slabs) */
 void ag__zero(void *p, size_t bytes);
 
+/* The whole pages inside [from, to) leave the resident set (madvise MADV_DONTNEED; the partial
+ * pages at the ends stay). For memory whose contents do not matter (the arena's free space) or
+ * that the kernel refills unchanged (a file mapping nobody wrote to). */
+void ag__drop_pages(const void *from, const void *to);
+
 /* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
