@@ -188,6 +188,12 @@ static int64_t popcount_range(const uint8_t *bits, int64_t lo, int64_t hi) {
     return c;
 }
 
+/* chunk c's part of elements e0 .. e0+n-1: [*lo, *hi) */
+static inline void chunk_range(int64_t c, int64_t e0, int64_t n, int64_t *lo, int64_t *hi) {
+    *lo = c * CHUNK > e0 ? c * CHUNK : e0;
+    *hi = (c + 1) * CHUNK < e0 + n ? (c + 1) * CHUNK : e0 + n;
+}
+
 /* The driver of both directions: per group of chunks, their counts (packing: the first pass,
  * which writes the bits; unpacking: from the bits), then each chunk at its offset. */
 static int64_t run(ag__isa isa, ag_dtype dt, bool packing, char *x, int64_t n, int64_t e0, uint8_t *bits,
@@ -202,14 +208,16 @@ static int64_t run(ag__isa isa, ag_dtype dt, bool packing, char *x, int64_t n, i
         int64_t ge = end - g < GROUP ? end : g + GROUP, cnt[GROUP + 1];
         AG_PAR_FOR
         for (int64_t c = g; c < ge; c++) {
-            int64_t lo = c * CHUNK > e0 ? c * CHUNK : e0, hi = (c + 1) * CHUNK < e0 + n ? (c + 1) * CHUNK : e0 + n;
+            int64_t lo, hi;
+            chunk_range(c, e0, n, &lo, &hi);
             cnt[c - g + 1] = packing ? pack(xe, lo, hi, bits, NULL, 0) : popcount_range(bits, lo, hi);
         }
         cnt[0] = total;
         for (int64_t c = g; c < ge; c++) cnt[c - g + 1] += cnt[c - g];
         AG_PAR_FOR
         for (int64_t c = g; c < ge; c++) {
-            int64_t lo = c * CHUNK > e0 ? c * CHUNK : e0, hi = (c + 1) * CHUNK < e0 + n ? (c + 1) * CHUNK : e0 + n;
+            int64_t lo, hi;
+            chunk_range(c, e0, n, &lo, &hi);
             char *v = vals + (size_t)cnt[c - g] * es;
             int64_t cap = cnt[c - g + 1] - cnt[c - g];
             if (packing) pack(xe, lo, hi, bits, v, cap);
