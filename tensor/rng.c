@@ -144,7 +144,8 @@ static void round_keys(uint64_t seed, uint32_t key[10][2]) {
 static inline TARGET void philox_avx2(const uint32_t key[10][2], uint64_t blk, __m256i w[4][NV]) {
     const __m256i m0 = _mm256_set1_epi64x(PHILOX_M0), m1 = _mm256_set1_epi64x(PHILOX_M1);
     const __m256i bmask = _mm256_set1_epi64x((long long)BLOCK_MASK), base = _mm256_set1_epi64x((long long)blk);
-#define CTR(v) _mm256_and_si256(_mm256_add_epi64(base, _mm256_setr_epi64x(4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3)), bmask)
+#define CTR(v)                                                                                                      \
+    _mm256_and_si256(_mm256_add_epi64(base, _mm256_setr_epi64x(4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3)), bmask)
     PHILOX_BODY(NV, CTR, _mm256_set1_epi64x, _mm256_mul_epu32, _mm256_xor_si256, _mm256_srli_epi64);
 #undef CTR
 }
@@ -286,7 +287,8 @@ void ag__rng_keep_isa(ag__isa isa, uint64_t seed, uint64_t counter, int64_t firs
                       bool at_least, uint8_t *keep, uint8_t *bits) {
 #ifdef RNG_X86
     if (isa != AG_ISA_NONE) {
-        keep_steps(isa == AG_ISA_AVX512 ? below64_avx512 : below64_avx2, seed, counter, first, n, t, at_least, keep, bits);
+        keep_steps(isa == AG_ISA_AVX512 ? below64_avx512 : below64_avx2, seed, counter, first, n, t, at_least, keep,
+                   bits);
         return;
     }
 #endif

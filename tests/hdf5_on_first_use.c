@@ -138,7 +138,8 @@ int main(void) {
     if (!mkdtemp(dir)) return fail("mkdtemp", "failed");
     snprintf(path, sizeof path, "%s/corrupt.h5", dir);
     char err[4096];
-    if (!corrupted_load_in_child(p, path, err, sizeof err)) return fail("a corrupted checkpoint's load in a child", err);
+    if (!corrupted_load_in_child(p, path, err, sizeof err))
+        return fail("a corrupted checkpoint's load in a child", err);
     if (strstr(err, "HDF5")) return fail("a child that loaded a corrupted checkpoint printed at exit", err);
     unlink(path);
     if (hdf5_mapped()) return fail("before any checkpoint call (the child's do not count)", "libhdf5 is mapped");

@@ -140,7 +140,8 @@ static void check_keep(uint64_t seed, uint64_t ctr, int64_t first, int64_t n, do
             ag__rng_keep_isa((ag__isa)isa, seed, ctr, first, n, t, at_least, keep, bits);
             if (memcmp(keep, keep_ref, sizeof keep) || memcmp(bits, bits_ref, sizeof bits))
                 fail_msg("%s: seed %llx counter %llx first %lld n %lld v %.17g at_least %d", NAMES[isa],
-                         (unsigned long long)seed, (unsigned long long)ctr, (long long)first, (long long)n, v, at_least);
+                         (unsigned long long)seed, (unsigned long long)ctr, (long long)first, (long long)n, v,
+                         at_least);
             memset(keep, 0xEE, sizeof keep), memset(bits, 0xA5, sizeof bits);
         }
         /* each output alone */
