@@ -47,6 +47,10 @@ static inline __attribute__((target("avx2"))) __m256i ag__avx2_first(int64_t n) 
 }
 #endif
 
+/* the driver's B panel from B stored transposed (tensor/gemm_kernels.c): bp[k·NR + j] =
+ * b[j·ldb + k] for j < nr (kc steps), zeros up to NR */
+void ag__sgemm_pack_bt(const float *b, int64_t ldb, int64_t kc, int64_t nr, int64_t NR, float *bp);
+
 /* the set ag__sgemm runs, NULL when it goes to OpenBLAS (tensor/matmul.c) */
 const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void);
 /* ag__sgemm (ag__sgemm_bias when bias is non-NULL) with the set K on the small unpacked path

@@ -124,14 +124,7 @@ static void pack_b_panel(const float *b, int64_t ldb, bool tb, int64_t k0, int64
             for (int64_t j = nr; j < NR; j++) dst[j] = 0;
         }
     } else {
-        for (int64_t j = 0; j < NR; j++) {
-            if (j >= nr) {
-                for (int64_t k = 0; k < kc; k++) bp[k * NR + j] = 0;
-                continue;
-            }
-            const float *src = b + (j0 + j) * ldb + k0;
-            for (int64_t k = 0; k < kc; k++) bp[k * NR + j] = src[k];
-        }
+        ag__sgemm_pack_bt(b + j0 * ldb + k0, ldb, kc, nr, NR, bp);
     }
 }
 
