@@ -89,25 +89,6 @@ static void mac(int64_t R, int64_t K, int64_t D, const float *a, int64_t ars, in
                           D - c < G->nr ? D - c : G->nr, out + r * ldo + c, ldo, scale, !assign, NULL);
 }
 
-/* the 8×8 block r transposed in registers */
-static inline TARGET void transpose8(__m256 r[8]) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-    }
-}
-
 /* xt[d·w + j] = X[j][d] for d < D, j < w (a multiple of 8), zero for j >= n (X: n rows, ld
  * apart), in 8×8 blocks */
 static TARGET void transpose_rows(const float *x, int64_t ld, int64_t n, int64_t D, int64_t w, float *xt) {
@@ -116,7 +97,7 @@ static TARGET void transpose_rows(const float *x, int64_t ld, int64_t n, int64_t
             __m256 r[8];
             for (int i = 0; i < 8; i++)
                 r[i] = j0 + i < n ? load_n(x + (j0 + i) * ld + d0, D - d0) : _mm256_setzero_ps();
-            transpose8(r);
+            ag__avx2_transpose8(r);
             for (int i = 0; i < 8 && d0 + i < D; i++) _mm256_store_ps(xt + (d0 + i) * w + j0, r[i]);
         }
 }

@@ -3,7 +3,7 @@
  * time (so a build for any x86-64 runs everywhere):
  *   f32, CPU with AVX-512F:      attograd's own kernel, 8×32 register tile
  *   f32, CPU with AVX2 and FMA:  the same driver with a 6×16 AVX2 tile for small products and
- *                                for depth <= 128 with A as it lies; the rest go to OpenBLAS
+ *                                for depth <= 1024 with A as it lies; the rest go to OpenBLAS
  *                                (as fast or faster there on Zen 3: tensor/gemm_kernels.c)
  *   f32 otherwise, and all f64:  OpenBLAS through ag__blas_gemm
  * AG_GEMM=blas in the environment forces OpenBLAS for f32 too (AG_GEMM=avx2 picks the AVX2

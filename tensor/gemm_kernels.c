@@ -195,30 +195,15 @@ T2 static void small_avx2(int64_t kc, const float *a, int64_t ars, int64_t aks, 
 /* 8×8 blocks of op(B)'s panel from B stored transposed, through registers (8 rows of B in, 8
  * rows of the panel out): columns < nr rounded down to 8, k < kc rounded down to 8 */
 T2 static void pack_bt_blocks(const float *b, int64_t ldb, int64_t kc, int64_t nr, int64_t NR, float *bp) {
-    for (int64_t j = 0; j + 8 <= nr; j += 8) {
-        const float *r = b + j * ldb;
+    for (int64_t j = 0; j + 8 <= nr; j += 8)
         for (int64_t k = 0; k + 8 <= kc; k += 8) {
-            __m256 t[8], u[8];
-#pragma GCC unroll 4
-            for (int q = 0; q < 8; q += 2) {
-                __m256 x0 = _mm256_loadu_ps(r + q * ldb + k), x1 = _mm256_loadu_ps(r + (q + 1) * ldb + k);
-                t[q] = _mm256_unpacklo_ps(x0, x1);
-                t[q + 1] = _mm256_unpackhi_ps(x0, x1);
-            }
-#pragma GCC unroll 2
-            for (int h = 0; h < 8; h += 4) {
-                u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
-                u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
-                u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
-                u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
-            }
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                _mm256_storeu_ps(bp + (k + q) * NR + j, _mm256_permute2f128_ps(u[q], u[q + 4], 0x20));
-                _mm256_storeu_ps(bp + (k + q + 4) * NR + j, _mm256_permute2f128_ps(u[q], u[q + 4], 0x31));
-            }
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps(b + (j + q) * ldb + k);
+            ag__avx2_transpose8(r);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) _mm256_storeu_ps(bp + (k + q) * NR + j, r[q]);
         }
-    }
 }
 
 /* KC·NR2 floats of a B panel (16 KiB) and MR2·KC of A stay in the 32 KiB L1d; a task's
