@@ -751,16 +751,12 @@ ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng) 
  * for the activation (and as much for its gradient) whatever the batch, but at least 512 rows:
  * the weight gradients are products over the block's rows, and shallower ones run badly on a
  * team of threads (d 256, ff 1024 at 2 threads: 128-row blocks 1.44x faster than 1 thread,
- * 512-row blocks 1.66x). The m rows are cut into blocks of equal size, at least that many rows
- * each (1056 rows: two of 528, not 512, 512 and a shallow 32 that packs both weights again for
- * little work). Fixed by the shape alone, so results do not depend on the threads. */
+ * 512-row blocks 1.66x). Fixed by the shape alone, so results do not depend on the threads. */
 #define FF_BLOCK_ELEMS ((int64_t)1 << 17)
 #define FF_BLOCK_MIN_ROWS 512
-static int64_t ff_block_rows(int64_t m, int64_t ff) {
+static int64_t ff_block_rows(int64_t ff) {
     int64_t rows = FF_BLOCK_ELEMS / max1(ff);
-    rows = rows > FF_BLOCK_MIN_ROWS ? rows : FF_BLOCK_MIN_ROWS;
-    int64_t blocks = m / rows > 1 ? m / rows : 1;
-    return max1((m + blocks - 1) / blocks);
+    return rows > FF_BLOCK_MIN_ROWS ? rows : FF_BLOCK_MIN_ROWS;
 }
 
 /* rows r0.. of an m×k operand */
@@ -779,7 +775,7 @@ static void feed_forward_backward(ag_node *n) {
     ag_dtype dt = g->dtype;
     size_t es = ag_dtype_size(dt);
     int64_t d = w1->shape[1], ff = w1->shape[0], out = w2->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
-    int64_t rows = ff_block_rows(m, ff), packed = 0;
+    int64_t rows = ff_block_rows(ff), packed = 0;
     double p = n->ctx.d[0], scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
     const uint8_t *nz = (const uint8_t *)ag__ptr(n->saved[0]);
     const char *vals = ag__ptr(n->saved[1]);
@@ -840,7 +836,7 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
     operand(w2, out, ff, &w2m);
     ag_rng *r = rng ? rng : ag_rng_global();
     size_t es = ag_dtype_size(dt);
-    int64_t rows = ff_block_rows(m, ff), packed = 0;
+    int64_t rows = ff_block_rows(ff), packed = 0;
     ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff));
     char *vals = record ? ag_arena_alloc(arena, (size_t)(m * ff) * es) : NULL; /* room for all; the packed stay */
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
