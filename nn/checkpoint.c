@@ -7,6 +7,10 @@
  * and commits with memcpy only when the load as a whole succeeds. */
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,26 +86,53 @@ const char *ag_ckpt_status_name(ag_ckpt_status s) {
 
 /* ---- HDF5 error handling ------------------------------------------------------------------ */
 
-bool ag__ck_hdf5_acquire(report *r) {
-    char why[512];
-    return ag__h5_acquire(why, sizeof why) || ag__ck_problem(r, IO, "%s", why);
+static pthread_mutex_t hdf5_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t hdf5_once = PTHREAD_ONCE_INIT;
+
+/* After a load that met a corrupted object header, HDF5 1.10.8 keeps a leaked structure, and
+ * its exit handler then prints "HDF5: infinite loop closing library" and a line of codes when
+ * error printing is on (HDFGroup/hdf5#3790): the load has already said what was wrong, so
+ * printing goes off at exit. */
+static void quiet_exit(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+/* H5open registers HDF5's exit handler; ours, registered after it, runs before it */
+static void hdf5_init(void) {
+    if (H5open() >= 0) atexit(quiet_exit);
 }
 
-hush_t ag__ck_hush(void) {
+hush_t ag__ck_begin(void) {
+    pthread_once(&hdf5_once, hdf5_init);
+    pthread_mutex_lock(&hdf5_lock);
     hush_t h = {NULL, NULL};
     H5Eget_auto2(H5E_DEFAULT, &h.fn, &h.data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     return h;
 }
 
-void ag__ck_unhush(hush_t h) {
+void ag__ck_end(hush_t h) {
     H5Eclear2(H5E_DEFAULT);
     H5Eset_auto2(H5E_DEFAULT, h.fn, h.data);
+    /* HDF5 keeps what its free lists hold after a file closes (0.9 MiB after a save of the
+     * translation model): hand it back to malloc */
+    H5garbage_collect();
+    pthread_mutex_unlock(&hdf5_lock);
+#ifdef __GLIBC__
+    /* and malloc gives freed memory (HDF5's chunk and filter buffers: 6-9 MiB after a save)
+     * back to the system */
+    malloc_trim(0);
+#endif
 }
 
+/* A failed system call's entry reads "file write failed: time = ..., filename = ..., errno =
+ * 28, error message = 'No space left on device', buf = 0x..., ...": only its error message
+ * says something to the user. */
 static herr_t cause_walk(unsigned n, const H5E_error2_t *e, void *u) {
     cause_t *c = u;
-    snprintf(c->desc, sizeof c->desc, "%s", e->desc ? e->desc : "");
+    const char *d = e->desc ? e->desc : "", *m = strstr(d, "error message = '"), *end;
+    if (m && (end = strchr(m += 17, '\'')))
+        snprintf(c->desc, sizeof c->desc, "%.*s", (int)(end - m), m);
+    else
+        snprintf(c->desc, sizeof c->desc, "%s", d);
     for (char *p = c->desc; *p; p++)
         if (*p == '\n') *p = ' ';
     c->minor = e->min_num;
@@ -143,10 +174,10 @@ char *ag__ck_dims_str(int nd, const hsize_t *dims, char *buf) {
 
 static herr_t attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, hsize_t n, const void *v) {
     hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t a = sp < 0 ? -1 : H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
     herr_t r = a < 0 ? -1 : H5Awrite(a, mtype, v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
+    if (sp >= 0 && H5Sclose(sp) < 0) r = -1;
+    if (a >= 0 && H5Aclose(a) < 0) r = -1; /* last: a failing call's error stack is the cause */
     return r;
 }
 
@@ -187,10 +218,10 @@ static herr_t write_string(hid_t loc, const char *name, const char *s) {
     H5Pset_fletcher32(dcpl);
     hid_t ds = H5Dcreate2(loc, name, t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     herr_t r = ds < 0 ? -1 : H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, s);
-    if (ds >= 0) H5Dclose(ds);
-    H5Pclose(dcpl);
-    H5Sclose(sp);
-    H5Tclose(t);
+    if (H5Pclose(dcpl) < 0 || H5Sclose(sp) < 0 || H5Tclose(t) < 0) r = -1;
+    /* last: the chunk reaches the file when the dataset closes (a full disk fails here), and
+     * a failing call's error stack is the cause reported */
+    if (ds >= 0 && H5Dclose(ds) < 0) r = -1;
     return r;
 }
 
@@ -224,9 +255,10 @@ static herr_t write_tensor(hid_t loc, const char *name, const ag_tensor *t, cons
     hid_t ds = H5Dcreate2(loc, name, f32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     herr_t r = ds < 0 ? -1 : bytes ? H5Dwrite(ds, f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
                                               H5P_DEFAULT, data) : 0;
-    if (ds >= 0) H5Dclose(ds);
-    H5Pclose(dcpl);
-    H5Sclose(sp);
+    if (H5Pclose(dcpl) < 0 || H5Sclose(sp) < 0) r = -1;
+    /* last: the chunk reaches the file when the dataset closes (a full disk fails here), and
+     * a failing call's error stack is the cause reported */
+    if (ds >= 0 && H5Dclose(ds) < 0) r = -1;
     return r;
 }
 
@@ -256,7 +288,7 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
     TRY(attr_i64(f, "format_version", FORMAT_VERSION));
     TRY(g = group_new(f, "model"));
     TRY(write_slab(g, p, p->data));
-    H5Gclose(g);
+    TRY(H5Gclose(g));
     if (o) {
         TRY(g = group_new(f, "optimizer"));
         TRY(attr_str(g, "kind", ag__ck_kind_name(o->kind)));
@@ -273,9 +305,9 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
             const char *name = ag_optim_state(o, k, &slab);
             TRY(sub = group_new(g, name));
             TRY(write_slab(sub, p, slab));
-            H5Gclose(sub);
+            TRY(H5Gclose(sub));
         }
-        H5Gclose(g);
+        TRY(H5Gclose(g));
     }
     if (s) {
         TRY(g = group_new(f, "training"));
@@ -287,8 +319,8 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
             uint64_t v[2] = {s->rng[i].rng.seed, s->rng[i].rng.counter};
             TRY(attr_write(sub, s->rng[i].name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 2, v));
         }
-        H5Gclose(sub);
-        H5Gclose(g);
+        TRY(H5Gclose(sub));
+        TRY(H5Gclose(g));
         TRY(g = group_new(f, "config"));
         for (int i = 0; i < s->nconfig; i++) {
             const ag_config_entry *e = &s->config[i];
@@ -297,7 +329,7 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
                 : strlen(e->s) <= ATTR_STRING_MAX             ? attr_str(g, e->key, e->s)
                                                               : write_string(g, e->key, e->s));
         }
-        H5Gclose(g);
+        TRY(H5Gclose(g));
     }
     return 0;
 }
@@ -367,39 +399,136 @@ static char *dir_of(const char *path) {
     return strndup(path, (size_t)(slash - path));
 }
 
-/* write tmp, flush, close, fsync, rename over path, fsync the directory */
-static bool save_atomic(const char *path, const char *tmp, const ag_params *p, const ag_optim *o,
-                        const ag_train_state *s, bool sync, report *r) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ag__ck_problem(r, IO, "cannot create '%s': %s", tmp, strerror(errno));
-    close(fd);
+/* The buffer of HDF5's core driver, taken over when the file closes instead of freed. */
+typedef struct {
+    void *mem, *kept;
+    size_t size, kept_size;
+} image_t;
+
+static void *image_malloc(size_t size, H5FD_file_image_op_t op, void *u) {
+    image_t *im = u;
+    im->mem = malloc(size);
+    im->size = im->mem ? size : 0;
+    return im->mem;
+}
+
+static void *image_realloc(void *p, size_t size, H5FD_file_image_op_t op, void *u) {
+    image_t *im = u;
+    void *q = realloc(p, size);
+    if (q) im->mem = q, im->size = size;
+    return q;
+}
+
+static herr_t image_free(void *p, H5FD_file_image_op_t op, void *u) {
+    image_t *im = u;
+    if (p == im->mem && op == H5FD_FILE_IMAGE_OP_FILE_CLOSE) {
+        im->kept = p;
+        im->kept_size = im->size;
+    } else {
+        free(p);
+    }
+    im->mem = NULL;
+    return 0;
+}
+
+static void *image_memcpy(void *dst, const void *src, size_t n, H5FD_file_image_op_t op, void *u) {
+    return memcpy(dst, src, n);
+}
+
+static void *image_udata_copy(void *u) { return u; }
+static herr_t image_udata_free(void *u) { return 0; }
+
+/* The length of the file in an image: the end-of-file address of its version 2 superblock
+ * (the 1.8 format: signature, version 2, size of offsets 8, ..., then base, extension and
+ * end-of-file addresses), or 0 if the image does not start with one that fits in it. */
+static size_t image_length(const unsigned char *b, size_t size) {
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    if (size < 48 || memcmp(b, sig, 8) != 0 || b[8] != 2 || b[9] != 8) return 0;
+    uint64_t eof = 0;
+    for (int i = 7; i >= 0; i--) eof = eof << 8 | b[28 + i];
+    return eof <= size ? (size_t)eof : 0;
+}
+
+/* The whole file built in memory by HDF5's core driver (no backing store), its buffer taken
+ * over when the file closes: the bytes (*size of them, malloc'd), or NULL with the problem
+ * reported. libhdf5 never writes to the disk, so a full disk or a failing device cannot leave
+ * it holding a file it failed to close (its exit handler would crash on it), and every write
+ * to the disk is checked here. name only names the file in memory. */
+static char *build_image(const char *name, const ag_params *p, const ag_optim *o, const ag_train_state *s,
+                         size_t *size, report *r) {
+    image_t im = {NULL, NULL, 0, 0};
+    H5FD_file_image_callbacks_t cb = {image_malloc, image_memcpy, image_realloc, image_free,
+                                      image_udata_copy, image_udata_free, &im};
     hid_t fapl = ag__ck_fapl_new();
     /* 1.8 file format: checksummed metadata, readable by any HDF5 >= 1.8 */
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
+    H5Pset_fapl_core(fapl, (size_t)1 << 20, false);
+    H5Pset_file_image_callbacks(fapl, &cb);
     /* Every dataset is one chunk, so its chunk index (a v1 B-tree) needs room for 1 entry, not
      * the default 64: HDF5 keeps each index node in memory until the file closes, and at the
      * default rank they made up most of a save's memory (3.3 of 6 MiB for the translation model). */
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     H5Pset_istore_k(fcpl, 1);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl);
+    hid_t f = H5Fcreate(name, H5F_ACC_TRUNC, fcpl, fapl);
     cause_t c = ag__ck_cause(); /* before the next HDF5 call clears the error stack */
     H5Pclose(fcpl);
     H5Pclose(fapl);
-    if (f < 0) {
-        ag__ck_problem(r, IO, "HDF5 cannot create '%s': %s", tmp, c.desc);
-        unlink(tmp);
-        return false;
-    }
-    bool ok = write_all(f, p, o, s) >= 0 && H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0;
+    if (f < 0) return ag__ck_problem(r, IO, "HDF5 cannot create '%s' in memory: %s", name, c.desc), NULL;
+    bool ok = write_all(f, p, o, s) >= 0;
     c = ag__ck_cause();
-    ok = H5Fclose(f) >= 0 && ok;
-    if (!ok) {
-        ag__ck_problem(r, IO, "writing '%s' failed: %s", tmp, c.desc);
+    if (H5Fclose(f) < 0 && ok) ok = false, c = ag__ck_cause();
+    size_t n = ok ? image_length(im.kept, im.kept_size) : 0;
+    if (!ok || !n) {
+        free(im.kept);
+        free(im.mem);
+        if (ok) return ag__ck_problem(r, IO, "HDF5 built '%s' in memory without a 1.8 superblock", name), NULL;
+        return ag__ck_problem(r, IO, "writing '%s' failed: %s", name, c.desc), NULL;
+    }
+    *size = n;
+    return im.kept;
+}
+
+/* n bytes of buf into a new file path, fsync'd when sync; false with errno set */
+static bool write_file(const char *path, const char *buf, size_t n, bool sync) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return false;
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int err = w < 0 ? errno : EIO;
+            close(fd);
+            errno = err;
+            return false;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+    if (sync && fsync(fd) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return false;
+    }
+    return close(fd) == 0; /* some file systems (NFS) report a failed write only here */
+}
+
+/* build the file in memory, write it to tmp, fsync, read it back, rename over path, fsync the
+ * directory */
+static bool save_atomic(const char *path, const char *tmp, const ag_params *p, const ag_optim *o,
+                        const ag_train_state *s, bool sync, report *r) {
+    size_t size = 0;
+    char *image = build_image(tmp, p, o, s, &size, r);
+    if (!image) return false;
+    bool written = write_file(tmp, image, size, sync);
+    int err = errno;
+    free(image);
+    if (!written) {
+        ag__ck_problem(r, IO, "cannot %s '%s': %s", access(tmp, F_OK) == 0 ? "write" : "create", tmp, strerror(err));
         unlink(tmp);
         return false;
     }
-    if (sync && fsync_path(tmp, O_RDWR) < 0) {
-        ag__ck_problem(r, IO, "cannot fsync '%s': %s", tmp, strerror(errno));
+    if (!ag__ck_read_back(tmp, p, o, s, r)) {
         unlink(tmp);
         return false;
     }
@@ -425,19 +554,18 @@ ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, con
         ag__ck_problem(&r, INVAL, "ag_checkpoint_save: no path given");
     else
         check_save_args(params, opt, state, &r);
-    if (!r.worst && ag__ck_hdf5_acquire(&r)) {
+    if (!r.worst) {
         size_t n = strlen(path) + 5;
         char *tmp = malloc(n);
         if (!tmp) {
             ag__ck_problem(&r, NOMEM, "out of memory");
         } else {
             snprintf(tmp, n, "%s.tmp", path);
-            hush_t h = ag__ck_hush();
+            hush_t h = ag__ck_begin();
             save_atomic(path, tmp, params, opt, state, !(opts && opts->no_fsync), &r);
-            ag__ck_unhush(h);
+            ag__ck_end(h);
             free(tmp);
         }
-        ag__h5_release();
     }
     ag__ck_report_write(&r, path, "", msg, msgsize);
     return ag__ck_report_status(&r, true);

@@ -6,14 +6,13 @@
  * ag_error. They return a status and write into the caller's buffer a message that names the
  * file and every problem, e.g.
  *   ckpt.h5: dataset 'decoder.layers.0.linear1.weight' has shape (512,128), model expects (256,128)
- * Saving is atomic (write "<path>.tmp", flush, fsync, rename over path, fsync the directory):
- * a crash at any moment leaves the previous checkpoint or the new one, never a mix. Loading
- * reads and checks everything into staging memory first, so a failed load changes nothing.
- * One writer per path at a time (concurrent saves to one path share the ".tmp" name).
- * libhdf5 is loaded by the first save or load, not with libattograd: a process that never
- * touches a checkpoint does not carry its ~7 MiB resident. If it cannot be loaded, save and
- * load return AG_CKPT_EIO saying why. Saves and loads from several threads take turns (Debian's
- * libhdf5 is not thread-safe). */
+ * Saving is atomic (build the file in memory, write "<path>.tmp", fsync, read it back and
+ * compare with what was saved, rename over path, fsync the directory): a crash at any moment
+ * leaves the previous checkpoint or the new one, never a mix, and a failed write (a full disk)
+ * is reported with the previous file left as it was. Loading reads and checks everything into
+ * staging memory first, so a failed load changes nothing. One writer per path at a time
+ * (concurrent saves to one path share the ".tmp" name). Saves and loads from several threads
+ * take turns (Debian's libhdf5 is not thread-safe). */
 #ifndef AG_NN_CHECKPOINT_H
 #define AG_NN_CHECKPOINT_H
 #include "optim.h"
@@ -26,7 +25,7 @@ typedef enum {
     AG_CKPT_OK = 0,
     AG_CKPT_PARTIAL = 1,      /* non-strict load: what matched was loaded, msg lists the rest */
     AG_CKPT_EIO = -1,         /* missing file, unwritable directory, failed write/fsync/rename,
-                                 libhdf5 missing */
+                                 a file that does not read back what was saved */
     AG_CKPT_EFORMAT = -2,     /* not HDF5, truncated, corrupted, not an attograd checkpoint,
                                  unsupported format_version, malformed attributes */
     AG_CKPT_EMISMATCH = -3,   /* the file does not fit the model or optimizer: missing or

@@ -3,7 +3,8 @@
 #define AG_NN_CHECKPOINT_INTERNAL_H
 
 #include "../tensor/internal.h"
-#include "h5lib.h" /* HDF5 through a table: ag__ck_hdf5_acquire before any call */
+#include <hdf5.h>
+
 #include "checkpoint.h"
 
 #define FORMAT_NAME "attograd-checkpoint"
@@ -36,12 +37,11 @@ bool ag__ck_problem(report *r, int severity, const char *fmt, ...) __attribute__
 ag_ckpt_status ag__ck_report_status(const report *r, bool strict);
 /* "<path>: <problem>" or "<path>: <lead>N problems: <p1>; <p2>; ..." into msg */
 void ag__ck_report_write(const report *r, const char *path, const char *lead, char *msg, size_t size);
-/* ag__h5_acquire (nn/h5lib.h), the reason reported as IO if it fails; a true needs one
- * ag__h5_release, after ag__ck_unhush */
-bool ag__ck_hdf5_acquire(report *r);
-/* HDF5's error printing off (and back on) around each call */
-hush_t ag__ck_hush(void);
-void ag__ck_unhush(hush_t h);
+/* Start a save or load: one at a time (Debian's libhdf5 is the serial build, not thread-safe),
+ * with HDF5's error printing off (messages quote its innermost error text instead). */
+hush_t ag__ck_begin(void);
+/* End it: HDF5's error printing as it was, its free lists and malloc's free memory given back. */
+void ag__ck_end(hush_t h);
 /* The innermost entry of HDF5's error stack (the actual cause), then clear the stack. */
 cause_t ag__ck_cause(void);
 const char *ag__ck_type_desc(hid_t ty, char *buf);
@@ -50,6 +50,9 @@ const char *ag__ck_kind_name(ag_optim_kind k);
 /* Append a copy of *e to s's config (its string, if any, is taken over); false on out of
  * memory, nothing reported (the loader must not go through ag_error). nn/train_state.c. */
 bool ag__config_append(ag_train_state *s, const ag_config_entry *e);
+/* Read back the file a save wrote and compare it with what was saved; false with IO reported
+ * when anything differs or cannot be read. nn/checkpoint_load.c. */
+bool ag__ck_read_back(const char *path, const ag_params *p, const ag_optim *o, const ag_train_state *s, report *r);
 /* file access properties: the HDF5 1.8 format (checksummed metadata), no file locking */
 hid_t ag__ck_fapl_new(void);
 

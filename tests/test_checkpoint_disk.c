@@ -1,0 +1,213 @@
+/* Checkpoints on a disk that fills up: a save either writes a file that reads back exactly what
+ * was saved, or reports the I/O error and leaves the previous file as it was; a process whose
+ * save failed exits normally; a dataset whose data never reached the file is an error, never
+ * a tensor of zeros.
+ *
+ * Witnesses: a tmpfs of a few hundred KiB (mounted here; the tests skip where mounting is not
+ * permitted, and CI runs as root), filled to every level from full to room for the file; the
+ * values read back are compared with both versions bit for bit. A file whose chunk was never
+ * written is made with the raw HDF5 API. */
+#define _GNU_SOURCE /* fallocate */
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+enum { N = 60000 }; /* floats: a file of ~240 KiB */
+
+static char tmpdir[64], disk[96];
+static bool mounted;
+
+static int group_setup(void **state) {
+    strcpy(tmpdir, "/tmp/ag_disk_XXXXXX");
+    if (!mkdtemp(tmpdir)) return -1;
+    snprintf(disk, sizeof disk, "%s/disk", tmpdir);
+    if (mkdir(disk, 0700) != 0) return -1;
+    /* room for two files of N floats and a filler */
+    mounted = mount("tmpfs", disk, "tmpfs", 0, "size=768k") == 0;
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    if (mounted) umount(disk);
+    rmdir(disk);
+    return rmdir(tmpdir);
+}
+
+static void need_disk(void) {
+    if (!mounted) {
+        print_message("cannot mount a tmpfs here (%s): needs root\n", strerror(errno));
+        skip();
+    }
+}
+
+/* one parameter "w" of N floats, w[i] = base + i */
+static ag_params *params(float base) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_params_add(p, "w", AG_SHAPE(N));
+    for (int i = 0; i < N; i++) ((float *)p->data)[i] = base + (float)i;
+    return p;
+}
+
+/* w[0] of the checkpoint at path (its values checked to be base + i for one base), or -1 if
+ * it does not load */
+static float load_base(const char *path) {
+    ag_params *q = params(-7);
+    char msg[1024];
+    float base = -1;
+    if (ag_checkpoint_load(path, q, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_OK) {
+        const float *w = (const float *)q->data;
+        base = w[0];
+        for (int i = 0; i < N; i++)
+            if (w[i] != base + (float)i) fail_msg("%s: w[%d] = %g, not %g", path, i, w[i], base + (float)i);
+    }
+    ag_params_free(q);
+    return base;
+}
+
+/* A file that takes all but free_bytes of the disk (as far as whole pages allow). */
+static void fill_disk(const char *filler, long long free_bytes) {
+    unlink(filler);
+    struct statvfs vs;
+    assert_int_equal(statvfs(disk, &vs), 0);
+    long long avail = (long long)vs.f_bavail * (long long)vs.f_frsize, take = avail - free_bytes;
+    if (take <= 0) return;
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(fallocate(fd, 0, 0, take), 0);
+    close(fd);
+}
+
+static void test_a_save_to_a_full_disk_reports_it_and_keeps_the_previous_checkpoint(void **state) {
+    need_disk();
+    char path[160], tmp[170], filler[160], msg[1024];
+    snprintf(path, sizeof path, "%s/ckpt.h5", disk);
+    snprintf(filler, sizeof filler, "%s/filler", disk);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    ag_params *p = params(1);
+    assert_int_equal(ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_true(load_base(path) == 1);
+    for (int i = 0; i < N; i++) ((float *)p->data)[i] = 2 + (float)i;
+    /* the new file does not fit beside the old one */
+    fill_disk(filler, 100 * 1024);
+    assert_int_equal(ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EIO);
+    assert_non_null(strstr(msg, path));
+    assert_non_null(strstr(msg, "No space left on device"));
+    assert_int_equal(access(tmp, F_OK), -1);
+    assert_true(load_base(path) == 1);
+    unlink(filler);
+    unlink(path);
+    ag_params_free(p);
+}
+
+/* At every level of free space from none to room for the file, a save in a child process that
+ * then exits through its exit handlers (HDF5's among them): the child exits normally, and
+ * the file holds either the new values (the save said OK) or the previous ones (it said EIO,
+ * naming the full disk). */
+static void test_saves_at_every_level_of_free_space_keep_one_whole_version_and_exit_cleanly(void **state) {
+    need_disk();
+    char path[160], filler[160], msg[1024];
+    snprintf(path, sizeof path, "%s/ckpt.h5", disk);
+    snprintf(filler, sizeof filler, "%s/filler", disk);
+    ag_params *p = params(0);
+    float current = -1;
+    int saved = 0, refused = 0;
+    for (long long free_kib = 0; free_kib <= 288; free_kib += 8) {
+        fill_disk(filler, free_kib * 1024);
+        float base = 100 + (float)free_kib;
+        int fds[2];
+        assert_int_equal(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            for (int i = 0; i < N; i++) ((float *)p->data)[i] = base + (float)i;
+            int st = ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg);
+            if (write(fds[1], msg, strlen(msg) + 1) < 0) _exit(3);
+            exit(st == AG_CKPT_OK ? 0 : st == AG_CKPT_EIO ? 1 : 2); /* through the exit handlers */
+        }
+        close(fds[1]);
+        ssize_t n = read(fds[0], msg, sizeof msg - 1);
+        msg[n > 0 ? n : 0] = 0;
+        close(fds[0]);
+        int ws;
+        assert_int_equal(waitpid(pid, &ws, 0), pid);
+        if (!WIFEXITED(ws)) fail_msg("%lld KiB free: the child died of signal %d", free_kib, WTERMSIG(ws));
+        if (WEXITSTATUS(ws) == 0) {
+            current = base;
+            saved++;
+        } else {
+            if (WEXITSTATUS(ws) != 1 || !strstr(msg, "No space left on device"))
+                fail_msg("%lld KiB free: status %d, message: %s", free_kib, WEXITSTATUS(ws), msg);
+            refused++;
+        }
+        float got = load_base(path);
+        if (got != current) fail_msg("%lld KiB free: the file holds version %g, expected %g", free_kib, got, current);
+    }
+    print_message("%d saves refused for want of space, %d written\n", refused, saved);
+    assert_true(refused > 0 && saved > 0);
+    unlink(filler);
+    unlink(path);
+    ag_params_free(p);
+}
+
+/* A chunked dataset of 'model' created and never written: HDF5 reads it as fill values. */
+static void write_file_with_an_unwritten_dataset(const char *path) {
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t t = H5Tcopy(H5T_C_S1), scalar = H5Screate(H5S_SCALAR);
+    const char *name = "attograd-checkpoint";
+    H5Tset_size(t, H5T_VARIABLE);
+    hid_t a = H5Acreate2(f, "format", t, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, t, &name);
+    H5Aclose(a);
+    int64_t version = 1;
+    a = H5Acreate2(f, "format_version", H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &version);
+    H5Aclose(a);
+    hid_t g = H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims = N;
+    hid_t sp = H5Screate_simple(1, &dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, &dims);
+    H5Pset_fletcher32(dcpl);
+    hid_t ds = H5Dcreate2(g, "w", H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    assert_true(ds >= 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Gclose(g);
+    H5Sclose(scalar);
+    H5Tclose(t);
+    assert_true(H5Fclose(f) >= 0);
+}
+
+static void test_a_dataset_with_no_stored_data_is_a_format_error_not_zeros(void **state) {
+    char path[160], msg[1024];
+    snprintf(path, sizeof path, "%s/unwritten.h5", tmpdir);
+    write_file_with_an_unwritten_dataset(path);
+    ag_params *p = params(5);
+    assert_int_equal(ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EFORMAT);
+    assert_non_null(strstr(msg, path));
+    assert_non_null(strstr(msg, "dataset 'w' has no stored data"));
+    for (int i = 0; i < N; i++) assert_true(((float *)p->data)[i] == 5 + (float)i);
+    unlink(path);
+    ag_params_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_save_to_a_full_disk_reports_it_and_keeps_the_previous_checkpoint,
+                                        tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_saves_at_every_level_of_free_space_keep_one_whole_version_and_exit_cleanly, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_a_dataset_with_no_stored_data_is_a_format_error_not_zeros, tu_setup,
+                                        tu_teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
