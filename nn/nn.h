@@ -11,11 +11,11 @@
 #ifndef AG_NN_H
 #define AG_NN_H
 #include "../autograd/autograd.h"
-#include "layers.h"
-#include "attention.h"
-#include "mha.h"
-#include "transformer.h"
-#include "gru.h"
-#include "optim.h"
-#include "checkpoint.h"
+#include "layers/layers.h"
+#include "attention/attention.h"
+#include "attention/mha.h"
+#include "transformer/transformer.h"
+#include "recurrent/gru.h"
+#include "training/optim.h"
+#include "checkpoint/checkpoint.h"
 #endif

@@ -2,8 +2,8 @@
  * ag_mha_forward is built on, and the packed rows the Transformer's skip_padding runs on. */
 #ifndef AG_NN_INTERNAL_H
 #define AG_NN_INTERNAL_H
-#include "attention.h"
-#include "mha.h"
+#include "attention/attention.h"
+#include "attention/mha.h"
 
 /* Attention over heads laid side by side in the last dim, as nn.MultiheadAttention's
  * projections produce them: q = columns [qo, qo+E) of tq (N,L,*), k and v the same of tk and

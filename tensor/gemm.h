@@ -41,7 +41,7 @@ void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t 
 void ag__blas_single_threaded(void);
 /* which f32 kernel set ag__sgemm runs: ag__cpu_isa(), or AG_ISA_NONE (OpenBLAS) with
  * AG_GEMM=blas, or AG_ISA_AVX2 on an AVX-512 CPU with AG_GEMM=avx2. Code with kernels of its
- * own per ISA (nn/attention_small.c) follows it, so that AG_GEMM switches those too. */
+ * own per ISA (nn/attention/attention_small.c) follows it, so that AG_GEMM switches those too. */
 ag__isa ag__sgemm_isa_in_use(void);
 /* the path of the other vector kernels (dropout's masks, nonzero packing): AVX-512 where the
  * GEMM runs AVX-512 (so AG_GEMM=avx2 switches them too, as it does the attention kernels), else

@@ -482,7 +482,7 @@ static void test_in_place_change_of_an_input_of_add_keeps_the_exact_gradient(voi
     tu_assert_values(y, 0, 6, 9, 12); /* y was computed before a changed */
 }
 
-/* The Transformer's residual (nn/transformer.c): block(x) = dropout_(linear(x)), then the sum
+/* The Transformer's residual (nn/transformer/transformer.c): block(x) = dropout_(linear(x)), then the sum
  * made in the block's output, ag_add_(block, x), then LayerNorm. Legal: the ops that read the
  * overwritten values (linear reads its input, not its output; dropout_ its mask) do not. */
 typedef struct { bool in_place; } residual_ctx;

@@ -6,7 +6,7 @@
  * thread-count independence the library promises: 1 and 2 OpenMP threads give the same bits.
  * Each kernel set the CPU can run (tensor/gemm_kernels.h: AVX-512 8×32, AVX2 6×16) is also
  * driven directly through both paths of the driver, at sizes around its own tile and blocks.
- * The fused small-attention kernels (nn/attention_small.h) against a double-precision softmax
+ * The fused small-attention kernels (nn/attention/attention_small.h) against a double-precision softmax
  * attention and its backward, around their tile edges (8-row blocks, 16-lane head chunks).
  * Nonzero packing (tensor/nzpack.c) on every path against an element-by-element reference. */
 #include <math.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "../tensor/fastmath.h"
-#include "../nn/attention_small.h"
+#include "../nn/attention/attention_small.h"
 #include "../tensor/gemm.h"
 #include "../tensor/gemm_kernels.h"
 #include "../tensor/internal.h"

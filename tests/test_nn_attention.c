@@ -1,4 +1,4 @@
-/* Masked softmax and fused attention (nn/attention.h). Expected values were computed with
+/* Masked softmax and fused attention (nn/attention/attention.h). Expected values were computed with
  * PyTorch 1.13 (/usr/bin/python3) in float64 and pasted as literals; each block names the
  * torch expression. Inputs are tu_seq(shape, a, c)[i] = sin(a*i + c) in row-major order, in
  * torch: torch.sin(torch.arange(n, dtype=torch.float64) * a + c).reshape(shape). */
@@ -461,8 +461,8 @@ static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
 }
 
 /* ---- the fused small-head kernels (f32, up to 64 live keys and dropout; an AVX-512 CPU's own
- * kernels take 16 keys without dropout, the AVX2 ones the rest: nn/attention_small.c,
- * nn/attention_small_avx2.c) ---- */
+ * kernels take 16 keys without dropout, the AVX2 ones the rest: nn/attention/attention_small.c,
+ * nn/attention/attention_small_avx2.c) ---- */
 
 typedef struct {
     ag_tensor *o, *g[3];

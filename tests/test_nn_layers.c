@@ -115,7 +115,7 @@ static void test_linear_gradcheck(void **s) {
     tu_assert_gradcheck(f_linear_transposed, NULL, 3, tin);
 }
 
-/* ---- the packed rows of skip_padding (nn/rows.c, ag__linear_rows) ---- */
+/* ---- the packed rows of skip_padding (nn/transformer/rows.c, ag__linear_rows) ---- */
 
 static const int64_t ROWS[3] = {4, 0, 3}; /* of the 6 rows of a (2,3,·) batch */
 

@@ -1,4 +1,4 @@
-/* Parity adapters for GRUCell, GRU and the attention modules of nn/gru.h (cases: gen_gru.py). */
+/* Parity adapters for GRUCell, GRU and the attention modules of nn/recurrent/gru.h (cases: gen_gru.py). */
 #include "parity.h"
 
 /* in0 input, in1 hx (may be absent); attrs input_size, hidden_size, bias */

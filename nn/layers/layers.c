@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../tensor/gemm.h"
-#include "../tensor/internal.h"
+#include "../../tensor/gemm.h"
+#include "../../tensor/internal.h"
 #include "layers.h"
-#include "nn_internal.h"
+#include "../nn_internal.h"
 
 /* columns handled by one thread in column reductions (a block's partial sums stay in registers/L1) */
 #define COLS 64

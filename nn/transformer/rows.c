@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../tensor/internal.h"
-#include "nn_internal.h"
+#include "../../tensor/internal.h"
+#include "../nn_internal.h"
 
 /* rows of a tensor seen as (R, D): D its last dim, R the product of the others */
 static int64_t row_len(const ag_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }

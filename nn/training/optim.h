@@ -11,7 +11,7 @@
  * reported through ag_error naming the function and the bad value. */
 #ifndef AG_NN_OPTIM_H
 #define AG_NN_OPTIM_H
-#include "../autograd/autograd.h"
+#include "../../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,12 +7,12 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "../tensor/fastmath.h"
-#include "../tensor/gemm.h"
-#include "../tensor/internal.h"
+#include "../../tensor/fastmath.h"
+#include "../../tensor/gemm.h"
+#include "../../tensor/internal.h"
 #include "attention.h"
 #include "attention_small.h"
-#include "nn_internal.h"
+#include "../nn_internal.h"
 
 enum { MASK_NONE, MASK_BOOL, MASK_ADD };
 
@@ -436,7 +436,7 @@ static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
     }
 AG_FLOAT_TYPES(ATTN_KERNELS)
 
-/* The fused kernels (nn/attention_small.c) for f32 heads with 1..AG_ATTN_AVX2_KEYS (64) live
+/* The fused kernels (nn/attention/attention_small.c) for f32 heads with 1..AG_ATTN_AVX2_KEYS (64) live
  * keys on either ISA, with dropout too unless the weights after dropout are wanted; a head with
  * more (or none) takes the GEMM path above. The mask of the head becomes per-row bits of dead
  * keys and additive values: one row for all queries unless it varies by row or is causal. */

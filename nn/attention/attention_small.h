@@ -1,5 +1,5 @@
-/* One (b,h) of attention held in vector registers, for short key ranges (nn/attention_small.c,
- * nn/attention_small_avx2.c).
+/* One (b,h) of attention held in vector registers, for short key ranges (nn/attention/attention_small.c,
+ * nn/attention/attention_small_avx2.c).
  * At head dim 16 and 16 keys every product of a head is 16×16×16: GEMM calls, their packing
  * and a softmax pass over memory cost more than the arithmetic. Here the live keys of a query
  * row are the lanes of one vector (the AVX-512 kernels: up to 16 keys, no dropout) or of up to 8
@@ -8,7 +8,7 @@
  * at run time: an AVX-512F CPU runs its own kernels where they fit and the AVX2 ones (with the
  * AVX-512 GEMM tile for their products) for the other heads, measured faster there than the
  * GEMM path; an AVX2 + FMA CPU runs the AVX2 ones. f64 and other CPUs take the GEMM path of
- * nn/attention.c.
+ * nn/attention/attention.c.
  * Internal, not installed. */
 #ifndef AG_ATTENTION_SMALL_H
 #define AG_ATTENTION_SMALL_H

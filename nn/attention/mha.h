@@ -9,7 +9,7 @@
 #ifndef AG_NN_MHA_H
 #define AG_NN_MHA_H
 #include "attention.h"
-#include "layers.h"
+#include "../layers/layers.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,7 +16,7 @@
  * (key j > query i masked) on top of any given mask. */
 #ifndef AG_NN_TRANSFORMER_H
 #define AG_NN_TRANSFORMER_H
-#include "mha.h"
+#include "../attention/mha.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../tensor/internal.h"
-#include "nn_internal.h"
+#include "../../tensor/internal.h"
+#include "../nn_internal.h"
 #include "transformer.h"
 
 #define TRY(e)                                                                                                    \

@@ -1,8 +1,8 @@
-/* Shared by nn/checkpoint.c (reports, HDF5 errors, saving) and nn/checkpoint_load.c. */
+/* Shared by nn/checkpoint/checkpoint.c (reports, HDF5 errors, saving) and nn/checkpoint/checkpoint_load.c. */
 #ifndef AG_NN_CHECKPOINT_INTERNAL_H
 #define AG_NN_CHECKPOINT_INTERNAL_H
 
-#include "../tensor/internal.h"
+#include "../../tensor/internal.h"
 #include <hdf5.h>
 
 #include "checkpoint.h"
@@ -48,10 +48,10 @@ const char *ag__ck_type_desc(hid_t ty, char *buf);
 char *ag__ck_dims_str(int nd, const hsize_t *dims, char *buf);
 const char *ag__ck_kind_name(ag_optim_kind k);
 /* Append a copy of *e to s's config (its string, if any, is taken over); false on out of
- * memory, nothing reported (the loader must not go through ag_error). nn/train_state.c. */
+ * memory, nothing reported (the loader must not go through ag_error). nn/checkpoint/train_state.c. */
 bool ag__config_append(ag_train_state *s, const ag_config_entry *e);
 /* Read back the file a save wrote and compare it with what was saved; false with IO reported
- * when anything differs or cannot be read. nn/checkpoint_load.c. */
+ * when anything differs or cannot be read. nn/checkpoint/checkpoint_load.c. */
 bool ag__ck_read_back(const char *path, const ag_params *p, const ag_optim *o, const ag_train_state *s, report *r);
 /* file access properties: the HDF5 1.8 format (checksummed metadata), no file locking */
 hid_t ag__ck_fapl_new(void);

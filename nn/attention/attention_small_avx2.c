@@ -1,5 +1,5 @@
-/* The fused small-attention kernels (nn/attention_small.h) for AVX2 + FMA: the same math and
- * masking as the AVX-512 kernels of nn/attention_small.c, for up to 64 live keys (a query row
+/* The fused small-attention kernels (nn/attention/attention_small.h) for AVX2 + FMA: the same math and
+ * masking as the AVX-512 kernels of nn/attention/attention_small.c, for up to 64 live keys (a query row
  * in up to 8 vectors) and with dropout; AVX-512 CPUs run them too, for the heads their own
  * kernels do not take. Every product is the unpacked register tile of the GEMM kernel set in
  * use (tensor/gemm_kernels.c: AVX2's 6×16, AVX-512's 8×32 on such a CPU), A read through two
@@ -16,8 +16,8 @@
 
 #include "attention_small.h"
 
-#include "../tensor/fastmath.h"
-#include "../tensor/gemm_kernels.h"
+#include "../../tensor/fastmath.h"
+#include "../../tensor/gemm_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -10,8 +10,8 @@
  * by side in gru.c). A GRU cell step is one fused node. All work in f32 and f64. */
 #ifndef AG_NN_GRU_H
 #define AG_NN_GRU_H
-#include "attention.h"
-#include "layers.h"
+#include "../attention/attention.h"
+#include "../layers/layers.h"
 
 #ifdef __cplusplus
 extern "C" {

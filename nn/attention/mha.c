@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../tensor/internal.h"
+#include "../../tensor/internal.h"
 #include "mha.h"
-#include "nn_internal.h"
+#include "../nn_internal.h"
 
 static const char *name_of(char *buf, const char *prefix, const char *name) {
     if (prefix && *prefix) snprintf(buf, 256, "%s.%s", prefix, name);

@@ -15,7 +15,7 @@
  * take turns (Debian's libhdf5 is not thread-safe). */
 #ifndef AG_NN_CHECKPOINT_H
 #define AG_NN_CHECKPOINT_H
-#include "optim.h"
+#include "../training/optim.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
-/* The fused small-attention kernels (nn/attention_small.h): the choice of kernels per CPU, and
- * the AVX-512 kernels themselves (the AVX2 ones: nn/attention_small_avx2.c). Layout: the keys
+/* The fused small-attention kernels (nn/attention/attention_small.h): the choice of kernels per CPU, and
+ * the AVX-512 kernels themselves (the AVX2 ones: nn/attention/attention_small_avx2.c). Layout: the keys
  * of a query row are the 16 lanes of a vector, so
  *   scores  s_i = Σ_d Q[i][d] · Kᵀ[d]        (Kᵀ: K transposed once per head, 16 lanes a row)
  *   softmax over the lanes of s_i            (two horizontal reductions per row)
@@ -13,8 +13,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../tensor/fastmath.h"
-#include "../tensor/gemm.h"
+#include "../../tensor/fastmath.h"
+#include "../../tensor/gemm.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -291,7 +291,7 @@ TARGET void ag__attn_small_bwd_avx512(const ag__attn_tile *t, const float *p, in
     if (dk) keys_by_columns(ds, KEYS, 0xFFFF, t->q, t->ldq, L, Dh, n, al, dk, lddk, assign_S);
 }
 
-#else /* no fused kernels on this platform: nn/attention.c never calls them */
+#else /* no fused kernels on this platform: nn/attention/attention.c never calls them */
 
 bool ag__attn_small_available(void) { return false; }
 void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {}

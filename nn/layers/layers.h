@@ -9,7 +9,7 @@
  * a struct whose weight is NULL). */
 #ifndef AG_NN_LAYERS_H
 #define AG_NN_LAYERS_H
-#include "../autograd/autograd.h"
+#include "../../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,7 +97,7 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
  * ag_embedding_t over positions. */
 ag_tensor *ag_sinusoidal_positions(int64_t L, int64_t D, ag_dtype dtype);
 
-/* ---- losses (nn/loss.c) ------------------------------------------------------------------- */
+/* ---- losses (nn/layers/loss.c) ------------------------------------------------------------------- */
 /* PyTorch's numbering of reductions. */
 typedef enum { AG_REDUCTION_NONE = 0, AG_REDUCTION_MEAN = 1, AG_REDUCTION_SUM = 2 } ag_reduction;
 

@@ -7,7 +7,7 @@
  * loss. Both ops are single fused nodes (one forward kernel, one backward beside it). */
 #ifndef AG_NN_ATTENTION_H
 #define AG_NN_ATTENTION_H
-#include "../autograd/autograd.h"
+#include "../../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-/* GRU cell and GRU layers as fused ops, and additive / dot-product attention (nn/gru.h).
+/* GRU cell and GRU layers as fused ops, and additive / dot-product attention (nn/recurrent/gru.h).
  *
  * A layer direction is ag_linear over all time steps (the input projection, one GEMM) followed
  * by one recurrence node whose output is (L+1, N, H): rows 0..L-1 are the per-step outputs, row
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "../tensor/internal.h"
+#include "../../tensor/internal.h"
 #include "gru.h"
 
 #define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
