@@ -422,6 +422,9 @@ static void *image_realloc(void *p, size_t size, H5FD_file_image_op_t op, void *
 static herr_t image_free(void *p, H5FD_file_image_op_t op, void *u) {
     image_t *im = u;
     if (p == im->mem && op == H5FD_FILE_IMAGE_OP_FILE_CLOSE) {
+        /* the last file closed is the one made: H5Fcreate first opens and closes an existing
+         * file of that name (a stale temporary file) to see whether it is open already */
+        free(im->kept);
         im->kept = p;
         im->kept_size = im->size;
     } else {
