@@ -32,8 +32,10 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
-/* in a child: flip a byte of the root group's object header (superblock version 2: its address
- * at byte 36) of a saved checkpoint, load it, and exit(0) through the exit handlers. The child
+/* in a child: flip a byte of the root group's object header (superblock version 2, after the
+ * 512-byte user block: the header's address at byte 36 of it, counted from there) of a saved
+ * checkpoint, zero the first byte of attograd's header (so that, like a file from elsewhere,
+ * it has none and libhdf5 parses it), load it, and exit(0) through the exit handlers. The child
  * reports its steps through one pipe (0 when the load said EFORMAT) and its stderr through
  * another, read to the end: what the exit handlers print is in err. Not its exit status, which
  * valgrind's --error-exitcode replaces with its report of HDF5's leak. */
@@ -47,14 +49,16 @@ static bool corrupted_load_in_child(ag_params *p, const char *path, char *err, s
         close(status[0]);
         char msg[2048], step = 1;
         FILE *f = NULL;
-        unsigned char d[64], h[16];
+        unsigned char d[512 + 64], h[16];
         uint64_t root = 0;
         if (ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_OK && (step = 2) &&
-            (f = fopen(path, "r+b")) && fread(d, 1, 44, f) == 44 && d[8] == 2 && (step = 3)) {
-            for (int i = 7; i >= 0; i--) root = root << 8 | d[36 + i];
+            (f = fopen(path, "r+b")) && fread(d, 1, 512 + 44, f) == 512 + 44 && d[512 + 8] == 2 && (step = 3)) {
+            for (int i = 7; i >= 0; i--) root = root << 8 | d[512 + 36 + i];
+            root += 512;
             if (!fseek(f, (long)root, SEEK_SET) && fread(h, 1, 16, f) == 16 && !memcmp(h, "OHDR", 4) && (step = 4)) {
                 h[12] ^= 1;
-                if (!fseek(f, (long)root, SEEK_SET) && fwrite(h, 1, 16, f) == 16 && !fclose(f) && (step = 5) &&
+                if (!fseek(f, (long)root, SEEK_SET) && fwrite(h, 1, 16, f) == 16 && !fseek(f, 0, SEEK_SET) &&
+                    fputc(0, f) == 0 && !fclose(f) && (step = 5) &&
                     ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_EFORMAT)
                     step = 0;
                 f = NULL;

@@ -1,8 +1,10 @@
 #include "test_util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 static int errors;
 static char last[1024];
@@ -154,4 +156,22 @@ void tu_assert_same_state(const ag_train_state *a, const ag_train_state *b) {
             assert_memory_equal(x->s, y->s, strlen(x->s) + 1);
         }
     }
+}
+
+void tu_checkpoint_rehash(const char *path) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n > 512);
+    unsigned char *d = malloc((size_t)n);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+    assert_int_equal(fread(d, 1, (size_t)n, f), (size_t)n);
+    char head[512] = {0};
+    snprintf(head, sizeof head, "attograd-checkpoint\nlength %ld\ncrc32 %08lx\n", n,
+             crc32(0, d + 512, (uInt)(n - 512)));
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+    assert_int_equal(fwrite(head, 1, sizeof head, f), sizeof head);
+    assert_int_equal(fclose(f), 0);
+    free(d);
 }

@@ -57,4 +57,9 @@ void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n,
  * the same order with the same keys, types and values (doubles bit for bit, strings by bytes). */
 void tu_assert_same_state(const ag_train_state *a, const ag_train_state *b);
 
+/* What docs/checkpoint.md asks of a checkpoint edited by hand: its header (the first 512 bytes)
+ * rewritten with the file's length and the CRC-32 of every byte after it. zlib's crc32 computes
+ * it here, a witness independent of the library's own. */
+void tu_checkpoint_rehash(const char *path);
+
 #endif

@@ -95,9 +95,24 @@ static pthread_once_t hdf5_once = PTHREAD_ONCE_INIT;
  * printing goes off at exit. */
 static void quiet_exit(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
-/* H5open registers HDF5's exit handler; ours, registered after it, runs before it */
+static uint32_t crc_table[256];
+
+/* H5open registers HDF5's exit handler; ours, registered after it, runs before it. And the
+ * table of the CRC-32. */
 static void hdf5_init(void) {
     if (H5open() >= 0) atexit(quiet_exit);
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+uint32_t ag__ck_crc32(uint32_t crc, const void *data, size_t n) {
+    const unsigned char *p = data;
+    crc = ~crc;
+    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
 }
 
 hush_t ag__ck_begin(void) {
@@ -443,13 +458,24 @@ static herr_t image_udata_free(void *u) { return 0; }
 
 /* The length of the file in an image: the end-of-file address of its version 2 superblock
  * (the 1.8 format: signature, version 2, size of offsets 8, ..., then base, extension and
- * end-of-file addresses), or 0 if the image does not start with one that fits in it. */
+ * end-of-file addresses), which follows the user block, or 0 if the image has no such
+ * superblock that fits in it. */
 static size_t image_length(const unsigned char *b, size_t size) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-    if (size < 48 || memcmp(b, sig, 8) != 0 || b[8] != 2 || b[9] != 8) return 0;
+    if (size < AG_CK_HEADER + 48) return 0;
+    b += AG_CK_HEADER;
+    if (memcmp(b, sig, 8) != 0 || b[8] != 2 || b[9] != 8) return 0;
     uint64_t eof = 0;
     for (int i = 7; i >= 0; i--) eof = eof << 8 | b[28 + i];
-    return eof <= size ? (size_t)eof : 0;
+    return eof <= size && eof > AG_CK_HEADER ? (size_t)eof : 0;
+}
+
+/* The header in the user block (docs/checkpoint.md): what the loader checks before libhdf5
+ * reads a byte of the file. */
+static void write_header(char *image, size_t n) {
+    memset(image, 0, AG_CK_HEADER);
+    snprintf(image, AG_CK_HEADER, AG_CK_MAGIC "length %zu\ncrc32 %08x\n", n,
+             (unsigned)ag__ck_crc32(0, image + AG_CK_HEADER, n - AG_CK_HEADER));
 }
 
 /* The whole file built in memory by HDF5's core driver (no backing store), its buffer taken
@@ -472,6 +498,7 @@ static char *build_image(const char *name, const ag_params *p, const ag_optim *o
      * default rank they made up most of a save's memory (3.3 of 6 MiB for the translation model). */
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     H5Pset_istore_k(fcpl, 1);
+    H5Pset_userblock(fcpl, AG_CK_HEADER);
     hid_t f = H5Fcreate(name, H5F_ACC_TRUNC, fcpl, fapl);
     cause_t c = ag__ck_cause(); /* before the next HDF5 call clears the error stack */
     H5Pclose(fcpl);
@@ -487,6 +514,7 @@ static char *build_image(const char *name, const ag_params *p, const ag_optim *o
         if (ok) return ag__ck_problem(r, IO, "HDF5 built '%s' in memory without a 1.8 superblock", name), NULL;
         return ag__ck_problem(r, IO, "writing '%s' failed: %s", name, c.desc), NULL;
     }
+    write_header(im.kept, n);
     *size = n;
     return im.kept;
 }

@@ -10,6 +10,15 @@
 #define FORMAT_NAME "attograd-checkpoint"
 #define FORMAT_VERSION 1
 
+/* The user block at the start of every file, where libhdf5 reads nothing: AG_CK_MAGIC, then
+ * "length N\ncrc32 XXXXXXXX\n" (the file's length in bytes and the CRC-32 of every byte after
+ * the user block, as zlib.crc32 computes it), then zeros. */
+#define AG_CK_HEADER 512
+#define AG_CK_MAGIC "attograd-checkpoint\n"
+
+/* CRC-32 (zlib's) of n bytes continuing crc (0 to start); after ag__ck_begin. */
+uint32_t ag__ck_crc32(uint32_t crc, const void *data, size_t n);
+
 /* ---- the report: every problem found, joined into one message ----------------------------- */
 
 /* Severity of a problem; the worst one decides the status. SKIP problems are what a non-strict

@@ -462,6 +462,36 @@ static void load_state(hid_t f, ag_train_state *ss, size_t file_size, report *r)
     each_attr(f, "config", config_attr, &c);
 }
 
+/* The whole-file check, before libhdf5 reads a byte (checkpoint_internal.h): true when the
+ * file of size bytes on fd starts with a header whose length and CRC-32 match it, or starts
+ * with no header at all (a file written elsewhere, or before headers: HDF5's own checksums
+ * are then all there is); false with FORMAT reported when they do not match. */
+static bool check_header(int fd, uint64_t size, report *r) {
+    char head[AG_CK_HEADER + 1] = {0};
+    ssize_t got = pread(fd, head, AG_CK_HEADER, 0);
+    if (got < (ssize_t)sizeof AG_CK_MAGIC || memcmp(head, AG_CK_MAGIC, sizeof AG_CK_MAGIC - 1) != 0) return true;
+    unsigned long long length;
+    unsigned crc;
+    int used = 0;
+    if (sscanf(head + sizeof AG_CK_MAGIC - 1, "length %llu\ncrc32 %8x\n%n", &length, &crc, &used) != 2 || !used)
+        return ag__ck_problem(r, FORMAT, "damaged: its header (the first %d bytes) is not readable", AG_CK_HEADER);
+    if (length != size)
+        return ag__ck_problem(r, FORMAT, "damaged: %llu bytes long, its header says %llu (truncated or extended?)",
+                              (unsigned long long)size, length);
+    char buf[1 << 16];
+    uint32_t c = 0;
+    for (uint64_t at = AG_CK_HEADER; at < size;) {
+        ssize_t n = pread(fd, buf, sizeof buf, (off_t)at);
+        if (n <= 0) return ag__ck_problem(r, IO, "cannot read: %s", n < 0 ? strerror(errno) : "unexpected end of file");
+        c = ag__ck_crc32(c, buf, (size_t)n);
+        at += (uint64_t)n;
+    }
+    if (c != crc)
+        return ag__ck_problem(r, FORMAT, "damaged: the CRC-32 of its contents is %08x, its header says %08x", (unsigned)c,
+                              crc);
+    return true;
+}
+
 /* Open path for reading after the checks that give each way of not being a checkpoint its own
  * message; -1 with the problem reported. */
 static hid_t open_checkpoint(const char *path, size_t *file_size, report *r) {
@@ -473,7 +503,9 @@ static hid_t open_checkpoint(const char *path, size_t *file_size, report *r) {
         return -1;
     }
     int rc = fstat(fd, &st);
+    bool whole = rc != 0 || S_ISDIR(st.st_mode) || st.st_size == 0 || check_header(fd, (uint64_t)st.st_size, r);
     close(fd);
+    if (!whole) return -1;
     if (rc == 0 && S_ISDIR(st.st_mode)) {
         ag__ck_problem(r, IO, "is a directory, not a checkpoint file");
         return -1;
