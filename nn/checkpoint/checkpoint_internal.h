@@ -59,8 +59,12 @@ const char *ag__ck_kind_name(ag_optim_kind k);
 /* Append a copy of *e to s's config (its string, if any, is taken over); false on out of
  * memory, nothing reported (the loader must not go through ag_error). nn/checkpoint/train_state.c. */
 bool ag__config_append(ag_train_state *s, const ag_config_entry *e);
+/* Read path into staging memory (nn/checkpoint/checkpoint_load.c): the parts whose live
+ * counterpart (params, opt, state) is given; between ag__ck_begin and ag__ck_end. */
+void ag__ck_read_file(const char *path, const ag_params *params, char *model, const ag_optim *opt, ag_optim *so,
+                      char **optim, ag_train_state *state, report *r);
 /* Read back the file a save wrote and compare it with what was saved; false with IO reported
- * when anything differs or cannot be read. nn/checkpoint/checkpoint_load.c. */
+ * when anything differs or cannot be read. nn/checkpoint/stage.c. */
 bool ag__ck_read_back(const char *path, const ag_params *p, const ag_optim *o, const ag_train_state *s, report *r);
 /* file access properties: the HDF5 1.8 format (checksummed metadata), no file locking */
 hid_t ag__ck_fapl_new(void);
