@@ -24,7 +24,10 @@ extern "C" {
  * As in PyTorch, only leaves keep their gradients: a non-leaf's ->grad is NULL afterwards
  * unless ag_retain_grad was called on it. Temporaries of each op's backward are freed (the
  * current arena is rewound) as soon as that op is done, and a non-leaf's gradient buffer goes
- * back to a pool once its producing op has consumed it: a pass holds only the live gradients. */
+ * back to a pool once its producing op has consumed it: a pass holds only the live gradients.
+ * What the forward saved stays until the arena is reset, so the graph can be backpropagated
+ * again, as PyTorch's retain_graph=True allows (PyTorch refuses without it): a second
+ * ag_backward over it gives the same gradients again, and leaves accumulate them. */
 void ag_backward(ag_tensor *out, ag_tensor *grad);
 
 /* Activation recomputation, as torch.utils.checkpoint.checkpoint: y = fn(ctx, in) whose

@@ -65,18 +65,25 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
                  ag__shape_str(ndim, shape, b));
         return NULL;
     }
-    int64_t n = ag__shape_numel(ndim, shape);
-    if (n < 0) {
-        ag_error("ag_params_add", "'%s': negative size in %s", name, ag__shape_str(ndim, shape, b));
+    if (!ag__numel_fits(ndim, shape)) {
+        ag_error("ag_params_add", "'%s': shape %s has a negative size or more elements than a tensor can hold", name,
+                 ag__shape_str(ndim, shape, b));
         return NULL;
     }
+    int64_t n = ag__shape_numel(ndim, shape);
     /* keep every parameter 64-byte aligned */
     int64_t es = (int64_t)ag_dtype_size(p->dtype), align = 64 / es;
     int64_t offset = (p->numel + align - 1) / align * align;
     if (offset + n > p->capacity) {
         int64_t cap = p->capacity ? p->capacity : 1024;
         while (cap < offset + n) cap *= 2;
-        char *data = ag_xmalloc((size_t)(cap * es)), *grad = ag_xmalloc((size_t)(cap * es));
+        char *data = ag__try_malloc((size_t)(cap * es)), *grad = data ? ag__try_malloc((size_t)(cap * es)) : NULL;
+        if (!grad) {
+            ag_xfree(data);
+            ag_error("ag_params_add", "'%s' %s: cannot allocate slabs of %lld bytes for %lld parameters: out of "
+                     "memory", name, ag__shape_str(ndim, shape, b), (long long)(cap * es), (long long)(offset + n));
+            return NULL;
+        }
         memset(data, 0, (size_t)(cap * es));
         memset(grad, 0, (size_t)(cap * es));
         if (p->data) {

@@ -78,13 +78,19 @@ static _Atomic uint64_t alloc_count;
 
 uint64_t ag_alloc_count(void) { return atomic_load(&alloc_count); }
 
-void *ag_xmalloc(size_t bytes) {
+void *ag__try_malloc(size_t bytes) {
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0 || !p) {
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    atomic_fetch_add(&alloc_count, 1);
+    return p;
+}
+
+void *ag_xmalloc(size_t bytes) {
+    void *p = ag__try_malloc(bytes);
+    if (!p) {
         fprintf(stderr, "attograd: out of memory allocating %zu bytes\n", bytes);
         abort();
     }
-    atomic_fetch_add(&alloc_count, 1);
     return p;
 }
 
@@ -133,12 +139,16 @@ struct ag_arena {
     size_t total_used;
 };
 
+/* NULL when the system cannot provide size bytes */
 static block *block_new(size_t size) {
     block *b = ag_xmalloc(sizeof *b);
     b->next = NULL;
     b->size = size;
     b->used = 0;
-    b->mem = ag_xmalloc(size);
+    if (!(b->mem = ag__try_malloc(size))) {
+        ag_xfree(b);
+        return NULL;
+    }
     AG_POISON(b->mem, size);
     return b;
 }
@@ -146,6 +156,10 @@ static block *block_new(size_t size) {
 ag_arena *ag_arena_new(size_t initial_bytes) {
     ag_arena *a = ag_xmalloc(sizeof *a);
     a->first = a->cur = block_new(initial_bytes < 4096 ? 4096 : initial_bytes);
+    if (!a->first) {
+        fprintf(stderr, "attograd: out of memory allocating an arena of %zu bytes\n", initial_bytes);
+        abort();
+    }
     a->total_used = 0;
     return a;
 }
@@ -172,6 +186,10 @@ void ag_arena_reset(ag_arena *a) {
         for (block *b = a->first; b; b = b->next) total += b->size;
         free_blocks(a->first);
         a->first = block_new(total);
+        if (!a->first) {
+            fprintf(stderr, "attograd: out of memory allocating an arena block of %zu bytes\n", total);
+            abort();
+        }
     }
     AG_POISON(a->first->mem, a->first->used);
     a->first->used = 0;
@@ -183,10 +201,14 @@ void *ag_arena_alloc(ag_arena *a, size_t asked) {
     size_t bytes = (asked + 63) & ~(size_t)63;
     block *b = a->cur;
     while (b->used + bytes > b->size && b->next) b = a->cur = b->next; /* blocks kept by a rewind */
+    if (bytes < asked) return NULL; /* asked is within 63 bytes of SIZE_MAX */
     if (b->used + bytes > b->size) {
         size_t size = b->size * 2 > bytes ? b->size * 2 : bytes;
-        b->next = block_new(size);
-        b = a->cur = b->next;
+        block *next = block_new(size);
+        if (!next && size > bytes) next = block_new(size = bytes); /* doubling may ask too much */
+        if (!next) return NULL;
+        b->next = next;
+        b = a->cur = next;
     }
     void *p = b->mem + b->used;
     AG_UNPOISON(p, asked);

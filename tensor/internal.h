@@ -28,6 +28,10 @@ ag_tensor *ag__dense(ag_tensor *t);
 /* every GEMM of attograd: ag__sgemm, ag__dgemm, ag__gemm (any float dtype) */
 #include "gemm.h"
 
+/* posix_memalign to 64 bytes, counted by ag_alloc_count; NULL when the system cannot provide
+ * the memory (ag_xmalloc aborts instead). Free with ag_xfree. */
+void *ag__try_malloc(size_t bytes);
+
 /* A growable array p of *cap elements of size bytes, grown (doubling, contents kept) to hold
  * need; returns it. For buffers kept across steps, so growth stops after warm-up. */
 void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
@@ -52,6 +56,9 @@ bool ag__fill(ag_tensor *t, double value);
 /* Row-major strides of shape into stride. */
 void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 int64_t ag__shape_numel(int ndim, const int64_t *shape);
+/* Whether a tensor of shape could exist: no negative size, and its bytes in the widest dtype
+ * fit in 63 bits (so element counts and byte sizes never overflow). */
+bool ag__numel_fits(int ndim, const int64_t *shape);
 /* element pointer of the first element */
 static inline char *ag__ptr(const ag_tensor *t) { return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype); }
 /* "(2,3)" for a raw shape */

@@ -126,6 +126,13 @@ int ag_wrap_dim(const char *op, const ag_tensor *t, int dim) {
     return d;
 }
 
+bool ag__numel_fits(int ndim, const int64_t *shape) {
+    int64_t n = 16; /* the widest element's bytes */
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(n, shape[i], &n)) return false;
+    return true;
+}
+
 static bool check_shape(const char *op, int ndim, const int64_t *shape) {
     char b[128];
     if (ndim < 0 || ndim > AG_MAX_DIMS) {
@@ -137,6 +144,11 @@ static bool check_shape(const char *op, int ndim, const int64_t *shape) {
             ag_error(op, "negative size in shape %s", ag__shape_str(ndim, shape, b));
             return false;
         }
+    if (!ag__numel_fits(ndim, shape)) {
+        ag_error(op, "shape %s has more elements than any tensor can hold (their bytes overflow 63 bits)",
+                 ag__shape_str(ndim, shape, b));
+        return false;
+    }
     return true;
 }
 
@@ -155,7 +167,14 @@ ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape) {
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     ag__contiguous_strides(ndim, shape, t->stride);
-    t->data = ag_arena_alloc(ag_arena_current(), (size_t)ag__shape_numel(ndim, shape) * ag_dtype_size(dt));
+    size_t bytes = (size_t)ag__shape_numel(ndim, shape) * ag_dtype_size(dt);
+    t->data = ag_arena_alloc(ag_arena_current(), bytes);
+    if (!t->data) {
+        char b[128];
+        ag_error("ag_alloc", "cannot allocate %zu bytes for a %s tensor of shape %s: out of memory", bytes,
+                 ag_dtype_name(dt), ag__shape_str(ndim, shape, b));
+        return NULL;
+    }
     return t;
 }
 
@@ -181,6 +200,7 @@ ag_tensor *ag_empty(ag_dtype dt, int ndim, const int64_t *shape) {
 ag_tensor *ag_zeros(ag_dtype dt, int ndim, const int64_t *shape) {
     if (!check_shape("ag_zeros", ndim, shape)) return NULL;
     ag_tensor *t = ag__new(dt, ndim, shape);
+    if (!t) return NULL;
     ag__zero(t->data, (size_t)ag_numel(t) * ag_dtype_size(dt));
     return t;
 }
@@ -188,7 +208,7 @@ ag_tensor *ag_zeros(ag_dtype dt, int ndim, const int64_t *shape) {
 ag_tensor *ag_full(ag_dtype dt, int ndim, const int64_t *shape, double value) {
     if (!check_shape("ag_full", ndim, shape)) return NULL;
     ag_tensor *t = ag__new(dt, ndim, shape);
-    ag__fill(t, value);
+    if (t) ag__fill(t, value);
     return t;
 }
 
@@ -217,12 +237,23 @@ ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step) {
 ag_tensor *ag_from_buffer(ag_dtype dt, int ndim, const int64_t *shape, const void *data) {
     if (!check_shape("ag_from_buffer", ndim, shape)) return NULL;
     ag_tensor *t = ag__new(dt, ndim, shape);
+    if (!t) return NULL;
+    if (ag__shape_numel(ndim, shape) && !data) {
+        char b[128];
+        ag_error("ag_from_buffer", "data is NULL for shape %s", ag__shape_str(ndim, shape, b));
+        return NULL;
+    }
     if (ag_numel(t)) memcpy(t->data, data, (size_t)ag_numel(t) * ag_dtype_size(dt)); /* data may be NULL if empty */
     return t;
 }
 
 ag_tensor *ag_wrap(ag_dtype dt, int ndim, const int64_t *shape, void *data) {
     if (!check_shape("ag_wrap", ndim, shape)) return NULL;
+    if (!data && ag__shape_numel(ndim, shape) > 0) {
+        char b[128];
+        ag_error("ag_wrap", "data is NULL for shape %s", ag__shape_str(ndim, shape, b));
+        return NULL;
+    }
     ag_tensor *t = header();
     t->dtype = dt;
     t->ndim = ndim;

@@ -69,7 +69,8 @@ ag_arena *ag_arena_new(size_t initial_bytes);
 void ag_arena_free(ag_arena *a);
 /* Forget everything allocated; keeps the memory (coalesced into one block) for the next step. */
 void ag_arena_reset(ag_arena *a);
-/* 64-byte aligned, uninitialised. Aborts on out-of-memory. */
+/* 64-byte aligned, uninitialised; NULL when the system cannot provide the memory (a tensor
+ * whose data cannot be had reports that through ag_error, naming the size and shape). */
 void *ag_arena_alloc(ag_arena *a, size_t bytes);
 size_t ag_arena_used(const ag_arena *a);
 /* Give the pages of the arena's free space back to the system: they leave the resident set

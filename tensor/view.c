@@ -44,7 +44,7 @@ static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int6
         return false;
     }
     int infer = -1;
-    int64_t known = 1;
+    int64_t known = 1, n = ag_numel(t);
     for (int i = 0; i < ndim; i++) {
         out[i] = shape[i];
         if (shape[i] == -1) {
@@ -56,11 +56,10 @@ static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int6
         } else if (shape[i] < 0) {
             ag_error(op, "%s: invalid size %lld", ag__shape_str(ndim, shape, b1), (long long)shape[i]);
             return false;
-        } else {
-            known *= shape[i];
+        } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+            goto bad;
         }
     }
-    int64_t n = ag_numel(t);
     if (infer >= 0) {
         if (known == 0 || n % known != 0) goto bad;
         out[infer] = n / known;
@@ -320,6 +319,7 @@ ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
             y->stride[i] = want == have ? t->stride[it] : 0;
         }
     }
+    if (!ag__numel_fits(ndim, y->shape)) goto bad;
     ag_finish(&EXPAND, y, 1, &t);
     return y;
 bad:

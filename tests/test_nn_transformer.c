@@ -754,6 +754,38 @@ static void test_seq2seq_gradcheck_with_skip_padding(void **s) {
     }
 }
 
+/* A graph outlives its backward until the arena is reset, as with PyTorch's retain_graph=True:
+ * a second backward over the same loss gives every parameter the same gradient again, bit for
+ * bit, with dropout, recompute_attention, packed or kept feed-forward activations and
+ * skip_padding (their saved state is read, never consumed, by backward). */
+static void test_a_second_backward_over_the_same_graph_gives_the_same_gradients(void **s) {
+    for (int variant = 0; variant < 4; variant++) {
+        ag_params *p = ag_params_new(AG_F64);
+        ag_transformer_config c = small_config(variant == 1, AG_ACTIVATION_RELU, true);
+        c.dropout = 0.2;
+        c.recompute_attention = variant == 1;
+        c.keep_ff_activation = variant == 2;
+        c.skip_padding = variant == 3;
+        seq2seq m = seq2seq_new(p, &c);
+        m.dropout_seed = 5;
+        ag_params_zero_grad(p);
+        ag_tensor *loss = f_seq2seq(0, NULL, &m);
+        double *g[2];
+        for (int pass = 0; pass < 2; pass++) {
+            ag_params_zero_grad(p);
+            ag_backward(loss, NULL);
+            g[pass] = malloc(sizeof(double) * (size_t)p->numel);
+            ag_to_buffer(p->flat_grad, AG_F64, g[pass]);
+        }
+        assert_int_equal(tu_error_count(), 0);
+        double size, worst = max_diff(g[0], g[1], p->numel, &size);
+        assert_true(size > 1e-2);
+        if (worst != 0) fail_msg("variant %d: the second backward's gradients differ by %g", variant, worst);
+        for (int k = 0; k < 2; k++) free(g[k]);
+        ag_params_free(p);
+    }
+}
+
 /* Stacks and the whole nn.Transformer, seq-first, batch-first and unbatched, bool and float
  * (-inf) padding masks, and single layers: with skip_padding the outputs at the positions that
  * are not padding are those without it, and the padded positions are 0. */
@@ -963,6 +995,7 @@ int main(void) {
         T(test_seq2seq_gradcheck_with_kept_ff_activation),
         T(test_skip_padding_gives_the_same_loss_and_gradients),
         T(test_seq2seq_gradcheck_with_skip_padding),
+        T(test_a_second_backward_over_the_same_graph_gives_the_same_gradients),
         T(test_skip_padding_keeps_the_outputs_at_real_positions),
         T(test_skip_padding_refuses_a_memory_mask_other_than_the_source_one),
         T(test_new_reports_bad_config_and_forward_refuses_the_failed_module),

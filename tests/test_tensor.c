@@ -483,6 +483,47 @@ static void test_bad_shape_is_reported_with_the_shape(void **state) {
     tu_assert_error("ag_randn", "i64");
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+/* AddressSanitizer's allocator aborts past its size limit unless told to return NULL as malloc
+ * does; the out-of-memory checks below need malloc's behaviour. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
+/* Sizes no tensor can have, memory the system cannot give, and NULL data: the error handler
+ * names the op and the shape, and the call returns NULL (no overflow, no abort). */
+static void test_impossible_sizes_and_null_data_are_reported_not_crashes(void **state) {
+    const int64_t g = (int64_t)1 << 32;
+    assert_null(ag_zeros(AG_F32, AG_SHAPE(g, g)));
+    tu_assert_error("ag_zeros", "(4294967296,4294967296)", "more elements than any tensor can hold");
+    assert_null(ag_full(AG_F64, AG_SHAPE(g, g, 2), 1.0));
+    tu_assert_error("ag_full", "more elements");
+    /* 2^41 floats (8 TiB): a count that fits, memory that no machine here has */
+    assert_null(ag_zeros(AG_F32, AG_SHAPE(g, 512)));
+    tu_assert_error("ag_alloc", "cannot allocate 8796093022208 bytes", "f32", "(4294967296,512)", "out of memory");
+    ag_params *p = ag_params_new(AG_F32);
+    assert_null(ag_params_add(p, "huge.weight", AG_SHAPE(g, g)));
+    tu_assert_error("ag_params_add", "'huge.weight'", "more elements than a tensor can hold");
+    assert_null(ag_params_add(p, "big.weight", AG_SHAPE(g, 512)));
+    tu_assert_error("ag_params_add", "'big.weight'", "out of memory");
+    assert_non_null(ag_params_add(p, "small.weight", AG_SHAPE(2, 3))); /* the set is still usable */
+    assert_int_equal(p->count, 1);
+    ag_params_free(p);
+    /* views that would overflow */
+    ag_tensor *t = ag_zeros(AG_F32, AG_SHAPE(1, 1));
+    assert_null(ag_expand(t, AG_SHAPE(g, g)));
+    tu_assert_error("ag_expand", "cannot expand (1,1) to (4294967296,4294967296)");
+    assert_null(ag_view(t, AG_SHAPE(g, g, 0, g)));
+    tu_assert_error("ag_view", "is invalid for input (1,1)");
+    /* NULL data for elements; none is needed for an empty tensor */
+    assert_null(ag_wrap(AG_F32, AG_SHAPE(2, 3), NULL));
+    tu_assert_error("ag_wrap", "data is NULL", "(2,3)");
+    assert_null(ag_from_buffer(AG_F32, AG_SHAPE(2), NULL));
+    tu_assert_error("ag_from_buffer", "data is NULL", "(2)");
+    assert_non_null(ag_wrap(AG_F32, AG_SHAPE(0, 3), NULL));
+    assert_int_equal(tu_error_count(), 0);
+}
+
 static void test_error_messages_stay_in_bounds_for_huge_shapes_and_long_names(void **state) {
     (void)state;
     /* 8 dims of 20 characters each do not fit the 128-byte shape buffer: cut, not overflowed */
@@ -630,6 +671,7 @@ int main(void) {
         T(test_arena_repeated_step_after_one_reset_does_no_heap_allocation),
         T(test_arena_use_switches_where_tensors_live),
         T(test_bad_shape_is_reported_with_the_shape),
+        T(test_impossible_sizes_and_null_data_are_reported_not_crashes),
         T(test_error_messages_stay_in_bounds_for_huge_shapes_and_long_names),
         T(test_item_on_multi_element_tensor_is_reported),
         T(test_index_out_of_range_is_reported),
