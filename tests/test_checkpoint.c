@@ -252,8 +252,8 @@ static void round_trip(ag_dtype dt, bool sgd) {
     }
     o->step = 123456789012345;
     ag_train_state s = {0}, t = {0};
-    s.global_step = INT64_MAX;
-    s.epoch = -3;
+    s.global_step = (int64_t)1 << 53; /* the largest count accepted */
+    s.epoch = 0;
     s.data_position = 77;
     ag_state_set_rng(&s, "shuffle", &(ag_rng){UINT64_MAX, 0x8000000000000001ull});
     ag_state_set_rng(&s, "dropout", &(ag_rng){0, 42});

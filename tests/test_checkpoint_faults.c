@@ -3,7 +3,8 @@
  * previous file as it was; a process whose save failed exits normally; a dataset whose data
  * never reached the file is an error, never a tensor of zeros; a damaged byte anywhere in a
  * file gives one clear error before libhdf5 parses it, or (in bytes that do not matter) the
- * identical model, never a crash or a hang.
+ * identical model, never a crash or a hang; counts and hyperparameters out of the library's
+ * range are refused by name, at save and at load.
  *
  * Witnesses: a tmpfs of a few hundred KiB (mounted here; those tests skip where mounting is not
  * permitted, and CI runs as root), filled to every level from full to room for the file; the
@@ -14,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -305,6 +307,58 @@ static void test_a_damaged_byte_anywhere_is_an_error_or_the_identical_model(void
     model_free(&m);
 }
 
+static void set_attr_i64(hid_t loc, const char *name, int64_t v) {
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    assert_true(a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+    H5Aclose(a);
+}
+
+static void set_attr_f64(hid_t loc, const char *name, const double *v) {
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    assert_true(a >= 0 && H5Awrite(a, H5T_NATIVE_DOUBLE, v) >= 0);
+    H5Aclose(a);
+}
+
+/* Values a file can hold but the library does not accept: a save refuses to write them, and a
+ * load of a file edited to hold them names each field, its value and the accepted range. */
+static void test_counts_and_hyperparameters_out_of_range_are_refused_by_name(void **state) {
+    char path[160], msg[2048];
+    snprintf(path, sizeof path, "%s/ranges.h5", tmpdir);
+    model m = model_new(1);
+    m.s.epoch = -7;
+    m.s.global_step = (int64_t)1 << 62;
+    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
+    assert_non_null(strstr(msg, "epoch = -7, expected 0 to 9007199254740992"));
+    assert_non_null(strstr(msg, "global_step = 4611686018427387904"));
+    assert_int_equal(access(path, F_OK), -1);
+    m.s.epoch = 2;
+    m.s.global_step = 10;
+    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CKPT_OK);
+    /* edited by hand, header rewritten: HDF5 and the CRC-32 find nothing wrong */
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "training", H5P_DEFAULT);
+    set_attr_i64(g, "data_position", -3);
+    H5Gclose(g);
+    g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+    double nan = NAN, betas[2] = {0.9, 1.5};
+    set_attr_f64(g, "lr", &nan);
+    set_attr_f64(g, "betas", betas);
+    set_attr_i64(g, "step", -1);
+    H5Gclose(g);
+    assert_true(H5Fclose(f) >= 0);
+    tu_checkpoint_rehash(path);
+    model l = model_new(-3);
+    assert_int_equal(ag_checkpoint_load(path, l.p, l.o, &l.s, NULL, msg, sizeof msg), AG_CKPT_EFORMAT);
+    const char *want[] = {"/training has data_position = -3, expected 0 to 9007199254740992",
+                          "/optimizer has lr = nan, expected 0 to inf", "/optimizer has betas[1] = 1.5, expected 0 to 1",
+                          "/optimizer has step = -1"};
+    for (int i = 0; i < 4; i++)
+        if (!strstr(msg, want[i])) fail_msg("message '%s' does not contain '%s'", msg, want[i]);
+    assert_true(l.o->lr == 0.01 && l.s.epoch == 0); /* nothing changed */
+    model_free(&l);
+    model_free(&m);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_save_to_a_full_disk_reports_it_and_keeps_the_previous_checkpoint,
@@ -314,6 +368,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_a_dataset_with_no_stored_data_is_a_format_error_not_zeros, tu_setup,
                                         tu_teardown),
         cmocka_unit_test_setup_teardown(test_a_damaged_byte_anywhere_is_an_error_or_the_identical_model, tu_setup,
+                                        tu_teardown),
+        cmocka_unit_test_setup_teardown(test_counts_and_hyperparameters_out_of_range_are_refused_by_name, tu_setup,
                                         tu_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -363,6 +363,12 @@ static bool check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
     }
     if (o && (o->params != p || o->numel != p->numel))
         ag__ck_problem(r, INVAL, "the optimizer was made for another parameter set, or before the last parameter was added");
+    int64_t count[] = {o ? o->step : 0, s ? s->global_step : 0, s ? s->epoch : 0, s ? s->data_position : 0};
+    const char *count_name[] = {"the optimizer's step", "global_step", "epoch", "data_position"};
+    for (int i = 0; i < 4; i++)
+        if (count[i] < 0 || count[i] > AG_CK_COUNT_MAX)
+            ag__ck_problem(r, INVAL, "%s = %lld, expected 0 to %lld", count_name[i], (long long)count[i],
+                           (long long)AG_CK_COUNT_MAX);
     if (!s) return !r->worst;
     if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || (s->nconfig && !s->config))
         return ag__ck_problem(r, INVAL, "training state holds %d rngs (at most %d) and %d config entries at %p", s->nrng,

@@ -16,6 +16,10 @@
 #define AG_CK_HEADER 512
 #define AG_CK_MAGIC "attograd-checkpoint\n"
 
+/* Steps, epochs and data positions, in the file and in a state to be saved: 0 to 2^53, where a
+ * double still counts them exactly. */
+#define AG_CK_COUNT_MAX ((int64_t)1 << 53)
+
 /* CRC-32 (zlib's) of n bytes continuing crc (0 to start); after ag__ck_begin. */
 uint32_t ag__ck_crc32(uint32_t crc, const void *data, size_t n);
 

@@ -1,6 +1,7 @@
 /* Reading checkpoint files: the header check, the attributes, datasets and groups of each part,
  * each problem reported (layout in docs/checkpoint.md). Staging and committing: stage.c. */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -288,6 +289,21 @@ static void load_model(hid_t f, const ag_params *p, char *stage, report *r) {
     H5Gclose(g);
 }
 
+/* A value read from the file outside what the library accepts: FORMAT, naming the field, the
+ * value and the range. NaN is outside every range. */
+static void check_range(const char *where, const char *name, double v, double lo, double hi, bool hi_open,
+                        report *r) {
+    if (v >= lo && (hi_open ? v < hi : v <= hi)) return;
+    ag__ck_problem(r, FORMAT, "%s has %s = %g, expected %g to %g%s (damaged?)", where, name, v, lo, hi,
+                   hi_open ? " (excluded)" : "");
+}
+
+static void check_count(const char *where, const char *name, int64_t v, report *r) {
+    if (v < 0 || v > AG_CK_COUNT_MAX)
+        ag__ck_problem(r, FORMAT, "%s has %s = %lld, expected 0 to %lld (damaged?)", where, name, (long long)v,
+                       (long long)AG_CK_COUNT_MAX);
+}
+
 /* hyperparameters into *so, state slabs into stage[k] (parallel to ag_optim_state(opt, k)) */
 static void load_optim(hid_t f, const ag_optim *opt, ag_optim *so, char **stage, report *r) {
     const char *W = "/optimizer";
@@ -307,11 +323,21 @@ static void load_optim(hid_t f, const ag_optim *opt, ag_optim *so, char **stage,
     const char *dn[] = {"lr", "eps", "weight_decay", "momentum", "dampening"};
     for (int i = 0; i < 5; i++)
         if (attr_get(g, W, dn[i], AG_CONFIG_DOUBLE, &e, r)) *dst[i] = e.d;
-    attr_array(g, W, "betas", H5T_FLOAT, H5T_NATIVE_DOUBLE, 2, so->betas, r);
+    bool betas = attr_array(g, W, "betas", H5T_FLOAT, H5T_NATIVE_DOUBLE, 2, so->betas, r);
     if (attr_get(g, W, "nesterov", AG_CONFIG_INT, &e, r)) so->nesterov = e.i != 0;
     if (attr_get(g, W, "step", AG_CONFIG_INT, &e, r)) {
         so->step = e.i;
-        if (e.i < 0) ag__ck_problem(r, FORMAT, "/optimizer has a negative step %lld", (long long)e.i);
+        check_count(W, "step", e.i, r);
+    }
+    /* what the optimizer constructors accept (nn/training/optim.c) */
+    check_range(W, "lr", so->lr, 0, INFINITY, false, r);
+    check_range(W, "weight_decay", so->weight_decay, 0, INFINITY, false, r);
+    if (so->kind == AG_OPTIM_SGD) {
+        check_range(W, "momentum", so->momentum, 0, INFINITY, false, r);
+        check_range(W, "dampening", so->dampening, -INFINITY, INFINITY, true, r);
+    } else {
+        check_range(W, "eps", so->eps, 0, INFINITY, false, r);
+        for (int i = 0; betas && i < 2; i++) check_range(W, i ? "betas[1]" : "betas[0]", so->betas[i], 0, 1, true, r);
     }
     if (so->kind == AG_OPTIM_SGD && so->momentum != 0 && !opt->momentum_buffer)
         ag__ck_problem(r, MISMATCH, "the file's SGD has momentum %g, but the optimizer given keeps no momentum buffer "
@@ -455,7 +481,10 @@ static void load_state(hid_t f, ag_train_state *ss, size_t file_size, report *r)
     int64_t *dst[] = {&ss->global_step, &ss->epoch, &ss->data_position};
     const char *dn[] = {"global_step", "epoch", "data_position"};
     for (int i = 0; i < 3; i++)
-        if (attr_get(g, W, dn[i], AG_CONFIG_INT, &e, r)) *dst[i] = e.i;
+        if (attr_get(g, W, dn[i], AG_CONFIG_INT, &e, r)) {
+            *dst[i] = e.i;
+            check_count(W, dn[i], e.i, r);
+        }
     iter_ctx c = {ss, r, file_size};
     each_attr(g, "rng", rng_attr, &c);
     H5Gclose(g);
