@@ -1175,7 +1175,9 @@ static void test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_
         const char *key;
         int64_t value;
     } bad[] = {{"nhead", 3}, {"nhead", 0}, {"d_model", -16}, {"dim_feedforward", 0}, {"positions", 0},
-               {"max_len", 0}, {"encoder_layers", -1}, {"hidden", 1LL << 40}};
+               {"max_len", 0}, {"encoder_layers", -1}, {"hidden", 1LL << 40},
+               /* in the program's ranges but beyond the library's (32 layers) or the file's size */
+               {"encoder_layers", 1024}, {"decoder_layers", 33}, {"d_model", 1LL << 20}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         ag_train_state st = {0};
         assert_true(ag_train_state_copy(&st, &real));

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "translate.h"
 
@@ -173,12 +174,13 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     }
     /* a damaged file must not reach model_new (whose layers abort on impossible sizes) nor the
      * decoding buffers sized by max_len */
+    int64_t max_layers = c.kind == MODEL_GRU ? AG_GRU_MAX_LAYERS : AG_TRANSFORMER_MAX_LAYERS;
     const struct {
         const char *key;
         int64_t v, lo, hi;
     } range[] = {{"d_model", c.d_model, 1, 1 << 20},     {"nhead", c.nhead, 1, c.d_model},
-                 {"dim_feedforward", c.ff, 1, 1 << 20},  {"encoder_layers", c.enc_layers, 1, 1 << 10},
-                 {"decoder_layers", c.dec_layers, 1, 1 << 10}, {"hidden", c.hidden, 1, 1 << 20},
+                 {"dim_feedforward", c.ff, 1, 1 << 20},  {"encoder_layers", c.enc_layers, 1, max_layers},
+                 {"decoder_layers", c.dec_layers, 1, max_layers}, {"hidden", c.hidden, 1, 1 << 20},
                  {"max_len", t->max_len, 2, 1 << 20},    {"positions", c.max_len, t->max_len, 1 << 21}};
     for (size_t i = 0; i < sizeof range / sizeof *range; i++)
         if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
@@ -209,6 +211,21 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     }
     c.src_vocab = t->src.size;
     c.tgt_vocab = t->tgt.size;
+    /* the model must fit in the file that holds its parameters, 4 bytes each: at least the
+     * embeddings, and per layer the attention's four d_model x d_model projections (Transformer)
+     * or the 3 hidden x hidden recurrent weights (GRU) */
+    double layers = (double)(c.enc_layers + c.dec_layers), d = (double)c.d_model, h = (double)c.hidden;
+    double least = 4 * (((double)c.src_vocab + (double)c.tgt_vocab) * d +
+                        layers * (c.kind == MODEL_GRU ? 3 * h * h : 4 * d * d));
+    struct stat fs;
+    if (stat(path, &fs) == 0 && least > (double)fs.st_size) {
+        snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld, hidden %lld, %lld+%lld layers and "
+                 "vocabularies of %lld and %lld tokens need at least %.0f bytes of parameters, more than the "
+                 "file's %lld", path, (long long)c.d_model, (long long)c.hidden, (long long)c.enc_layers,
+                 (long long)c.dec_layers, (long long)c.src_vocab, (long long)c.tgt_vocab, least,
+                 (long long)fs.st_size);
+        goto fail;
+    }
     t->m = model_new(&c, AG_F32, 0);
     if (!t->m || (st = ag_checkpoint_load(path, model_params(t->m), NULL, NULL, NULL, msg, msgsize)) != AG_CKPT_OK)
         goto fail;
