@@ -7,9 +7,7 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "../../tensor/fastmath.h"
-#include "../../tensor/gemm.h"
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "attention.h"
 #include "attention_small.h"
 #include "../nn_internal.h"

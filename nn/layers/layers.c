@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../tensor/gemm.h"
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "layers.h"
 #include "../nn_internal.h"
 

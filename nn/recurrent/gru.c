@@ -11,7 +11,7 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "gru.h"
 
 #define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
