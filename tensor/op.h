@@ -1,6 +1,6 @@
 /* What an op author needs from the tensor core beyond the public API: new and aliased tensors,
  * element pointers, copies, gradient buffers and arena scratch, shape checks, the dtype
- * templates, the GEMM entry points, dropout's masks and
+ * templates, the GEMM entry points and the BLAS view of a strided matrix, dropout's masks and
  * the vectorisable expf. nn/, autograd/ and ops written outside the library include this
  * header (installed) and node.h's recipe (which it includes); tensor/internal.h stays private
  * to tensor/. Names with ag__ are for op authors: stable within a release, not the user API. */
@@ -115,6 +115,19 @@ void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
 /* sets OpenBLAS back to one thread if the program raised it (a no-op inside a parallel region):
  * code that calls GEMMs from its own parallel regions calls it before opening them */
 void ag__blas_single_threaded(void);
+
+/* A strided matrix as BLAS reads it in place: p its element (0,0), stored row-major with rows
+ * ld elements apart (trans false), or stored as its transpose, whose rows are ld apart (trans
+ * true). */
+typedef struct {
+    const char *p;
+    bool trans;
+    int64_t ld;
+} ag__blas_mat;
+/* The r×c matrix at p with row stride rs and column stride cs (in elements) as BLAS can read
+ * it: true and *m filled, or false when it needs a contiguous copy first (ag__dense). The
+ * stride of a size-1 dim never matters; an empty matrix reads as it lies (ld >= 1). */
+bool ag__blas_mat_of(const void *p, int64_t r, int64_t c, int64_t rs, int64_t cs, ag__blas_mat *m);
 
 /* ---- dropout's keep masks and nonzero packing ------------------------------------------------ */
 

@@ -26,13 +26,9 @@ static const char *param_name(char *buf, size_t size, const char *prefix, const 
 
 /* ==== Linear ================================================================================ */
 
-/* An m×k operand for row-major BLAS: stored as is (trans false, rows ld apart) or stored as its
- * k×m transpose (trans true, rows of the transpose ld apart). */
-typedef struct {
-    const char *p;
-    bool trans;
-    int64_t ld;
-} mat;
+/* An m×k operand for row-major BLAS (op.h): stored as is (trans false, rows ld apart) or
+ * stored as its k×m transpose (trans true, rows of the transpose ld apart). */
+typedef ag__blas_mat mat;
 
 static mat transposed(mat a) {
     a.trans = !a.trans;
@@ -43,27 +39,25 @@ static mat transposed(mat a) {
  * 2-d transpose); p is NULL when it must be copied first. */
 static mat as_matrix(const ag_tensor *t, int64_t m, int64_t k) {
     int nd = t->ndim;
-    if (k == 1 || t->stride[nd - 1] == 1) {
-        bool found = false, ok = true;
-        int64_t row = 0, expect = 0;
-        for (int d = nd - 2; d >= 0 && ok; d--) { /* leading dims must collapse into one row stride */
-            if (t->shape[d] == 1) continue;
-            if (!found) {
-                found = true;
-                row = t->stride[d];
-                expect = row * t->shape[d];
-            } else if (t->stride[d] != expect) {
-                ok = false;
-            } else {
-                expect *= t->shape[d];
-            }
+    bool found = false;
+    int64_t row = 0, expect = 0;
+    for (int d = nd - 2; d >= 0; d--) { /* leading dims must collapse into one row stride */
+        if (t->shape[d] == 1) continue;
+        if (!found) {
+            found = true;
+            row = t->stride[d];
+            expect = row * t->shape[d];
+        } else if (t->stride[d] != expect) {
+            return (mat){NULL, false, 0};
+        } else {
+            expect *= t->shape[d];
         }
-        if (!found) row = max1(k);
-        if (ok && row >= max1(k)) return (mat){ag__ptr(t), false, row};
     }
-    if (nd == 2 && (m == 1 || t->stride[0] == 1) && (k == 1 || t->stride[1] >= max1(m)))
-        return (mat){ag__ptr(t), true, k == 1 ? max1(m) : t->stride[1]};
-    return (mat){NULL, false, 0};
+    mat a;
+    int64_t cs = nd > 0 ? t->stride[nd - 1] : 1;
+    if (!ag__blas_mat_of(ag__ptr(t), found ? m : 1, k, row, cs, &a) || (a.trans && nd != 2))
+        return (mat){NULL, false, 0};
+    return a;
 }
 
 /* t as an m×k operand, copying it (without recording) only when BLAS cannot read it in place */
