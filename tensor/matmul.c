@@ -446,18 +446,12 @@ static bool writable(const mat *x) {
     return layout(x, &trans, &ld) && !trans;
 }
 
-/* contiguous copy outside the graph (a recorded clone would be an orphan node) */
-static ag_tensor *packed(ag_tensor *t) {
-    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag__copy(c, t);
-    return c;
-}
-
 static mat operand(ag_tensor *t, int missing, const geom *g) {
     mat x = mat_of(t, missing, g);
     bool trans;
     int64_t ld;
-    if (!layout(&x, &trans, &ld)) x = mat_of(packed(t), missing, g);
+    /* a contiguous copy outside the graph (a recorded clone would be an orphan node) */
+    if (!layout(&x, &trans, &ld)) x = mat_of(ag__dense(t), missing, g);
     return x;
 }
 

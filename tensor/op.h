@@ -42,7 +42,7 @@ ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
 /* Header copy of t sharing its storage and its version counter (a view to be reshaped by the
  * caller). */
 ag_tensor *ag__alias(const ag_tensor *t);
-/* t itself when contiguous, else a contiguous copy outside the graph (for kernels
+/* t itself when contiguous (or NULL), else a contiguous copy outside the graph (for kernels
  * that walk rows or hand t to BLAS; the caller's op records the gradient). */
 ag_tensor *ag__dense(ag_tensor *t);
 /* element pointer of the first element */
