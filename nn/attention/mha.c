@@ -11,12 +11,6 @@
 #include "mha.h"
 #include "../nn_internal.h"
 
-static const char *name_of(char *buf, const char *prefix, const char *name) {
-    if (prefix && *prefix) snprintf(buf, 256, "%s.%s", prefix, name);
-    else snprintf(buf, 256, "%s", name);
-    return buf;
-}
-
 ag_mha_config ag_mha_defaults(int64_t embed_dim, int64_t num_heads) {
     return (ag_mha_config){.embed_dim = embed_dim, .num_heads = num_heads, .bias = true};
 }
@@ -43,25 +37,31 @@ ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, 
     int64_t kd = m.cfg.kdim, vd = m.cfg.vdim;
     char b[256];
     if (kd == E && vd == E) {
-        m.in_proj_weight = ag_params_add(p, name_of(b, prefix, "in_proj_weight"), AG_SHAPE(3 * E, E));
+        m.in_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_weight"), AG_SHAPE(3 * E, E));
         xavier_uniform(rng, m.in_proj_weight, E, 3 * E);
     } else {
-        m.q_proj_weight = ag_params_add(p, name_of(b, prefix, "q_proj_weight"), AG_SHAPE(E, E));
-        m.k_proj_weight = ag_params_add(p, name_of(b, prefix, "k_proj_weight"), AG_SHAPE(E, kd));
-        m.v_proj_weight = ag_params_add(p, name_of(b, prefix, "v_proj_weight"), AG_SHAPE(E, vd));
+        m.q_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "q_proj_weight"), AG_SHAPE(E, E));
+        m.k_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "k_proj_weight"), AG_SHAPE(E, kd));
+        m.v_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "v_proj_weight"), AG_SHAPE(E, vd));
         xavier_uniform(rng, m.q_proj_weight, E, E);
         xavier_uniform(rng, m.k_proj_weight, kd, E);
         xavier_uniform(rng, m.v_proj_weight, vd, E);
     }
-    if (cfg->bias) m.in_proj_bias = ag_params_add(p, name_of(b, prefix, "in_proj_bias"), AG_SHAPE(3 * E));
+    if (cfg->bias)
+        m.in_proj_bias =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_bias"), AG_SHAPE(3 * E));
     if (cfg->add_bias_kv) {
         /* xavier_normal_ on (1,1,E): fan_in = fan_out = E */
-        m.bias_k = ag_params_add(p, name_of(b, prefix, "bias_k"), AG_SHAPE(1, 1, E));
-        m.bias_v = ag_params_add(p, name_of(b, prefix, "bias_v"), AG_SHAPE(1, 1, E));
+        m.bias_k = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_k"), AG_SHAPE(1, 1, E));
+        m.bias_v = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_v"), AG_SHAPE(1, 1, E));
         ag_normal_(rng, m.bias_k, 0, sqrt(1.0 / (double)E));
         ag_normal_(rng, m.bias_v, 0, sqrt(1.0 / (double)E));
     }
-    m.out_proj = ag_linear_new(p, name_of(b, prefix, "out_proj"), E, E, cfg->bias, rng);
+    m.out_proj = ag_linear_new(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "out_proj"), E, E, cfg->bias, rng);
     if (m.out_proj.bias) ag_fill_(m.out_proj.bias, 0.0);
     return m;
 }

@@ -13,16 +13,11 @@
 
 #include "../../tensor/op.h"
 #include "gru.h"
+#include "../nn_internal.h"
 
 #define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-
-static const char *param_name(char *buf, const char *prefix, const char *leaf) {
-    if (prefix && *prefix) snprintf(buf, 512, "%s.%s", prefix, leaf);
-    else snprintf(buf, 512, "%s", leaf);
-    return buf;
-}
 
 /* C (m×n, rows ldc apart) = beta·C + op(A) op(B) for row-major A, B with leading dims lda, ldb */
 static void gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
@@ -334,9 +329,10 @@ static ag_gru_cell_t cell_params(ag_params *p, const char *prefix, const char *s
     ag_tensor *t[4] = {NULL};
     for (int i = 0; i < (bias ? 4 : 2); i++) {
         snprintf(leaf, sizeof leaf, "%s%s", kinds[i], suffix);
-        t[i] = i == 0 ? ag_params_add(p, param_name(name, prefix, leaf), AG_SHAPE(3 * H, in))
-             : i == 1 ? ag_params_add(p, param_name(name, prefix, leaf), AG_SHAPE(3 * H, H))
-                      : ag_params_add(p, param_name(name, prefix, leaf), AG_SHAPE(3 * H));
+        ag__param_name(name, sizeof name, "ag_gru", prefix, leaf);
+        t[i] = i == 0 ? ag_params_add(p, name, AG_SHAPE(3 * H, in))
+             : i == 1 ? ag_params_add(p, name, AG_SHAPE(3 * H, H))
+                      : ag_params_add(p, name, AG_SHAPE(3 * H));
         if (!t[i]) return c;
         /* RNNBase.reset_parameters: every parameter U(-1/√H, 1/√H) */
         double bound = H > 0 ? 1.0 / sqrt((double)H) : 0.0;
@@ -580,9 +576,12 @@ ag_additive_attention_t ag_additive_attention_new(ag_params *p, const char *pref
         return m;
     }
     char name[512];
-    m.W1 = ag_linear_new(p, param_name(name, prefix, "W1"), key_size, attn_size, false, rng);
-    m.W2 = ag_linear_new(p, param_name(name, prefix, "W2"), query_size, attn_size, false, rng);
-    m.v = ag_linear_new(p, param_name(name, prefix, "v"), attn_size, 1, false, rng);
+    m.W1 = ag_linear_new(p, ag__param_name(name, sizeof name, "ag_additive_attention_new", prefix, "W1"), key_size,
+                         attn_size, false, rng);
+    m.W2 = ag_linear_new(p, ag__param_name(name, sizeof name, "ag_additive_attention_new", prefix, "W2"), query_size,
+                         attn_size, false, rng);
+    m.v = ag_linear_new(p, ag__param_name(name, sizeof name, "ag_additive_attention_new", prefix, "v"), attn_size, 1,
+                        false, rng);
     return m;
 }
 
@@ -634,7 +633,8 @@ ag_dot_attention_t ag_dot_attention_new(ag_params *p, const char *prefix, int64_
     }
     if (general) {
         char name[512];
-        m.weight = ag_linear_new(p, param_name(name, prefix, "W"), key_size, query_size, false, rng).weight;
+        ag__param_name(name, sizeof name, "ag_dot_attention_new", prefix, "W");
+        m.weight = ag_linear_new(p, name, key_size, query_size, false, rng).weight;
     }
     return m;
 }
