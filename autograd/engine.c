@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tensor/internal.h"
+#include "../tensor/op.h"
 #include "autograd.h"
 
 /* Reachable nodes; kept across calls so steady-state backward allocates nothing. A backward

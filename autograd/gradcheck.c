@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tensor/internal.h"
+#include "../tensor/op.h"
 #include "autograd.h"
 
 typedef struct {

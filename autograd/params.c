@@ -2,7 +2,7 @@
  * clipping, optimizer steps and checkpoints are single loops over flat memory. */
 #include <string.h>
 
-#include "../tensor/internal.h"
+#include "../tensor/op.h"
 #include "autograd.h"
 
 ag_params *ag_params_new(ag_dtype dt) {

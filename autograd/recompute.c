@@ -2,7 +2,7 @@
  * after its forward and computed again in backward. */
 #include <string.h>
 
-#include "../tensor/internal.h"
+#include "../tensor/op.h"
 #include "autograd.h"
 
 typedef struct {

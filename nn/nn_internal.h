@@ -1,9 +1,23 @@
-/* Internals shared by nn/ files (not installed): the fused attention over packed heads that
- * ag_mha_forward is built on, and the packed rows the Transformer's skip_padding runs on. */
+/* Internals shared by nn/ files (not installed): parameter names, the fused attention over
+ * packed heads that ag_mha_forward is built on, and the packed rows the Transformer's
+ * skip_padding runs on. */
 #ifndef AG_NN_INTERNAL_H
 #define AG_NN_INTERNAL_H
+#include <stdio.h>
+
 #include "attention/attention.h"
 #include "attention/mha.h"
+
+/* A module's parameter name "<prefix>.<leaf>" ("encoder.layers.0" + "linear1.weight"), or leaf
+ * alone for a NULL or empty prefix, into buf of size bytes; a name that does not fit is cut and
+ * reported through op. Returns buf. */
+static inline const char *ag__param_name(char *buf, size_t size, const char *op, const char *prefix,
+                                         const char *leaf) {
+    int n = prefix && *prefix ? snprintf(buf, size, "%s.%s", prefix, leaf) : snprintf(buf, size, "%s", leaf);
+    if (n >= 0 && (size_t)n >= size)
+        ag_error(op, "parameter name '%s...' longer than %zu characters", buf, size - 1);
+    return buf;
+}
 
 /* Attention over heads laid side by side in the last dim, as nn.MultiheadAttention's
  * projections produce them: q = columns [qo, qo+E) of tq (N,L,*), k and v the same of tk and

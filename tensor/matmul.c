@@ -411,20 +411,32 @@ static mat transposed(mat x) {
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 
-/* How BLAS can read x: row-major as it lies (NoTrans, ld = row stride) or as the transpose of a
- * row-major matrix (Trans, ld = col stride). The stride of a size-1 dim never matters. */
-static bool layout(const mat *x, bool *trans, int64_t *ld) {
-    if ((x->c == 1 || x->cs == 1) && (x->r == 1 || x->rs >= max1(x->c))) {
-        *trans = false;
-        *ld = x->r == 1 ? max1(x->c) : x->rs;
+/* BLAS reads an r×c matrix row-major as it lies (NoTrans, ld = row stride) or as the
+ * transpose of a row-major matrix (Trans, ld = col stride). An empty one is read as it lies,
+ * whatever its strides (nothing is read; BLAS wants ld >= 1). */
+bool ag__blas_mat_of(const void *p, int64_t r, int64_t c, int64_t rs, int64_t cs, ag__blas_mat *m) {
+    if (r == 0 || c == 0) {
+        *m = (ag__blas_mat){p, false, max1(c)};
         return true;
     }
-    if ((x->r == 1 || x->rs == 1) && (x->c == 1 || x->cs >= max1(x->r))) {
-        *trans = true;
-        *ld = x->c == 1 ? max1(x->r) : x->cs;
+    if ((c == 1 || cs == 1) && (r == 1 || rs >= max1(c))) {
+        *m = (ag__blas_mat){p, false, r == 1 ? max1(c) : rs};
+        return true;
+    }
+    if ((r == 1 || rs == 1) && (c == 1 || cs >= max1(r))) {
+        *m = (ag__blas_mat){p, true, c == 1 ? max1(r) : cs};
         return true;
     }
     return false;
+}
+
+/* How BLAS can read x (ag__blas_mat_of) */
+static bool layout(const mat *x, bool *trans, int64_t *ld) {
+    ag__blas_mat b;
+    if (!ag__blas_mat_of(x->p, x->r, x->c, x->rs, x->cs, &b)) return false;
+    *trans = b.trans;
+    *ld = b.ld;
+    return true;
 }
 
 /* BLAS writes C row-major only */
@@ -434,18 +446,12 @@ static bool writable(const mat *x) {
     return layout(x, &trans, &ld) && !trans;
 }
 
-/* contiguous copy outside the graph (a recorded clone would be an orphan node) */
-static ag_tensor *packed(ag_tensor *t) {
-    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag__copy(c, t);
-    return c;
-}
-
 static mat operand(ag_tensor *t, int missing, const geom *g) {
     mat x = mat_of(t, missing, g);
     bool trans;
     int64_t ld;
-    if (!layout(&x, &trans, &ld)) x = mat_of(packed(t), missing, g);
+    /* a contiguous copy outside the graph (a recorded clone would be an orphan node) */
+    if (!layout(&x, &trans, &ld)) x = mat_of(ag__dense(t), missing, g);
     return x;
 }
 

@@ -17,7 +17,9 @@
  *     }
  *
  * Backward runs with grad mode off, so ops called inside it record nothing (no double
- * backward). autograd/ walks the recorded nodes in reverse (ag_backward).
+ * backward). autograd/ walks the recorded nodes in reverse (ag_backward). The helpers an op's
+ * forward and backward need (new tensors, element pointers, write-only gradient buffers, GEMM,
+ * dtype templates) are in op.h, which includes this header.
  *
  * Version checks (PyTorch's): every tensor's storage has a version (ag_version) that each
  * in-place write moves on. ag_finish notes the versions of the tensors the op declares in

@@ -346,7 +346,7 @@ ag_tensor *ag_clone(ag_tensor *t) {
 }
 
 ag_tensor *ag__dense(ag_tensor *t) {
-    if (ag_is_contiguous(t)) return t;
+    if (!t || ag_is_contiguous(t)) return t;
     ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
     ag__copy(c, t);
     return c;

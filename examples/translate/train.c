@@ -261,41 +261,61 @@ fail:
     return false;
 }
 
-static int train_run(const train_opts *given) {
-    train_opts opts = *given, *o = &opts;
-    char msg[2048];
-    int status = 1;
-    if (!make_dir(o->out)) {
-        fprintf(stderr, "attograd-translate: cannot create directory %s: %s\n", o->out, strerror(errno));
-        return 1;
-    }
-    char *last_path = join(o->out, "last.h5"), *best_path = join(o->out, "best.h5");
-    char *curves_path = join(o->out, "curves.svg"), *attn_path = join(o->out, "attention.svg");
-    trained resumed = {0};
-    bool resuming = false;
-    if (o->resume) {
-        if (!trained_load(&resumed, last_path, msg, sizeof msg)) {
-            fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
-            goto out_paths;
-        }
-        resuming = true;
-        /* the data order must be the one the checkpoint was trained with */
-        int64_t v;
-        double d;
-        if (ag_config_get_int(&resumed.state, "batch", &v)) o->batch = v;
-        if (ag_config_get_int(&resumed.state, "seed", &v)) o->seed = v;
-        if (ag_config_get_double(&resumed.state, "heldout", &d)) o->heldout = d;
-        o->max_len = resumed.max_len;
-        if (o->batch != given->batch || o->seed != given->seed || o->heldout != given->heldout ||
-            o->max_len != given->max_len)
-            fprintf(stderr, "attograd-translate: resuming with the checkpoint's batch %lld, seed %lld, heldout %g, "
-                            "max-len %lld\n",
-                    (long long)o->batch, (long long)o->seed, o->heldout, (long long)o->max_len);
-    }
-    corpora c = {0};
-    if (!load_corpora(&c, o, resuming ? &resumed : NULL)) goto out_corpora;
+/* One training run: what setup builds, the loop reads and changes, and finish and run_free
+ * take down. stage says how far setup got (what run_free has to free). */
+typedef struct {
+    train_opts o; /* the options, with the checkpoint's data order when resuming */
+    const train_opts *given;
+    char *last_path, *best_path, *curves_path, *attn_path;
+    trained resumed;
+    bool resuming;
+    corpora c;
+    model_config cfg;
+    model *m;
+    ag_optim *opt;
+    ag_train_state st;
+    ag_rng rng; /* dropout and the GRU's teacher-forcing draws, saved in every checkpoint */
+    tr_batcher b;
+    tr_batch bt;
+    tr_progress prog;
+    curves cv;
+    double best, window_loss, t0;
+    int64_t window_n;
+    ag_arena *arena, *prev;
+    bool stop;
+    enum { RUN_PATHS = 1, RUN_CORPORA, RUN_MODEL, RUN_LOOP } stage;
+} run;
 
-    model_config cfg = model_defaults(strcmp(o->model, "gru") == 0 ? MODEL_GRU : MODEL_TRANSFORMER, c.src.size, c.tgt.size);
+/* --resume: the checkpoint's model and data order (batch, seed, heldout, max-len) */
+static bool resume_options(run *r) {
+    train_opts *o = &r->o;
+    char msg[2048];
+    if (!trained_load(&r->resumed, r->last_path, msg, sizeof msg)) {
+        fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
+        return false;
+    }
+    r->resuming = true;
+    /* the data order must be the one the checkpoint was trained with */
+    int64_t v;
+    double d;
+    if (ag_config_get_int(&r->resumed.state, "batch", &v)) o->batch = v;
+    if (ag_config_get_int(&r->resumed.state, "seed", &v)) o->seed = v;
+    if (ag_config_get_double(&r->resumed.state, "heldout", &d)) o->heldout = d;
+    o->max_len = r->resumed.max_len;
+    if (o->batch != r->given->batch || o->seed != r->given->seed || o->heldout != r->given->heldout ||
+        o->max_len != r->given->max_len)
+        fprintf(stderr, "attograd-translate: resuming with the checkpoint's batch %lld, seed %lld, heldout %g, "
+                        "max-len %lld\n",
+                (long long)o->batch, (long long)o->seed, o->heldout, (long long)o->max_len);
+    return true;
+}
+
+/* The model, its optimizer and the training state: new, or the checkpoint's when resuming */
+static bool setup_model(run *r) {
+    const train_opts *o = &r->o;
+    char msg[2048];
+    model_config cfg = model_defaults(strcmp(o->model, "gru") == 0 ? MODEL_GRU : MODEL_TRANSFORMER, r->c.src.size,
+                                      r->c.tgt.size);
     cfg.d_model = o->d_model;
     cfg.nhead = o->heads;
     cfg.ff = o->ff;
@@ -303,176 +323,237 @@ static int train_run(const train_opts *given) {
     cfg.hidden = o->hidden;
     cfg.dropout = o->dropout;
     cfg.max_len = 2 * o->max_len + 8;
-    if (resuming) cfg = *model_cfg(resumed.m);
+    if (r->resuming) cfg = *model_cfg(r->resumed.m);
     cfg.recompute = o->recompute_attention;
     cfg.keep_ff = o->keep_ff_activation;
-    model *m = model_new(&cfg, AG_F32, (uint64_t)o->seed);
-    if (!m) goto out_corpora;
-    ag_optim *opt = ag_adam_new(model_params(m), o->lr, 0.9, 0.98, 1e-9, 0.0);
-    ag_train_state st = {0};
-    /* one generator for dropout and the GRU's teacher-forcing draws, saved in every checkpoint */
-    ag_rng train_rng = ag_rng_new((uint64_t)o->seed * 1000003 + 1);
-    if (resuming) {
-        if (ag_checkpoint_load(last_path, model_params(m), opt, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) {
+    r->cfg = cfg;
+    r->m = model_new(&cfg, AG_F32, (uint64_t)o->seed);
+    if (!r->m) return false;
+    r->stage = RUN_MODEL;
+    r->opt = ag_adam_new(model_params(r->m), o->lr, 0.9, 0.98, 1e-9, 0.0);
+    r->rng = ag_rng_new((uint64_t)o->seed * 1000003 + 1);
+    if (r->resuming) {
+        if (ag_checkpoint_load(r->last_path, model_params(r->m), r->opt, &r->st, NULL, msg, sizeof msg) != AG_CKPT_OK) {
             fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
-            goto out_model;
+            return false;
         }
-        ag_state_get_rng(&st, "train", &train_rng);
-        fprintf(stderr, "attograd-translate: resuming %s at step %lld (epoch %lld)\n", last_path,
-                (long long)st.global_step, (long long)st.epoch);
-    } else if (!config_store(&st, &cfg, &c.src, &c.tgt, c.mode, o->max_len, msg, sizeof msg) ||
-               !ag_config_set_int(&st, "batch", o->batch) || !ag_config_set_int(&st, "seed", o->seed) ||
-               !ag_config_set_double(&st, "heldout", o->heldout)) {
+        ag_state_get_rng(&r->st, "train", &r->rng);
+        fprintf(stderr, "attograd-translate: resuming %s at step %lld (epoch %lld)\n", r->last_path,
+                (long long)r->st.global_step, (long long)r->st.epoch);
+    } else if (!config_store(&r->st, &cfg, &r->c.src, &r->c.tgt, r->c.mode, o->max_len, msg, sizeof msg) ||
+               !ag_config_set_int(&r->st, "batch", o->batch) || !ag_config_set_int(&r->st, "seed", o->seed) ||
+               !ag_config_set_double(&r->st, "heldout", o->heldout)) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
-        goto out_model;
+        return false;
     }
     fprintf(stderr, "attograd-translate: %s model, %lld parameters; %lld training pairs, %lld dev pairs; vocabularies "
                     "%d and %d tokens\n",
             cfg.kind == MODEL_GRU ? "gru" : "transformer", /* when resuming, what the checkpoint holds */
-            (long long)model_params(m)->numel, (long long)c.train.n, (long long)c.dev.n, c.src.size, c.tgt.size);
+            (long long)model_params(r->m)->numel, (long long)r->c.train.n, (long long)r->c.dev.n, r->c.src.size,
+            r->c.tgt.size);
+    return true;
+}
+
+/* Everything before the first step: output paths, resume, corpora, model, batcher, Ctrl-C,
+ * progress and the training arena. False after reporting why not. */
+static bool run_setup(run *r, const train_opts *given) {
+    r->o = *given;
+    r->given = given;
+    const train_opts *o = &r->o;
+    if (!make_dir(o->out)) {
+        fprintf(stderr, "attograd-translate: cannot create directory %s: %s\n", o->out, strerror(errno));
+        return false;
+    }
+    r->last_path = join(o->out, "last.h5");
+    r->best_path = join(o->out, "best.h5");
+    r->curves_path = join(o->out, "curves.svg");
+    r->attn_path = join(o->out, "attention.svg");
+    r->stage = RUN_PATHS;
+    if (o->resume && !resume_options(r)) return false;
+    r->stage = RUN_CORPORA;
+    if (!load_corpora(&r->c, o, r->resuming ? &r->resumed : NULL) || !setup_model(r)) return false;
 
     char err[TR_ERR_SIZE];
-    tr_batcher b;
-    tr_batch bt;
-    if (tr_batcher_init(&b, &c.train, (int)o->batch, (uint64_t)o->seed, true, err, sizeof err) ||
-        tr_batch_alloc(&bt, &b, err, sizeof err)) {
+    if (tr_batcher_init(&r->b, &r->c.train, (int)o->batch, (uint64_t)o->seed, true, err, sizeof err) ||
+        tr_batch_alloc(&r->bt, &r->b, err, sizeof err)) {
         fprintf(stderr, "attograd-translate: %s\n", err);
-        goto out_model;
+        return false;
     }
-    tr_batcher_set_epoch(&b, st.epoch);
+    tr_batcher_set_epoch(&r->b, r->st.epoch);
     struct sigaction sa = {.sa_handler = on_sigint};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    tr_progress prog;
-    tr_progress_init(&prog, stderr, o->steps);
-    curves cv = {0};
-    double best = -1, window_loss = 0, t0 = now();
-    int64_t window_n = 0;
-    ag_config_get_double(&st, "best_dev_exact", &best);
-    ag_arena *arena = ag_arena_new(1 << 22), *prev = ag_arena_use(arena);
-    bool stop = false;
-    while (st.global_step < o->steps && !interrupted && !stop) {
-        if (st.data_position >= b.nbatches) {
-            st.epoch++;
-            st.data_position = 0;
-            tr_batcher_set_epoch(&b, st.epoch);
-        }
-        tr_batcher_get(&b, &c.train, st.data_position, &bt);
-        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Ls), bt.src);
-        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_in);
-        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_out);
-        ag_params_zero_grad(model_params(m));
-        ag_tensor *loss = model_loss(model_forward(m, src, tin, true, o->teacher_forcing, &train_rng), tout,
-                                     o->label_smoothing);
-        ag_backward(loss, NULL);
-        if (o->clip > 0) ag_clip_grad_norm(model_params(m), o->clip);
-        opt->lr = ag_lr_warmup_inv_sqrt(st.global_step + 1, o->lr, o->warmup);
-        ag_optim_step(opt);
-        double l = ag_item(loss);
-        st.global_step++;
-        st.data_position++;
-        window_loss += l;
-        window_n++;
-        tr_progress_update(&prog, st.epoch, st.global_step, l, bt.ntokens, opt->lr);
-        ag_arena_reset(arena);
+    tr_progress_init(&r->prog, stderr, o->steps);
+    r->best = -1;
+    r->t0 = now();
+    ag_config_get_double(&r->st, "best_dev_exact", &r->best);
+    r->arena = ag_arena_new(1 << 22);
+    r->prev = ag_arena_use(r->arena);
+    r->stage = RUN_LOOP;
+    return true;
+}
 
-        bool last = st.global_step == o->steps;
-        if (st.global_step % o->eval_every == 0 || last) {
-            tr_progress_message(&prog, "step %lld: evaluating on %lld dev pairs", (long long)st.global_step,
-                                (long long)c.dev_eval.n);
-            eval_result r = evaluate(m, &c.dev_eval, &c.src, &c.tgt, c.mode, 1, 0, (int)o->samples, stderr);
-            tr_progress_message(&prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f, "
-                                "%.0f s",
-                                (long long)st.global_step, window_loss / (double)window_n, r.loss, 100 * r.exact,
-                                100 * r.bleu, now() - t0);
-            curves_add(&cv, (double)st.global_step, window_loss / (double)window_n, r.loss, r.exact);
-            curves_write(&cv, curves_path);
-            window_loss = 0;
-            window_n = 0;
-            if (r.exact > best) {
-                best = r.exact;
-                ag_config_set_double(&st, "best_dev_exact", best);
-                ag_state_set_rng(&st, "train", &train_rng);
-                save(best_path, m, opt, &st);
-            }
-            if (o->stop_at > 0 && r.exact >= o->stop_at) {
-                tr_progress_message(&prog, "dev exact match reached %.2f%%: stopping", 100 * r.exact);
-                stop = true;
-            }
-        }
-        if (st.global_step % o->save_every == 0 || last || stop || interrupted) {
-            ag_state_set_rng(&st, "train", &train_rng);
-            save(last_path, m, opt, &st);
-        }
+/* One optimizer step on the next batch (a new epoch's order when the last one is done) */
+static void run_step(run *r) {
+    const train_opts *o = &r->o;
+    ag_train_state *st = &r->st;
+    if (st->data_position >= r->b.nbatches) {
+        st->epoch++;
+        st->data_position = 0;
+        tr_batcher_set_epoch(&r->b, st->epoch);
     }
-    tr_progress_finish(&prog);
-    /* the training model and its optimizer state are saved: the best checkpoint takes over, and
-     * the test evaluation runs in the training arena (already grown, touched and reset) */
-    ag_optim_free(opt);
-    model_free(m);
-    opt = NULL;
-    m = NULL;
-    if (interrupted) {
-        fprintf(stderr, "attograd-translate: interrupted at step %lld; saved %s (continue with --resume)\n",
-                (long long)st.global_step, last_path);
-        status = 130;
-        goto out_loop;
-    }
-    fprintf(stderr, "attograd-translate: %lld steps in %.1f s\n", (long long)st.global_step, now() - t0);
-    status = 0;
+    tr_batch *bt = &r->bt;
+    tr_batcher_get(&r->b, &r->c.train, st->data_position, bt);
+    ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Ls), bt->src);
+    ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Lt), bt->tgt_in);
+    ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Lt), bt->tgt_out);
+    ag_params_zero_grad(model_params(r->m));
+    ag_tensor *loss =
+        model_loss(model_forward(r->m, src, tin, true, o->teacher_forcing, &r->rng), tout, o->label_smoothing);
+    ag_backward(loss, NULL);
+    if (o->clip > 0) ag_clip_grad_norm(model_params(r->m), o->clip);
+    r->opt->lr = ag_lr_warmup_inv_sqrt(st->global_step + 1, o->lr, o->warmup);
+    ag_optim_step(r->opt);
+    double l = ag_item(loss);
+    st->global_step++;
+    st->data_position++;
+    r->window_loss += l;
+    r->window_n++;
+    tr_progress_update(&r->prog, st->epoch, st->global_step, l, bt->ntokens, r->opt->lr);
+    ag_arena_reset(r->arena);
+}
 
-    /* the best checkpoint on the test file, with a few translations and a picture */
-    trained best_model;
-    if (!trained_load(&best_model, best_path, msg, sizeof msg)) {
-        fprintf(stderr, "attograd-translate: %s\n", msg);
-        status = 1;
-        goto out_loop;
+/* After a step: every --eval-every steps (and after the last) evaluate on the dev pairs, draw
+ * the curves, save best.h5 on a new best and stop at --stop-at; every --save-every steps (and
+ * on the last, a stop or Ctrl-C) save last.h5. */
+static void run_evaluate_and_save(run *r) {
+    const train_opts *o = &r->o;
+    ag_train_state *st = &r->st;
+    bool last = st->global_step == o->steps;
+    if (st->global_step % o->eval_every == 0 || last) {
+        tr_progress_message(&r->prog, "step %lld: evaluating on %lld dev pairs", (long long)st->global_step,
+                            (long long)r->c.dev_eval.n);
+        eval_result e = evaluate(r->m, &r->c.dev_eval, &r->c.src, &r->c.tgt, r->c.mode, 1, 0, (int)o->samples, stderr);
+        double train_loss = r->window_loss / (double)r->window_n;
+        tr_progress_message(&r->prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f, "
+                            "%.0f s",
+                            (long long)st->global_step, train_loss, e.loss, 100 * e.exact, 100 * e.bleu, now() - r->t0);
+        curves_add(&r->cv, (double)st->global_step, train_loss, e.loss, e.exact);
+        curves_write(&r->cv, r->curves_path);
+        r->window_loss = 0;
+        r->window_n = 0;
+        if (e.exact > r->best) {
+            r->best = e.exact;
+            ag_config_set_double(st, "best_dev_exact", r->best);
+            ag_state_set_rng(st, "train", &r->rng);
+            save(r->best_path, r->m, r->opt, st);
+        }
+        if (o->stop_at > 0 && e.exact >= o->stop_at) {
+            tr_progress_message(&r->prog, "dev exact match reached %.2f%%: stopping", 100 * e.exact);
+            r->stop = true;
+        }
     }
+    if (st->global_step % o->save_every == 0 || last || r->stop || interrupted) {
+        ag_state_set_rng(st, "train", &r->rng);
+        save(r->last_path, r->m, r->opt, st);
+    }
+}
+
+/* The best checkpoint on the test file, with a few translations, and the attention heatmap of
+ * the first dev sentence. False when the test file could not be read. */
+static bool report_best(run *r, trained *best) {
+    const train_opts *o = &r->o;
+    bool ok = true;
+    char msg[2048], err[TR_ERR_SIZE];
     if (o->test) {
         tr_corpus tc = {0};
         tr_dataset td = {0};
         if (read_corpus(&tc, o->test, o) &&
-            tr_dataset_build(&td, &tc, &best_model.src, &best_model.tgt, c.mode, (int)o->max_len, err, sizeof err) == 0) {
+            tr_dataset_build(&td, &tc, &best->src, &best->tgt, r->c.mode, (int)o->max_len, err, sizeof err) == 0) {
             printf("test (%s, %lld pairs), best checkpoint:\n", o->test, (long long)td.n);
-            eval_result r = evaluate(best_model.m, &td, &best_model.src, &best_model.tgt, c.mode, 1, 0, (int)o->samples,
-                                     stdout);
-            printf("test loss %.4f, greedy exact match %.2f%%, BLEU %.2f\n", r.loss, 100 * r.exact, 100 * r.bleu);
+            eval_result e = evaluate(best->m, &td, &best->src, &best->tgt, r->c.mode, 1, 0, (int)o->samples, stdout);
+            printf("test loss %.4f, greedy exact match %.2f%%, BLEU %.2f\n", e.loss, 100 * e.exact, 100 * e.bleu);
         } else {
-            status = 1;
+            ok = false;
         }
         tr_dataset_free(&td);
         tr_corpus_free(&tc);
     }
-    if (c.dev.n > 0) { /* heatmap of the first dev sentence */
+    if (r->c.dev.n > 0) { /* heatmap of the first dev sentence */
+        const tr_dataset *dev = &r->c.dev;
         char s[1024];
-        tr_vocab_decode(&c.src, c.dev.ids + c.dev.src_start[0], c.dev.src_len[0], c.mode, s, sizeof s);
-        const char *in[1] = {s};
-        if (attention_svg(&best_model, s, attn_path, msg, sizeof msg)) printf("attention of \"%s\": %s\n", in[0], attn_path);
+        tr_vocab_decode(&r->c.src, dev->ids + dev->src_start[0], dev->src_len[0], r->c.mode, s, sizeof s);
+        if (attention_svg(best, s, r->attn_path, msg, sizeof msg)) printf("attention of \"%s\": %s\n", s, r->attn_path);
         else fprintf(stderr, "attograd-translate: %s\n", msg);
     }
-    printf("checkpoints: %s (best dev exact match %.2f%%), %s\ncurves: %s\n", best_path, 100 * best, last_path,
-           curves_path);
-    trained_free(&best_model);
-out_loop:
-    ag_arena_use(prev);
-    ag_arena_free(arena);
-    curves_free(&cv);
-    tr_batch_free(&bt);
-    tr_batcher_free(&b);
-out_model:
-    ag_train_state_clear(&st);
-    ag_optim_free(opt);
-    model_free(m);
-out_corpora:
-    corpora_free(&c);
-    trained_free(&resumed);
-out_paths:
-    free(last_path);
-    free(best_path);
-    free(curves_path);
-    free(attn_path);
+    return ok;
+}
+
+/* After the loop: the run's exit status (0, 1 on a failure, 130 when interrupted) */
+static int run_finish(run *r) {
+    tr_progress_finish(&r->prog);
+    /* the training model and its optimizer state are saved: the best checkpoint takes over, and
+     * the test evaluation runs in the training arena (already grown, touched and reset) */
+    ag_optim_free(r->opt);
+    model_free(r->m);
+    r->opt = NULL;
+    r->m = NULL;
+    if (interrupted) {
+        fprintf(stderr, "attograd-translate: interrupted at step %lld; saved %s (continue with --resume)\n",
+                (long long)r->st.global_step, r->last_path);
+        return 130;
+    }
+    fprintf(stderr, "attograd-translate: %lld steps in %.1f s\n", (long long)r->st.global_step, now() - r->t0);
+    char msg[2048];
+    trained best;
+    if (!trained_load(&best, r->best_path, msg, sizeof msg)) {
+        fprintf(stderr, "attograd-translate: %s\n", msg);
+        return 1;
+    }
+    int status = report_best(r, &best) ? 0 : 1;
+    printf("checkpoints: %s (best dev exact match %.2f%%), %s\ncurves: %s\n", r->best_path, 100 * r->best,
+           r->last_path, r->curves_path);
+    trained_free(&best);
+    return status;
+}
+
+/* Frees what setup got to, in reverse */
+static void run_free(run *r) {
+    if (r->stage >= RUN_LOOP) {
+        ag_arena_use(r->prev);
+        ag_arena_free(r->arena);
+        curves_free(&r->cv);
+        tr_batch_free(&r->bt);
+        tr_batcher_free(&r->b);
+    }
+    if (r->stage >= RUN_MODEL) {
+        ag_train_state_clear(&r->st);
+        ag_optim_free(r->opt);
+        model_free(r->m);
+    }
+    if (r->stage >= RUN_CORPORA) {
+        corpora_free(&r->c);
+        trained_free(&r->resumed);
+    }
+    free(r->last_path);
+    free(r->best_path);
+    free(r->curves_path);
+    free(r->attn_path);
+}
+
+static int train_run(const train_opts *given) {
+    run r = {0};
+    int status = 1;
+    if (run_setup(&r, given)) {
+        while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
+            run_step(&r);
+            run_evaluate_and_save(&r);
+        }
+        status = run_finish(&r);
+    }
+    run_free(&r);
     return status;
 }
 

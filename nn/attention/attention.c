@@ -7,9 +7,7 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "../../tensor/fastmath.h"
-#include "../../tensor/gemm.h"
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "attention.h"
 #include "attention_small.h"
 #include "../nn_internal.h"
@@ -271,9 +269,9 @@ ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim) {
 
 /* ---- fused attention ---- */
 
-/* One operand per (b,h) as a BLAS matrix: row-major R×C with leading dimension ld, or (trans)
- * stored as its C×R transpose; (b,h)'s matrix starts b·sb + h·sh bytes after base. The
- * (B,H,R,C) tensors of ag_attention and the head columns of (N,R,E) rows (ag__attention_heads)
+/* One operand per (b,h) as a BLAS matrix (ag__blas_mat_of): row-major R×C with leading
+ * dimension ld, or (trans) stored as its C×R transpose; (b,h)'s matrix starts b·sb + h·sh
+ * bytes after base. The (B,H,R,C) tensors of ag_attention and the head columns of (N,R,E) rows (ag__attention_heads)
  * are both such stacks, so one kernel serves both. base NULL: not needed. */
 typedef struct {
     const char *base;
@@ -285,18 +283,13 @@ typedef struct {
 /* (B,H,R,C) t: t itself when every (b,h) slice is a BLAS matrix, else a contiguous copy
  * (outside the graph: the op's gradient goes to t). */
 static ag_tensor *as_mat(ag_tensor *t, mat *m) {
-    int64_t R = t->shape[2], C = t->shape[3], *st = t->stride;
-    if (st[3] == 1 && (R == 1 || st[2] >= C)) {
-        m->trans = false;
-        m->ld = (int)(R == 1 ? C : st[2]);
-    } else if (st[2] == 1 && (C == 1 || st[3] >= R)) {
-        m->trans = true;
-        m->ld = (int)(C == 1 ? R : st[3]);
-    } else {
-        return as_mat(ag__dense(t), m);
-    }
+    int64_t *st = t->stride;
+    ag__blas_mat b;
+    if (!ag__blas_mat_of(ag__ptr(t), t->shape[2], t->shape[3], st[2], st[3], &b)) return as_mat(ag__dense(t), m);
     int64_t es = (int64_t)ag_dtype_size(t->dtype);
-    m->base = ag__ptr(t);
+    m->base = b.p;
+    m->trans = b.trans;
+    m->ld = (int)b.ld;
     m->sb = st[0] * es;
     m->sh = st[1] * es;
     return t;

@@ -7,15 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "mha.h"
 #include "../nn_internal.h"
-
-static const char *name_of(char *buf, const char *prefix, const char *name) {
-    if (prefix && *prefix) snprintf(buf, 256, "%s.%s", prefix, name);
-    else snprintf(buf, 256, "%s", name);
-    return buf;
-}
 
 ag_mha_config ag_mha_defaults(int64_t embed_dim, int64_t num_heads) {
     return (ag_mha_config){.embed_dim = embed_dim, .num_heads = num_heads, .bias = true};
@@ -43,34 +37,93 @@ ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, 
     int64_t kd = m.cfg.kdim, vd = m.cfg.vdim;
     char b[256];
     if (kd == E && vd == E) {
-        m.in_proj_weight = ag_params_add(p, name_of(b, prefix, "in_proj_weight"), AG_SHAPE(3 * E, E));
+        m.in_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_weight"), AG_SHAPE(3 * E, E));
         xavier_uniform(rng, m.in_proj_weight, E, 3 * E);
     } else {
-        m.q_proj_weight = ag_params_add(p, name_of(b, prefix, "q_proj_weight"), AG_SHAPE(E, E));
-        m.k_proj_weight = ag_params_add(p, name_of(b, prefix, "k_proj_weight"), AG_SHAPE(E, kd));
-        m.v_proj_weight = ag_params_add(p, name_of(b, prefix, "v_proj_weight"), AG_SHAPE(E, vd));
+        m.q_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "q_proj_weight"), AG_SHAPE(E, E));
+        m.k_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "k_proj_weight"), AG_SHAPE(E, kd));
+        m.v_proj_weight =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "v_proj_weight"), AG_SHAPE(E, vd));
         xavier_uniform(rng, m.q_proj_weight, E, E);
         xavier_uniform(rng, m.k_proj_weight, kd, E);
         xavier_uniform(rng, m.v_proj_weight, vd, E);
     }
-    if (cfg->bias) m.in_proj_bias = ag_params_add(p, name_of(b, prefix, "in_proj_bias"), AG_SHAPE(3 * E));
+    if (cfg->bias)
+        m.in_proj_bias =
+            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_bias"), AG_SHAPE(3 * E));
     if (cfg->add_bias_kv) {
         /* xavier_normal_ on (1,1,E): fan_in = fan_out = E */
-        m.bias_k = ag_params_add(p, name_of(b, prefix, "bias_k"), AG_SHAPE(1, 1, E));
-        m.bias_v = ag_params_add(p, name_of(b, prefix, "bias_v"), AG_SHAPE(1, 1, E));
+        m.bias_k = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_k"), AG_SHAPE(1, 1, E));
+        m.bias_v = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_v"), AG_SHAPE(1, 1, E));
         ag_normal_(rng, m.bias_k, 0, sqrt(1.0 / (double)E));
         ag_normal_(rng, m.bias_v, 0, sqrt(1.0 / (double)E));
     }
-    m.out_proj = ag_linear_new(p, name_of(b, prefix, "out_proj"), E, E, cfg->bias, rng);
+    m.out_proj = ag_linear_new(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "out_proj"), E, E, cfg->bias, rng);
     if (m.out_proj.bias) ag_fill_(m.out_proj.bias, 0.0);
     return m;
 }
 
 /* rows [from, from + n) of the packed in-projection (q 0..E, k E..2E, v 2E..3E) and of its
- * bias (NULL without one) */
-static ag_tensor *in_w(const ag_mha_t *m, int64_t from, int64_t n) { return ag_narrow(m->in_proj_weight, 0, from, n); }
+ * bias (NULL without one); all of them is the tensor itself, not a view */
+static ag_tensor *in_w(const ag_mha_t *m, int64_t from, int64_t n) {
+    ag_tensor *w = m->in_proj_weight;
+    return from == 0 && n == w->shape[0] ? w : ag_narrow(w, 0, from, n);
+}
 static ag_tensor *in_b(const ag_mha_t *m, int64_t from, int64_t n) {
-    return m->in_proj_bias ? ag_narrow(m->in_proj_bias, 0, from, n) : NULL;
+    ag_tensor *b = m->in_proj_bias;
+    return !b || (from == 0 && n == b->shape[0]) ? b : ag_narrow(b, 0, from, n);
+}
+
+/* Which rows of an input the in-projection computes: every row (rs NULL: ag_linear), or the
+ * rows of rowset rs (ag__linear_rows), read at rs->src of the input in its own layout
+ * (in_place) or as its rows 0 .. rs->n-1, and placed at rs->bf of an (N, L, ·) result. */
+typedef struct {
+    const ag__rowset *rs;
+    bool in_place;
+} proj_rows;
+
+static ag_tensor *project(ag_tensor *x, proj_rows r, ag_tensor *w, ag_tensor *b) {
+    if (!r.rs) return ag_linear(x, w, b);
+    return ag__linear_rows(x, w, b, r.rs->n, r.in_place ? r.rs->src : NULL, r.rs->bf,
+                           AG_SHAPE(r.rs->N, r.rs->L, w->shape[0]));
+}
+
+/* q, k and v after the in-projection: columns [qo, qo+E), [ko, ko+E) and [vo, vo+E) of tq, tk
+ * and tv, which are one tensor where one GEMM made them */
+typedef struct {
+    ag_tensor *tq, *tk, *tv;
+    int64_t qo, ko, vo;
+} qkv;
+
+/* which of query, key and value are one tensor */
+typedef enum { SHARE_NONE, SHARE_KV, SHARE_QKV } share;
+
+/* The in-projection of both entry points: one GEMM for self-attention (SHARE_QKV), one for key
+ * and value when they are one tensor (SHARE_KV: a decoder's memory), else one each over slices
+ * of the packed weight (or the separate q/k/v weights). qr: the rows of q projected, kr those
+ * of k and v. */
+static qkv project_qkv(const ag_mha_t *m, ag_tensor *q, proj_rows qr, ag_tensor *k, ag_tensor *v, proj_rows kr,
+                       share s) {
+    int64_t E = m->cfg.embed_dim;
+    qkv t = {0};
+    if (m->in_proj_weight && s == SHARE_QKV) {
+        t.tq = t.tk = t.tv = project(q, qr, in_w(m, 0, 3 * E), in_b(m, 0, 3 * E)); /* (N,L,3E) */
+        t.ko = E;
+        t.vo = 2 * E;
+    } else if (m->in_proj_weight && s == SHARE_KV) {
+        t.tq = project(q, qr, in_w(m, 0, E), in_b(m, 0, E));
+        t.tk = t.tv = project(k, kr, in_w(m, E, 2 * E), in_b(m, E, 2 * E)); /* (N,S,2E) */
+        t.vo = E;
+    } else {
+        bool packed = m->in_proj_weight;
+        t.tq = project(q, qr, packed ? in_w(m, 0, E) : m->q_proj_weight, in_b(m, 0, E));
+        t.tk = project(k, kr, packed ? in_w(m, E, E) : m->k_proj_weight, in_b(m, E, E));
+        t.tv = project(v, kr, packed ? in_w(m, 2 * E, E) : m->v_proj_weight, in_b(m, 2 * E, E));
+    }
+    return t;
 }
 
 /* mask (..., S) → (..., S+1), the new key never masked (F.pad(mask, (0, 1))) */
@@ -132,46 +185,19 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
     if (!check_inputs(m, q_in, k_in, v_in, a)) return NULL;
     int64_t E = c->embed_dim, H = c->num_heads, N = q_in->shape[0];
 
-    /* in-projection: one GEMM for self-attention, one for key and value when they are the same
-     * tensor (a decoder's memory), else one each over slices of the packed weight. The
-     * attention reads q, k, v as column ranges [qo, qo+E) ... of tq, tk, tv. */
-    ag_tensor *tq, *tk, *tv, *bq, *bk, *bv;
-    int64_t qo = 0, ko = 0, vo = 0;
-    bq = in_b(m, 0, E);
-    bk = in_b(m, E, E);
-    bv = in_b(m, 2 * E, E);
     /* keys the key padding mask hides: their rows are not projected (left 0), in a GEMM of
-     * their own for key and value; for self-attention only when that saves more than the one
-     * packed GEMM of q, k and v gains (an eighth of the keys) */
+     * their own for key and value (read in their own layout); for self-attention only when
+     * that saves more than the one packed GEMM of q, k and v gains (an eighth of the keys) */
     ag__rowset kr;
     bool skip_keys = a->key_padding_mask && m->in_proj_weight && key == value && !m->bias_k && !c->add_zero_attn &&
                      ag__live_rows(a->key_padding_mask, c->batch_first, &kr) &&
                      (!self_attn || 8 * kr.n <= 7 * kr.N * kr.L);
-    if (skip_keys) {
-        int64_t S = k_in->shape[1];
-        tq = ag_linear(q_in, in_w(m, 0, E), bq);
-        tk = tv = ag__linear_rows(key, in_w(m, E, 2 * E), in_b(m, E, 2 * E), kr.n, kr.src, kr.bf,
-                                  AG_SHAPE(N, S, 2 * E)); /* (N,S,2E) */
-        vo = E;
-    } else if (m->in_proj_weight && self_attn) {
-        tq = tk = tv = ag_linear(q_in, m->in_proj_weight, m->in_proj_bias); /* (N,L,3E) */
-        ko = E;
-        vo = 2 * E;
-    } else if (m->in_proj_weight && key == value) {
-        tq = ag_linear(q_in, in_w(m, 0, E), bq);
-        tk = tv = ag_linear(k_in, in_w(m, E, 2 * E), in_b(m, E, 2 * E)); /* (N,S,2E) */
-        vo = E;
-    } else {
-        ag_tensor *wq = m->q_proj_weight, *wk = m->k_proj_weight, *wv = m->v_proj_weight;
-        if (m->in_proj_weight) {
-            wq = in_w(m, 0, E);
-            wk = in_w(m, E, E);
-            wv = in_w(m, 2 * E, E);
-        }
-        tq = ag_linear(q_in, wq, bq);
-        tk = ag_linear(k_in, wk, bk);
-        tv = ag_linear(v_in, wv, bv);
-    }
+    share s = self_attn && !skip_keys ? SHARE_QKV : key == value ? SHARE_KV : SHARE_NONE;
+    proj_rows all = {NULL, false}, live = {&kr, true};
+    qkv t = skip_keys ? project_qkv(m, q_in, all, key, value, live, s) : project_qkv(m, q_in, all, k_in, v_in, all, s);
+    /* the attention reads q, k, v as column ranges [qo, qo+E) ... of tq, tk, tv */
+    ag_tensor *tq = t.tq, *tk = t.tk, *tv = t.tv;
+    int64_t qo = t.qo, ko = t.ko, vo = t.vo;
 
     ag_tensor *kpm = a->key_padding_mask, *am = a->attn_mask;
     if (m->bias_k || c->add_zero_attn) { /* extra keys: k and v become their own (N,S',E) tensors */
@@ -220,17 +246,10 @@ ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowse
                  (long long)N, (long long)kr->N);
         return NULL;
     }
-    ag_tensor *tq, *tk, *tv;
-    int64_t qo = 0, ko = 0, vo = E;
-    if (q == kv) { /* (n, 3E) into (N, L, 3E) */
-        tq = tk = tv = ag__linear_rows(q, m->in_proj_weight, m->in_proj_bias, qr->n, NULL, qr->bf, AG_SHAPE(N, qr->L, 3 * E));
-        ko = E;
-        vo = 2 * E;
-    } else {
-        tq = ag__linear_rows(q, in_w(m, 0, E), in_b(m, 0, E), qr->n, NULL, qr->bf, AG_SHAPE(N, qr->L, E));
-        tk = tv = ag__linear_rows(kv, in_w(m, E, 2 * E), in_b(m, E, 2 * E), kr->n, NULL, kr->bf,
-                                  AG_SHAPE(N, kr->L, 2 * E));
-    }
+    proj_rows qrows = {qr, false}, krows = {kr, false};
+    qkv t = project_qkv(m, q, qrows, kv, kv, krows, q == kv ? SHARE_QKV : SHARE_KV);
+    ag_tensor *tq = t.tq, *tk = t.tk, *tv = t.tv;
+    int64_t qo = t.qo, ko = t.ko, vo = t.vo;
     if (!tq || !tk) return NULL;
     ag_tensor *mask = ag_attention_mask(a->attn_mask, a->key_padding_mask, N, H);
     ag_tensor *o = ag__attention_heads(tq, qo, tk, ko, tv, vo, E, H, mask, a->is_causal, c->dropout, a->rng,

@@ -2,7 +2,7 @@
 #ifndef AG_NN_CHECKPOINT_INTERNAL_H
 #define AG_NN_CHECKPOINT_INTERNAL_H
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include <hdf5.h>
 
 #include "checkpoint.h"

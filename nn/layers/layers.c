@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../tensor/gemm.h"
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "layers.h"
 #include "../nn_internal.h"
 
@@ -16,24 +15,11 @@
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 
-/* "<prefix>.<leaf>", or just leaf for an empty prefix (a top-level module's state_dict) */
-static const char *param_name(char *buf, size_t size, const char *prefix, const char *leaf) {
-    if (prefix && *prefix)
-        snprintf(buf, size, "%s.%s", prefix, leaf);
-    else
-        snprintf(buf, size, "%s", leaf);
-    return buf;
-}
-
 /* ==== Linear ================================================================================ */
 
-/* An m×k operand for row-major BLAS: stored as is (trans false, rows ld apart) or stored as its
- * k×m transpose (trans true, rows of the transpose ld apart). */
-typedef struct {
-    const char *p;
-    bool trans;
-    int64_t ld;
-} mat;
+/* An m×k operand for row-major BLAS (op.h): stored as is (trans false, rows ld apart) or
+ * stored as its k×m transpose (trans true, rows of the transpose ld apart). */
+typedef ag__blas_mat mat;
 
 static mat transposed(mat a) {
     a.trans = !a.trans;
@@ -44,27 +30,25 @@ static mat transposed(mat a) {
  * 2-d transpose); p is NULL when it must be copied first. */
 static mat as_matrix(const ag_tensor *t, int64_t m, int64_t k) {
     int nd = t->ndim;
-    if (k == 1 || t->stride[nd - 1] == 1) {
-        bool found = false, ok = true;
-        int64_t row = 0, expect = 0;
-        for (int d = nd - 2; d >= 0 && ok; d--) { /* leading dims must collapse into one row stride */
-            if (t->shape[d] == 1) continue;
-            if (!found) {
-                found = true;
-                row = t->stride[d];
-                expect = row * t->shape[d];
-            } else if (t->stride[d] != expect) {
-                ok = false;
-            } else {
-                expect *= t->shape[d];
-            }
+    bool found = false;
+    int64_t row = 0, expect = 0;
+    for (int d = nd - 2; d >= 0; d--) { /* leading dims must collapse into one row stride */
+        if (t->shape[d] == 1) continue;
+        if (!found) {
+            found = true;
+            row = t->stride[d];
+            expect = row * t->shape[d];
+        } else if (t->stride[d] != expect) {
+            return (mat){NULL, false, 0};
+        } else {
+            expect *= t->shape[d];
         }
-        if (!found) row = max1(k);
-        if (ok && row >= max1(k)) return (mat){ag__ptr(t), false, row};
     }
-    if (nd == 2 && (m == 1 || t->stride[0] == 1) && (k == 1 || t->stride[1] >= max1(m)))
-        return (mat){ag__ptr(t), true, k == 1 ? max1(m) : t->stride[1]};
-    return (mat){NULL, false, 0};
+    mat a;
+    int64_t cs = nd > 0 ? t->stride[nd - 1] : 1;
+    if (!ag__blas_mat_of(ag__ptr(t), found ? m : 1, k, row, cs, &a) || (a.trans && nd != 2))
+        return (mat){NULL, false, 0};
+    return a;
 }
 
 /* t as an m×k operand, copying it (without recording) only when BLAS cannot read it in place */
@@ -295,11 +279,13 @@ ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features,
     /* kaiming_uniform_(a=√5): gain √(2/(1+5)), bound √3·gain/√fan_in = 1/√fan_in; the bias uses
      * the same bound. fan_in 0 leaves zeros (PyTorch skips zero-element init). */
     double bound = in_features > 0 ? 1.0 / sqrt((double)in_features) : 0.0;
-    ag_tensor *w = ag_params_add(p, param_name(name, sizeof name, prefix, "weight"), AG_SHAPE(out_features, in_features));
+    ag_tensor *w = ag_params_add(p, ag__param_name(name, sizeof name, "ag_linear_new", prefix, "weight"),
+                                 AG_SHAPE(out_features, in_features));
     if (!w) return m;
     ag_uniform_(rng, w, -bound, bound);
     if (bias) {
-        ag_tensor *b = ag_params_add(p, param_name(name, sizeof name, prefix, "bias"), AG_SHAPE(out_features));
+        ag_tensor *b = ag_params_add(p, ag__param_name(name, sizeof name, "ag_linear_new", prefix, "bias"),
+                                     AG_SHAPE(out_features));
         if (!b) return m;
         ag_uniform_(rng, b, -bound, bound);
         m.bias = b;
@@ -386,7 +372,7 @@ ag_embedding_t ag_embedding_new(ag_params *p, const char *prefix, int64_t num_em
                  prefix ? prefix : "", (long long)num_embeddings, (long long)padding_idx);
         return m;
     }
-    ag_tensor *w = ag_params_add(p, param_name(name, sizeof name, prefix, "weight"),
+    ag_tensor *w = ag_params_add(p, ag__param_name(name, sizeof name, "ag_embedding_new", prefix, "weight"),
                                  AG_SHAPE(num_embeddings, embedding_dim));
     if (!w) return m;
     ag_normal_(rng, w, 0.0, 1.0);
@@ -557,8 +543,10 @@ ag_layer_norm_t ag_layer_norm_new(ag_params *p, const char *prefix, int64_t norm
         return m;
     }
     if (!elementwise_affine) return m;
-    m.weight = ag_params_add(p, param_name(name, sizeof name, prefix, "weight"), AG_SHAPE(normalized_shape));
-    m.bias = ag_params_add(p, param_name(name, sizeof name, prefix, "bias"), AG_SHAPE(normalized_shape));
+    m.weight = ag_params_add(p, ag__param_name(name, sizeof name, "ag_layer_norm_new", prefix, "weight"),
+                             AG_SHAPE(normalized_shape));
+    m.bias = ag_params_add(p, ag__param_name(name, sizeof name, "ag_layer_norm_new", prefix, "bias"),
+                           AG_SHAPE(normalized_shape));
     if (m.weight) ag_fill_(m.weight, 1.0);
     if (m.bias) ag_fill_(m.bias, 0.0);
     return m;

@@ -4,8 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../tensor/fastmath.h"
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "layers.h"
 
 /* elements per partial sum in mse (fixed, so the summation order is fixed) */

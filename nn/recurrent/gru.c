@@ -11,26 +11,13 @@
 #include <string.h>
 #include <tgmath.h>
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "gru.h"
+#include "../nn_internal.h"
 
 #define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-
-/* grad-free contiguous copy (t itself when already contiguous); NULL stays NULL */
-static ag_tensor *dense(ag_tensor *t) {
-    if (!t || ag_is_contiguous(t)) return t;
-    ag_tensor *c = ag__new(t->dtype, t->ndim, t->shape);
-    ag__copy(c, t);
-    return c;
-}
-
-static const char *param_name(char *buf, const char *prefix, const char *leaf) {
-    if (prefix && *prefix) snprintf(buf, 512, "%s.%s", prefix, leaf);
-    else snprintf(buf, 512, "%s", leaf);
-    return buf;
-}
 
 /* C (m×n, rows ldc apart) = beta·C + op(A) op(B) for row-major A, B with leading dims lda, ldb */
 static void gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
@@ -172,7 +159,7 @@ static const void *ptr_or_null(const ag_tensor *t) { return t ? ag__ptr(t) : NUL
 
 static void cell_backward(ag_node *n) { /* saved: x, h, gates, w_ih, w_hh (dense) */
     ag_tensor *x = n->saved[0], *h = n->saved[1], *gates = n->saved[2], *wih = n->saved[3];
-    ag_tensor *whh = dense(n->in[3]), *g = n->out->grad;
+    ag_tensor *whh = ag__dense(n->in[3]), *g = n->out->grad;
     ag_dtype dt = g->dtype;
     int64_t N = g->shape[0], H = g->shape[1], IN = x->shape[1];
     ag_tensor *dgi = ag_zeros(dt, AG_SHAPE(N, 3 * H)), *dgh = ag__new(dt, AG_SHAPE(N, 3 * H));
@@ -239,13 +226,15 @@ ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w
     ag_dtype dt = x->dtype;
     ag_tensor *in[6] = {x, h, w_ih, w_hh, b_ih, b_hh};
     bool rec = ag_any_requires_grad(6, in);
-    ag_tensor *xd = dense(x), *hd = h ? dense(h) : ag_zeros(dt, AG_SHAPE(N, H)), *wi = dense(w_ih), *wh = dense(w_hh);
+    ag_tensor *xd = ag__dense(x), *hd = h ? ag__dense(h) : ag_zeros(dt, AG_SHAPE(N, H));
+    ag_tensor *wi = ag__dense(w_ih), *wh = ag__dense(w_hh);
     ag_tensor *gi = ag__new(dt, AG_SHAPE(N, 3 * H)), *gh = ag__new(dt, AG_SHAPE(N, 3 * H));
     ag_tensor *y = ag__new(dt, AG_SHAPE(N, H)), *gates = rec ? ag__new(dt, AG_SHAPE(N, 4 * H)) : NULL;
     gemm(dt, false, true, N, 3 * H, IN, ag__ptr(xd), IN, ag__ptr(wi), IN, 0, ag__ptr(gi), 3 * H);
     gemm(dt, false, true, N, 3 * H, H, ag__ptr(hd), H, ag__ptr(wh), H, 0, ag__ptr(gh), 3 * H);
-    kern(dt)->step_fwd(N, H, ag__ptr(gi), 3 * H, ptr_or_null(dense(b_ih)), ag__ptr(gh), ptr_or_null(dense(b_hh)),
-                       ag__ptr(hd), H, ag__ptr(y), NULL, gates ? ag__ptr(gates) : NULL, NULL);
+    kern(dt)->step_fwd(N, H, ag__ptr(gi), 3 * H, ptr_or_null(ag__dense(b_ih)), ag__ptr(gh),
+                       ptr_or_null(ag__dense(b_hh)), ag__ptr(hd), H, ag__ptr(y), NULL,
+                       gates ? ag__ptr(gates) : NULL, NULL);
     ag_node *n = ag_finish(&GRU_CELL, y, 6, in);
     if (n) {
         n->saved[0] = xd;
@@ -300,7 +289,7 @@ static ag_tensor *gru_sequence(ag_tensor *gi, ag_tensor *h0, ag_tensor *w_hh, ag
     size_t es = ag_dtype_size(dt);
     ag_tensor *in[4] = {gi, h0, w_hh, b_hh};
     bool rec = ag_any_requires_grad(4, in);
-    ag_tensor *gd = dense(gi), *wh = dense(w_hh), *bh = dense(b_hh);
+    ag_tensor *gd = ag__dense(gi), *wh = ag__dense(w_hh), *bh = ag__dense(b_hh);
     ag_tensor *y = ag__new(dt, AG_SHAPE(L + 1, N, H)), *gh = ag__new(dt, AG_SHAPE(N, 3 * H));
     ag_tensor *carry = ag__new(dt, AG_SHAPE(N, H));
     ag_tensor *gates = rec ? ag__new(dt, AG_SHAPE(max1(L), N, 4 * H)) : NULL;
@@ -340,9 +329,10 @@ static ag_gru_cell_t cell_params(ag_params *p, const char *prefix, const char *s
     ag_tensor *t[4] = {NULL};
     for (int i = 0; i < (bias ? 4 : 2); i++) {
         snprintf(leaf, sizeof leaf, "%s%s", kinds[i], suffix);
-        t[i] = i == 0 ? ag_params_add(p, param_name(name, prefix, leaf), AG_SHAPE(3 * H, in))
-             : i == 1 ? ag_params_add(p, param_name(name, prefix, leaf), AG_SHAPE(3 * H, H))
-                      : ag_params_add(p, param_name(name, prefix, leaf), AG_SHAPE(3 * H));
+        ag__param_name(name, sizeof name, "ag_gru", prefix, leaf);
+        t[i] = i == 0 ? ag_params_add(p, name, AG_SHAPE(3 * H, in))
+             : i == 1 ? ag_params_add(p, name, AG_SHAPE(3 * H, H))
+                      : ag_params_add(p, name, AG_SHAPE(3 * H));
         if (!t[i]) return c;
         /* RNNBase.reset_parameters: every parameter U(-1/√H, 1/√H) */
         double bound = H > 0 ? 1.0 / sqrt((double)H) : 0.0;
@@ -535,7 +525,7 @@ ag_tensor *ag_additive_scores(ag_tensor *keys_proj, ag_tensor *query_proj, ag_te
         return NULL;
     }
     int64_t N = k->shape[0], S = k->shape[1];
-    ag_tensor *kd = dense(k), *qd = dense(q), *vd = dense(v);
+    ag_tensor *kd = ag__dense(k), *qd = ag__dense(q), *vd = ag__dense(v);
     ag_tensor *y = ag__new(k->dtype, AG_SHAPE(N, S));
     (k->dtype == AG_F32 ? add_scores_fwd_f32 : add_scores_fwd_f64)(N, S, A, ag__ptr(kd), ag__ptr(qd), ag__ptr(vd),
                                                                    ag__ptr(y));
@@ -586,9 +576,12 @@ ag_additive_attention_t ag_additive_attention_new(ag_params *p, const char *pref
         return m;
     }
     char name[512];
-    m.W1 = ag_linear_new(p, param_name(name, prefix, "W1"), key_size, attn_size, false, rng);
-    m.W2 = ag_linear_new(p, param_name(name, prefix, "W2"), query_size, attn_size, false, rng);
-    m.v = ag_linear_new(p, param_name(name, prefix, "v"), attn_size, 1, false, rng);
+    m.W1 = ag_linear_new(p, ag__param_name(name, sizeof name, "ag_additive_attention_new", prefix, "W1"), key_size,
+                         attn_size, false, rng);
+    m.W2 = ag_linear_new(p, ag__param_name(name, sizeof name, "ag_additive_attention_new", prefix, "W2"), query_size,
+                         attn_size, false, rng);
+    m.v = ag_linear_new(p, ag__param_name(name, sizeof name, "ag_additive_attention_new", prefix, "v"), attn_size, 1,
+                        false, rng);
     return m;
 }
 
@@ -640,7 +633,8 @@ ag_dot_attention_t ag_dot_attention_new(ag_params *p, const char *prefix, int64_
     }
     if (general) {
         char name[512];
-        m.weight = ag_linear_new(p, param_name(name, prefix, "W"), key_size, query_size, false, rng).weight;
+        ag__param_name(name, sizeof name, "ag_dot_attention_new", prefix, "W");
+        m.weight = ag_linear_new(p, name, key_size, query_size, false, rng).weight;
     }
     return m;
 }

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "../nn_internal.h"
 
 /* rows of a tensor seen as (R, D): D its last dim, R the product of the others */

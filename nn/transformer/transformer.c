@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "../nn_internal.h"
 #include "transformer.h"
 
@@ -14,13 +14,6 @@
     do {                                                                                                          \
         if (!(e)) return NULL;                                                                                    \
     } while (0)
-
-/* "<prefix>.<name>" into buf (256 bytes); a longer name is reported (and cut) */
-static const char *name_of(char *buf, const char *prefix, const char *name) {
-    int n = prefix && *prefix ? snprintf(buf, 256, "%s.%s", prefix, name) : snprintf(buf, 256, "%s", name);
-    if (n >= 256) ag_error("ag_transformer", "parameter name '%s...' longer than 255 characters", buf);
-    return buf;
-}
 
 ag_transformer_config ag_transformer_defaults(int64_t d_model, int64_t nhead) {
     return (ag_transformer_config){.d_model = d_model, .nhead = nhead, .dim_feedforward = 2048, .dropout = 0.1,
@@ -49,18 +42,19 @@ static ag_mha_t attn_new(ag_params *p, const char *prefix, const char *name, con
     ag_mha_config mc = ag_mha_defaults(c->d_model, c->nhead);
     mc.dropout = c->dropout;
     mc.batch_first = c->batch_first;
-    return ag_mha_new(p, name_of(b, prefix, name), &mc, rng);
+    return ag_mha_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, name), &mc, rng);
 }
 
 static ag_linear_t linear_new(ag_params *p, const char *prefix, const char *name, int64_t in, int64_t out,
                               ag_rng *rng) {
     char b[256];
-    return ag_linear_new(p, name_of(b, prefix, name), in, out, true, rng);
+    return ag_linear_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, name), in, out, true, rng);
 }
 
 static ag_layer_norm_t norm_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c) {
     char b[256];
-    return ag_layer_norm_new(p, name_of(b, prefix, name), c->d_model, c->layer_norm_eps, true);
+    return ag_layer_norm_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, name), c->d_model,
+                             c->layer_norm_eps, true);
 }
 
 /* Modules are registered in torch's __init__ order, which is the state_dict order. */
@@ -548,7 +542,8 @@ static bool stack_new(const char *op, ag_params *p, const char *prefix, const ag
     int first = p->count;
     for (int l = 0; l < num_layers; l++) {
         snprintf(layer, sizeof layer, "layers.%d", l);
-        if (!new_layer(layers, l, p, name_of(b, prefix, layer), cfg, rng)) return false;
+        if (!new_layer(layers, l, p, ag__param_name(b, sizeof b, "ag_transformer", prefix, layer), cfg, rng))
+            return false;
     }
     clone_first_layer(p, first, (p->count - first) / num_layers, num_layers);
     return true;
@@ -649,9 +644,11 @@ ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_t
     memset(&m, 0, sizeof m);
     char b[256];
     int first = p ? p->count : 0;
-    m.encoder = ag_transformer_encoder_new(p, name_of(b, prefix, "encoder"), cfg, num_encoder_layers, true, rng);
+    m.encoder = ag_transformer_encoder_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, "encoder"), cfg,
+                                           num_encoder_layers, true, rng);
     if (!m.encoder.num_layers) return m;
-    m.decoder = ag_transformer_decoder_new(p, name_of(b, prefix, "decoder"), cfg, num_decoder_layers, true, rng);
+    m.decoder = ag_transformer_decoder_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, "decoder"), cfg,
+                                           num_decoder_layers, true, rng);
     if (!m.decoder.num_layers) {
         m.encoder.num_layers = 0;
         return m;

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Check the include rules of attograd's layers; exit 1 with one line per violation.
+
+Every #include "..." in tensor/, autograd/, nn/, examples/ and bench/ (and the umbrella
+attograd.h) is resolved as the compiler does (the including file's folder, then the project
+root, then examples/translate for its programs) and checked against:
+
+  upward     Dependencies point down tensor/ -> autograd/ -> nn/ -> examples/ (bench/ sits with
+             examples/; attograd.h, which includes all of nn/, sits just above nn/): a file
+             never includes a header of a later layer.
+  private    A private header is used only inside its own folder (subfolders included):
+             - every header of tensor/, autograd/ and nn/ that the folder's meson.build does
+               not install (install_headers) is private to that top folder;
+             - every internal.h and *_internal.h is private to the folder it is in
+               (nn/nn_internal.h to nn/, examples/translate/data_internal.h to
+               examples/translate/, tensor/internal.h to tensor/).
+  via        A header listed in VIA is installed only because another header includes it:
+             outside its folder, it is reached through that header, never directly.
+  installed  An installed header includes only installed headers (else the installed tree
+             does not compile).
+  unresolved An include that names no file of the tree.
+
+Tests (tests/) may include anything: they test internals. Prints "include rules: N files ok"
+when every file passes.
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCANNED = ["tensor", "autograd", "nn", "examples", "bench"]
+# the order of the layers: an include may point at the same layer or an earlier one
+RANK = {"tensor": 0, "autograd": 1, "nn": 2, "attograd.h": 2.5, "examples": 3, "bench": 3}
+# extra include directories a folder's meson.build gives its programs (besides the root)
+EXTRA_INC = {"examples/translate": ["examples/translate"]}
+# installed header -> the header that outside code reaches it through
+VIA = {"tensor/fastmath.h": "tensor/op.h"}
+# (file, header) pairs allowed to break the private/via rules, with why. The fused
+# small-attention kernels in nn/attention/ use the GEMM's register-tile helpers and the
+# vector expf's constants; they move into tensor/simd/ with the other SIMD kernels.
+EXEMPT = {
+    ("nn/attention/attention_small.c", "tensor/fastmath.h"): "moves to tensor/simd/",
+    ("nn/attention/attention_small.c", "tensor/gemm.h"): "moves to tensor/simd/",
+    ("nn/attention/attention_small_avx2.c", "tensor/fastmath.h"): "moves to tensor/simd/",
+    ("nn/attention/attention_small_avx2.c", "tensor/gemm_kernels.h"): "moves to tensor/simd/",
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+SOURCE_EXT = (".c", ".h", ".inc")
+
+
+def rel(path):
+    return os.path.relpath(os.path.normpath(path), ROOT).replace(os.sep, "/")
+
+
+def layer(path):
+    top = path.split("/", 1)[0]
+    return RANK.get(top if "/" in path else path)
+
+
+def installed_headers():
+    """Headers that some meson.build installs (install_headers('a.h', 'sub/b.h', ...))."""
+    found = set()
+    for top in ("tensor", "autograd", "nn"):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            if "meson.build" not in files:
+                continue
+            text = open(os.path.join(folder, "meson.build"), encoding="utf-8").read()
+            for call in re.finditer(r"install_headers\((.*?)\)", text, re.S):
+                args = call.group(1).split("subdir", 1)[0]
+                for name in re.findall(r"'([^']+\.h)'", args):
+                    found.add(rel(os.path.join(folder, name)))
+    return found
+
+
+def private_scope(header, installed):
+    """The folder a private header may be used in, or None when it is public."""
+    folder, name = os.path.split(header)
+    if name == "internal.h" or name.endswith("_internal.h"):
+        return folder
+    top = header.split("/", 1)[0]
+    if top in ("tensor", "autograd", "nn") and header not in installed:
+        return top
+    return None
+
+
+def inside(path, folder):
+    return path == folder or path.startswith(folder + "/")
+
+
+def resolve(src, target):
+    dirs = [os.path.dirname(src), ""]
+    for folder, extra in EXTRA_INC.items():
+        if inside(src, folder):
+            dirs += extra
+    for d in dirs:
+        cand = rel(os.path.join(ROOT, d, target))
+        if os.path.isfile(os.path.join(ROOT, cand)):
+            return cand
+    return None
+
+
+def check_file(src, installed, problems):
+    with open(os.path.join(ROOT, src), encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    for lineno, line in enumerate(lines, 1):
+        m = INCLUDE.match(line)
+        if not m:
+            continue
+        where = f"{src}:{lineno}: includes \"{m.group(1)}\""
+        hdr = resolve(src, m.group(1))
+        if hdr is None:
+            problems.append(f"{where}: no such file in the tree (unresolved)")
+            continue
+        src_rank, hdr_rank = layer(src), layer(hdr)
+        if hdr_rank is not None and src_rank is not None and hdr_rank > src_rank:
+            problems.append(f"{where} ({hdr}): upward include, {src.split('/')[0]}/ may not depend on "
+                            f"{hdr.split('/')[0] if '/' in hdr else hdr}")
+        if (src, hdr) in EXEMPT:
+            continue
+        scope = private_scope(hdr, installed)
+        if scope is not None and not inside(src, scope):
+            problems.append(f"{where} ({hdr}): private to {scope}/, used outside it")
+        if hdr in VIA and not inside(src, os.path.dirname(hdr)) and src != VIA[hdr]:
+            problems.append(f"{where} ({hdr}): reach it through {VIA[hdr]}, not directly")
+        if src in installed and hdr not in installed:
+            problems.append(f"{where} ({hdr}): an installed header includes one that is not installed")
+
+
+def main():
+    installed = installed_headers() | {"attograd.h"}
+    files = ["attograd.h"]
+    for top in SCANNED:
+        for folder, dirs, names in os.walk(os.path.join(ROOT, top)):
+            dirs.sort()
+            files += sorted(rel(os.path.join(folder, n)) for n in names if n.endswith(SOURCE_EXT))
+    problems = []
+    for src in files:
+        check_file(src, installed, problems)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"include rules: {len(problems)} violation(s) in {len(files)} files", file=sys.stderr)
+        return 1
+    print(f"include rules: {len(files)} files ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+/* What an op author needs from the tensor core beyond the public API: new and aliased tensors,
+ * element pointers, copies, gradient buffers and arena scratch, shape checks, the dtype
+ * templates, the GEMM entry points and the BLAS view of a strided matrix, dropout's masks and
+ * the vectorisable expf. nn/, autograd/ and ops written outside the library include this
+ * header (installed) and node.h's recipe (which it includes); tensor/internal.h stays private
+ * to tensor/. Names with ag__ are for op authors: stable within a release, not the user API. */
+#ifndef AG_OP_H
+#define AG_OP_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fastmath.h" /* ag__expf: the softmax loops' vectorisable expf */
+#include "node.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- dtype templates and threading ---------------------------------------------------------- */
+
+/* One kernel body for every dtype: a macro X(T, S, D) is expanded once per type, T the C type,
+ * S the suffix, D the ag_dtype. Kernels are written once as such a macro. */
+#define AG_FLOAT_TYPES(X) X(float, f32, AG_F32) X(double, f64, AG_F64)
+#define AG_INT_TYPES(X) X(int32_t, i32, AG_I32) X(int64_t, i64, AG_I64)
+#define AG_NUMERIC_TYPES(X) AG_FLOAT_TYPES(X) AG_INT_TYPES(X)
+#define AG_ALL_TYPES(X) AG_NUMERIC_TYPES(X) X(uint8_t, b8, AG_BOOL)
+
+/* Elements above which a loop is split across OpenMP threads. Each element is computed by
+ * exactly one thread with the same arithmetic, so results never depend on the thread count. */
+#define AG_PAR_THRESHOLD 32768
+
+/* A parallel for-loop over independent elements when the int64_t par_work in scope (elements
+ * touched) is above AG_PAR_THRESHOLD. */
+#define AG_PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
+
+/* ---- tensors: make, alias, read, copy ------------------------------------------------------- */
+
+/* Contiguous tensor of shape (no grad, no node), from the current arena; version 0. */
+ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
+/* Header copy of t sharing its storage and its version counter (a view to be reshaped by the
+ * caller). */
+ag_tensor *ag__alias(const ag_tensor *t);
+/* t itself when contiguous (or NULL), else a contiguous copy outside the graph (for kernels
+ * that walk rows or hand t to BLAS; the caller's op records the gradient). */
+ag_tensor *ag__dense(ag_tensor *t);
+/* element pointer of the first element */
+static inline char *ag__ptr(const ag_tensor *t) { return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype); }
+/* An in-place write into t's existing values through the API: its storage's version moves on
+ * (every public function that changes data a caller already holds calls this once). Kernels
+ * writing a new result do not. A header without a counter (one built on the stack) is skipped. */
+static inline void ag__bump_version(ag_tensor *t) {
+    if (t->version) ++*t->version;
+}
+/* ag_version, inline for the recording and the check of every node */
+static inline uint32_t ag__version(const ag_tensor *t) { return t && t->version ? *t->version : 0; }
+/* ag_copy_ and ag_fill_ without the version bump, for results being made (a new tensor is at
+ * version 0 when handed out). They return false after reporting misuse (shapes, overlap). */
+bool ag__copy(ag_tensor *dst, const ag_tensor *src);
+bool ag__fill(ag_tensor *t, double value);
+/* dst += src, where src has dst's shape, broadcasts to it, or is a broadcast of it (then it is
+ * summed down to dst's shape). dst may be a strided view. No grad recorded. */
+void ag__add_into(ag_tensor *dst, const ag_tensor *src);
+
+/* ---- shapes and checks ---------------------------------------------------------------------- */
+
+/* Row-major strides of shape into stride. */
+void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+/* product of the dims */
+int64_t ag__shape_numel(int ndim, const int64_t *shape);
+/* Whether a tensor of shape could exist: no negative size, and its bytes in the widest dtype
+ * fit in 63 bits (so element counts and byte sizes never overflow). */
+bool ag__numel_fits(int ndim, const int64_t *shape);
+/* "(2,3)" for a raw shape into buf (128 bytes; a longer one ends in "...)") */
+char *ag__shape_str(int ndim, const int64_t *shape, char *buf);
+/* same dims, in number and size */
+bool ag__same_shape(const ag_tensor *a, const ag_tensor *b);
+/* Byte strides of t broadcast into ndim/shape (t's dims aligned to the right). */
+void ag__bcast_bstrides(const ag_tensor *t, int ndim, const int64_t *shape, int64_t *bstride);
+/* Check that t is non-NULL and of a float dtype; reports through op. */
+bool ag__check_float(const char *op, const ag_tensor *t);
+/* Check that t is non-NULL; reports through op. */
+bool ag__check_not_null(const char *op, const ag_tensor *t);
+
+/* ---- gradient buffers and scratch ----------------------------------------------------------- */
+
+/* ag_grad_buffer (node.h) for a backward that writes every element of t's gradient: when the
+ * buffer is new in this pass, *fresh is set and its contents are undefined (no zeroing pass),
+ * and the caller must assign (=, beta = 0) instead of accumulating; else exactly
+ * ag_grad_buffer. */
+ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
+/* memset(p, 0, bytes), split over the OpenMP threads when large (gradient buffers, slabs) */
+void ag__zero(void *p, size_t bytes);
+/* posix_memalign to 64 bytes, counted by ag_alloc_count; NULL when the system cannot provide
+ * the memory (ag_xmalloc aborts instead). Free with ag_xfree. */
+void *ag__try_malloc(size_t bytes);
+/* A growable array p of *cap elements of size bytes, grown (doubling, contents kept) to hold
+ * need; returns it. For buffers kept across steps, so growth stops after warm-up. */
+void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
+/* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
+ * where they are now. */
+void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
+
+/* ---- GEMM ----------------------------------------------------------------------------------- */
+
+/* Row-major C = alpha·op(A)·op(B) + beta·C with cblas_?gemm's arguments; which kernel runs where
+ * (attograd's own f32 tiles or OpenBLAS) is told in tensor/gemm.h. No result depends on the
+ * thread count. */
+void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* C = op(A)·op(B) + bias broadcast over rows (bias (n), unit stride, or NULL): ag_linear's
+ * forward, with the bias added in the kernel's last step instead of a pass of its own */
+void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, const float *bias, float *c, int64_t ldc);
+void ag__dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
+               const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+/* dtype-generic: ag__sgemm or ag__dgemm */
+void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+/* sets OpenBLAS back to one thread if the program raised it (a no-op inside a parallel region):
+ * code that calls GEMMs from its own parallel regions calls it before opening them */
+void ag__blas_single_threaded(void);
+
+/* A strided matrix as BLAS reads it in place: p its element (0,0), stored row-major with rows
+ * ld elements apart (trans false), or stored as its transpose, whose rows are ld apart (trans
+ * true). */
+typedef struct {
+    const char *p;
+    bool trans;
+    int64_t ld;
+} ag__blas_mat;
+/* The r×c matrix at p with row stride rs and column stride cs (in elements) as BLAS can read
+ * it: true and *m filled, or false when it needs a contiguous copy first (ag__dense). The
+ * stride of a size-1 dim never matters; an empty matrix reads as it lies (ld >= 1). */
+bool ag__blas_mat_of(const void *p, int64_t r, int64_t c, int64_t rs, int64_t cs, ag__blas_mat *m);
+
+/* ---- dropout's keep masks and nonzero packing ------------------------------------------------ */
+
+/* Element e of a mask at draw counter c is a 32-bit word x, word e & 1 of Philox draw c + e / 2
+ * (tensor/rng.c), so a mask of n elements takes ag__mask_draws(n) = (n + 1) / 2 draws; x · 2^-32
+ * is its uniform, and ag__u32_count_below(v) is the t with x < t exactly when that uniform is
+ * < v (v in [0, 1]). ag__rng_keep decides (x < t) != at_least for elements first .. first+n-1
+ * of the mask without making doubles: 0/1 into keep[i] and/or bit i of bits (bit i & 7 of
+ * bits[i >> 3]; the last byte's bits past n are left as they were), either may be NULL. */
+uint64_t ag__u32_count_below(double v);
+static inline uint64_t ag__mask_draws(int64_t n) { return ((uint64_t)n + 1) / 2; }
+void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                  uint8_t *keep, uint8_t *bits);
+/* Nonzero packing (tensor/nzpack.c): elements e0 .. e0+n-1 of a float array (x is element e0)
+ * into bit e of bits (1: its bits are not all zero; the bytes past the range keep their other
+ * bits) and the nonzero elements, bit for bit and in order, into vals (room for n); returns how
+ * many. Unpacking writes them back into x, zeros elsewhere, and returns how many it read. */
+int64_t ag__nz_pack(ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
+int64_t ag__nz_unpack(ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals, void *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
