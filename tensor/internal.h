@@ -154,6 +154,39 @@ int64_t ag__nz_pack_isa(ag__isa isa, ag_dtype dt, const void *x, int64_t n, int6
 int64_t ag__nz_unpack_isa(ag__isa isa, ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals,
                           void *x);
 
+/* ---- the softmax row kernel (tensor/softmax_rows.inc, compiled in reduce.c) ----
+ * One kernel serves ag_softmax, ag_log_softmax, ag_masked_softmax and the attention's score
+ * rows. A row of n elements: y = softmax(x + mask) with the row's maximum subtracted before
+ * exp, or (log_, without a mask) x - log Σ exp(x). With a mask, a row with nothing left becomes
+ * zeros (not 0/0), and its backward, y*(g - Σ g*y), is zero wherever y is. */
+typedef enum { AG_SOFTMAX_MASK_NONE, AG_SOFTMAX_MASK_BOOL, AG_SOFTMAX_MASK_ADD } ag__softmax_mask_kind;
+/* a row's mask: kind, its elements m at byte stride ms (bool: set means masked; add: of the
+ * row's dtype), and lim: positions past it are masked too (the causal limit; n - 1 or more
+ * masks nothing) */
+typedef struct {
+    ag__softmax_mask_kind kind;
+    const char *m;
+    int64_t ms, lim;
+} ag__softmax_mask;
+/* How a row's exponentials (and, backward, its products) are summed. Each caller keeps the
+ * order its results have always had, bit for bit:
+ *   PAIRWISE    ag_softmax, ag_log_softmax: numpy's pairwise sum, any strides
+ *   SEQUENTIAL  ag_masked_softmax: left to right, any strides
+ *   LANES       the attention's unit-stride score rows, in place (x == y, dx == g): W lanes and
+ *               a padded tail, and tensor/fastmath.h's ag__expf for f32 */
+typedef enum { AG_SOFTMAX_PAIRWISE, AG_SOFTMAX_SEQUENTIAL, AG_SOFTMAX_LANES } ag__softmax_order;
+/* forward: x at element stride xs into y at ys; mask NULL for a plain softmax */
+void ag__softmax_row_f32(ag__softmax_order order, bool log_, const float *x, int64_t xs, float *y, int64_t ys,
+                         int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
+void ag__softmax_row_f64(ag__softmax_order order, bool log_, const double *x, int64_t xs, double *y, int64_t ys,
+                         int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
+/* backward: dx = (acc: dx +) y*(g - Σ g*y), or for log_ g - exp(y) Σ g; all at stride s */
+void ag__softmax_row_bwd_f32(ag__softmax_order order, bool log_, const float *y, const float *g, float *dx,
+                             int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
+void ag__softmax_row_bwd_f64(ag__softmax_order order, bool log_, const double *y, const double *g, double *dx,
+                             int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
+/* ---- end of the softmax row kernel ---- */
+
 /* Check that t is non-NULL and of a float dtype; reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);
 bool ag__check_not_null(const char *op, const ag_tensor *t);
