@@ -1,9 +1,9 @@
 /* The Transformer, step for step as torch 1.13's nn/modules/transformer.py (the differentiable
  * path): here what its layers share (configuration, blocks, residual connections, packed rows,
  * stacks) and nn.Transformer; the layers and stacks are in encoder.c and decoder.c. Layers only
- * combine existing ops (ag_mha_forward, ag_linear,
- * ag_layer_norm, ag_dropout), so every gradient comes from those ops' own backward. LayerNorm
- * and Linear act on the last dim, so batch_first only matters to the attention blocks. */
+ * combine existing ops (ag_mha_forward, ag_linear, ag_layer_norm, ag_dropout), so every gradient
+ * comes from those ops' own backward. LayerNorm and Linear act on the last dim, so batch_first
+ * only matters to the attention blocks. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
