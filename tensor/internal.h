@@ -6,12 +6,14 @@
 #include "node.h"
 #include "tensor.h"
 
-/* One kernel body for every dtype: a macro X(T, S, D) is expanded once per type, T the C type,
- * S the suffix, D the ag_dtype. Kernels are written once as such a macro. */
-#define AG_FLOAT_TYPES(X) X(float, f32, AG_F32) X(double, f64, AG_F64)
-#define AG_INT_TYPES(X) X(int32_t, i32, AG_I32) X(int64_t, i64, AG_I64)
-#define AG_NUMERIC_TYPES(X) AG_FLOAT_TYPES(X) AG_INT_TYPES(X)
-#define AG_ALL_TYPES(X) AG_NUMERIC_TYPES(X) X(uint8_t, b8, AG_BOOL)
+/* One kernel body for every dtype: a template file (name.inc, plain C) is included once per
+ * type with T the C type and FN(name) the suffixed name defined, e.g. for f32
+ *     #define T float
+ *     #define FN(name) name##_f32
+ *     #include "softmax_rows.inc"
+ *     #undef T
+ *     #undef FN
+ * and again with double / _f64 (int32_t / _i32, int64_t / _i64, uint8_t / _b8 where needed). */
 
 /* Elements above which a loop is split across OpenMP threads. Each element is computed by
  * exactly one thread with the same arithmetic, so results never depend on the thread count. */

@@ -11,7 +11,7 @@
 
 /* declared in nn_internal.h */
 int ag__check_softmax_mask(const char *op, const ag_tensor *mask, ag_dtype dt, int ndim, const int64_t *shape,
-                      const char *what) {
+                           const char *what) {
     if (!mask) return AG_SOFTMAX_MASK_NONE;
     char b1[128], b2[128];
     if (mask->dtype != AG_BOOL && mask->dtype != dt) {

@@ -54,8 +54,8 @@ void ag__drop_bwd(ag_dtype dt, const uint8_t *bits, const char *y, const char *g
  * with bits the mask is stored one bit per element. replay reads such a mask instead of drawing.
  * p == 1 keeps nothing and draws nothing; p == 0 keeps everything. Chunks are aligned to
  * DROP_CHUNK elements of the whole mask, so each owns whole bytes of bits. */
-void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
-                       uint64_t seed, uint64_t base, uint8_t *bits, bool replay) {
+void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu, uint64_t seed,
+                    uint64_t base, uint8_t *bits, bool replay) {
     double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
     uint64_t below = ag__u32_count_below(1.0 - p); /* keep: the uniform < 1 - p */
     bool draw = p > 0 && p < 1 && !replay;
@@ -124,7 +124,7 @@ static ag_tensor *dropout(const ag_op *op, ag_tensor *x, double p, bool training
     ag_tensor *y = inplace ? ag__alias(x) : ag__new(x->dtype, x->ndim, x->shape);
     ag_rng *r = rng ? rng : ag_rng_global();
     ag__drop_apply(x->dtype, ag__ptr(xd), ag__ptr(y), n, 0, p, relu, r->seed, r->counter,
-               bits ? (uint8_t *)ag__ptr(bits) : NULL, false);
+                   bits ? (uint8_t *)ag__ptr(bits) : NULL, false);
     ag__drop_advance(r, n, p);
     if (inplace) ag__bump_version(x);
     ag_node *nd = ag_finish(op, y, 1, &x);

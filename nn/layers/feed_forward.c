@@ -12,9 +12,9 @@
 
 /* Rows of the hidden activation computed at a time, forward and backward: about 512 KiB of f32
  * for the activation (and as much for its gradient) whatever the batch, but at least 512 rows:
- * the weight gradients are products over the block's rows, and shallower ones run badly on a
- * team of threads (d 256, ff 1024 at 2 threads: 128-row blocks 1.44x faster than 1 thread,
- * 512-row blocks 1.66x). Fixed by the shape alone, so results do not depend on the threads. */
+ * the weight gradients are products over the block's rows, and shallower products keep a team
+ * of threads busy far less well. Fixed by the shape alone, so results do not depend on the
+ * threads. */
 #define FF_BLOCK_ELEMS ((int64_t)1 << 17)
 #define FF_BLOCK_MIN_ROWS 512
 static int64_t ff_block_rows(int64_t ff) {
@@ -107,7 +107,8 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
         ag__drop_apply(dt, ag__ptr(a), ag__ptr(a), n * ff, r0 * ff, p, true, r->seed, r->counter, NULL, false);
         if (record)
             packed += ag__nz_pack(dt, ag__ptr(a), n * ff, r0 * ff, (uint8_t *)ag__ptr(nz), vals + (size_t)packed * es);
-        ag__linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, n, ff, out, ag__ptr(y) + (size_t)(r0 * out) * es);
+        ag__linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, n, ff, out,
+                       ag__ptr(y) + (size_t)(r0 * out) * es);
     }
     ag__drop_advance(r, m * ff, p);
     ag_tensor *kept = NULL;

@@ -87,7 +87,7 @@ void ag__linear_fwd(ag_dtype dt, mat xm, mat wm, const ag_tensor *b, int64_t m, 
 /* dx += dy w (dx = dy w when dx_assign) ; dw += dyᵀ x ; db += Σ_rows dy (each skipped when NULL;
  * all contiguous); dy m×out */
 void ag__linear_bwd(ag_dtype dt, const char *dy, mat xm, mat wm, int64_t m, int64_t in, int64_t out, char *dx,
-                       bool dx_assign, char *dw, char *db) {
+                    bool dx_assign, char *dw, char *db) {
     mat g = {dy, false, max1(out)};
     if (dx) gemm_acc(dt, g, wm, m, in, out, dx, max1(in), dx_assign);
     if (dw) gemm_acc(dt, transposed(g), xm, out, in, m, dw, max1(in), false);
@@ -105,8 +105,8 @@ static void linear_backward(ag_node *n) {
     int64_t m = n->ctx.i[0], in = w->shape[1], out = w->shape[0];
     bool fresh; /* dx is written whole: a new buffer is assigned (beta = 0), never zeroed first */
     ag_tensor *dx = ag__grad_buffer_to_write(n->in[0], &fresh);
-    ag__linear_bwd(dy->dtype, ag__ptr(dy), ag__as_matrix(x, m, in), ag__as_matrix(w, out, in), m, in, out, dx ? ag__ptr(dx) : NULL,
-               fresh, ag__grad_ptr(n->in[1]), ag__grad_ptr(n->in[2]));
+    ag__linear_bwd(dy->dtype, ag__ptr(dy), ag__as_matrix(x, m, in), ag__as_matrix(w, out, in), m, in, out,
+                   dx ? ag__ptr(dx) : NULL, fresh, ag__grad_ptr(n->in[1]), ag__grad_ptr(n->in[2]));
 }
 /* x and w (saved as themselves unless copied); not the bias */
 static const ag_op LINEAR = {"ag_linear", linear_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};

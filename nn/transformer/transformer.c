@@ -233,9 +233,9 @@ static void clone_first_layer(ag_params *p, int first, int per_layer, int num_la
 /* The layers "<prefix>.layers.N" of a stack, made by new_layer (false when it failed), then every
  * layer given layer 0's values; false (nothing usable) on any failure. */
 bool ag__tf_stack_new(const char *op, ag_params *p, const char *prefix, const ag_transformer_config *cfg,
-                      int num_layers, ag_rng *rng, bool (*new_layer)(void *layers, int l, ag_params *p,
-                                                                     const char *name, const ag_transformer_config *cfg,
-                                                                     ag_rng *rng),
+                      int num_layers, ag_rng *rng,
+                      bool (*new_layer)(void *layers, int l, ag_params *p, const char *name,
+                                        const ag_transformer_config *cfg, ag_rng *rng),
                       void *layers) {
     if (!check_layers(op, prefix, num_layers) || !ag__tf_check_config(op, prefix, cfg) || !p) {
         if (!p) ag_error(op, "'%s': parameter set is NULL", prefix ? prefix : "");
