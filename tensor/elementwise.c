@@ -1,6 +1,7 @@
-/* Elementwise ops with broadcasting. Each op is one line of a table below that gives its
- * forward and backward formulas side by side; the macros turn a line into the f32 and f64
- * kernels (one body), the backward function, the ag_op and the op function. */
+/* Elementwise ops with broadcasting. Each unary op is one line of a table below that gives its
+ * forward and backward formulas side by side; unary_kernels.inc turns a line into the f32 and
+ * f64 kernels (one body), and the line's row of UNARY holds its ag_op and kernels. The binary
+ * ops and comparisons are tables of formulas too (binary_kernels.inc). */
 #include <math.h>
 #include <string.h>
 #include <tgmath.h>
@@ -48,69 +49,23 @@
 
 typedef struct { double s; } scalar_ctx;
 
-#define UNARY_KERNELS(TY, S, D, NAME, FWD, BWD)                                                                  \
-    static void NAME##_fwd_##S(int64_t n, char *const *p, const int64_t *s_, void *ctx) {                        \
-        typedef TY T;                                                                                             \
-        const T s = (T)((scalar_ctx *)ctx)->s;                                                                    \
-        (void)s;                                                                                                  \
-        const int64_t *s0 = s_;                                                                                   \
-        if (s0[0] == (int64_t)sizeof(T) && s0[1] == (int64_t)sizeof(T)) {                                         \
-            T *yp = (T *)p[0];                                                                                    \
-            const T *xp = (const T *)p[1];                                                                        \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                T x = xp[i];                                                                                      \
-                yp[i] = (T)(FWD);                                                                                 \
-            }                                                                                                     \
-        } else {                                                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                T x = *(T *)(p[1] + i * s0[1]);                                                                   \
-                *(T *)(p[0] + i * s0[0]) = (T)(FWD);                                                              \
-            }                                                                                                     \
-        }                                                                                                         \
-    }                                                                                                             \
-    /* p: dx (accumulated), g, x, y */                                                                            \
-    static void NAME##_bwd_##S(int64_t n, char *const *p, const int64_t *s_, void *ctx) {                        \
-        typedef TY T;                                                                                             \
-        const T s = (T)((scalar_ctx *)ctx)->s;                                                                    \
-        (void)s;                                                                                                  \
-        const int64_t es = (int64_t)sizeof(T);                                                                    \
-        if (s_[0] == es && s_[1] == es && s_[2] == es && s_[3] == es) { /* unit strides: vectorisable */          \
-            T *dxp = (T *)p[0];                                                                                   \
-            const T *gp = (const T *)p[1], *xp = (const T *)p[2], *yp = (const T *)p[3];                          \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                T g = gp[i], x = xp[i], y = yp[i];                                                                \
-                (void)x;                                                                                          \
-                (void)y;                                                                                          \
-                dxp[i] += (T)(BWD);                                                                               \
-            }                                                                                                     \
-            return;                                                                                               \
-        }                                                                                                         \
-        for (int64_t i = 0; i < n; i++) {                                                                         \
-            T g = *(T *)(p[1] + i * s_[1]), x = *(T *)(p[2] + i * s_[2]), y = *(T *)(p[3] + i * s_[3]);           \
-            (void)x;                                                                                              \
-            (void)y;                                                                                              \
-            *(T *)(p[0] + i * s_[0]) += (T)(BWD);                                                                 \
-        }                                                                                                         \
-    }
+/* the ops of the table by name: OP_neg, OP_exp, ... */
+typedef enum {
+#define X(name, reads, fwd, bwd) OP_##name,
+    UNARY_OPS(X)
+#undef X
+} unary_op;
 
-#define UNARY_DEFINE(NAME, READS, FWD, BWD)                                                                       \
-    UNARY_KERNELS(float, f32, AG_F32, NAME, FWD, BWD)                                                             \
-    UNARY_KERNELS(double, f64, AG_F64, NAME, FWD, BWD)                                                            \
-    static void NAME##_backward(ag_node *n) {                                                                     \
-        ag_tensor *x = n->in[0], *y = n->out, *dx = ag_grad_buffer(x);                                            \
-        if (!dx) return;                                                                                          \
-        ag_run_fn fn = x->dtype == AG_F32 ? NAME##_bwd_f32 : NAME##_bwd_f64;                                      \
-        unary_run(fn, dx, y->grad, x, y, n->ctx.d[0]);                                                            \
-    }                                                                                                             \
-    static const ag_op NAME##_OP = {"ag_" #NAME, NAME##_backward, READS_##READS};                                 \
-    static ag_tensor *unary_##NAME(ag_tensor *x, double s) {                                                      \
-        if (!ag__check_float("ag_" #NAME, x)) return NULL;                                                        \
-        ag_tensor *y = ag__new(x->dtype, x->ndim, x->shape);                                                      \
-        unary_run(x->dtype == AG_F32 ? NAME##_fwd_f32 : NAME##_fwd_f64, y, x, NULL, NULL, s);                    \
-        ag_node *n = ag_finish(&NAME##_OP, y, 1, &x);                                                             \
-        if (n) n->ctx.d[0] = s;                                                                                   \
-        return y;                                                                                                 \
-    }
+#define T float
+#define FN(name) name##_f32
+#include "unary_kernels.inc"
+#undef T
+#undef FN
+#define T double
+#define FN(name) name##_f64
+#include "unary_kernels.inc"
+#undef T
+#undef FN
 
 /* run fn over same-shaped operands (2 or 4) */
 static void unary_run(ag_run_fn fn, ag_tensor *o0, ag_tensor *o1, ag_tensor *o2, ag_tensor *o3, double s) {
@@ -126,86 +81,119 @@ static void unary_run(ag_run_fn fn, ag_tensor *o0, ag_tensor *o1, ag_tensor *o2,
     ag__foreach(o0->ndim, o0->shape, nops, base, (const int64_t(*)[AG_MAX_DIMS])bs, fn, &c);
 }
 
-UNARY_OPS(UNARY_DEFINE)
+/* an op's row: the op (first, so that a node's op is its row) and its kernels for f32, f64 */
+typedef struct {
+    ag_op op;
+    ag_run_fn fwd[2], bwd[2];
+} unary_def;
 
-ag_tensor *ag_neg(ag_tensor *a) { return unary_neg(a, 0); }
-ag_tensor *ag_exp(ag_tensor *a) { return unary_exp(a, 0); }
-ag_tensor *ag_log(ag_tensor *a) { return unary_log(a, 0); }
-ag_tensor *ag_sqrt(ag_tensor *a) { return unary_sqrt(a, 0); }
-ag_tensor *ag_abs(ag_tensor *a) { return unary_abs(a, 0); }
-ag_tensor *ag_tanh(ag_tensor *a) { return unary_tanh(a, 0); }
-ag_tensor *ag_sigmoid(ag_tensor *a) { return unary_sigmoid(a, 0); }
-ag_tensor *ag_relu(ag_tensor *a) { return unary_relu(a, 0); }
-ag_tensor *ag_gelu(ag_tensor *a) { return unary_gelu(a, 0); }
-ag_tensor *ag_gelu_tanh(ag_tensor *a) { return unary_gelu_tanh(a, 0); }
-ag_tensor *ag_add_scalar(ag_tensor *a, double s) { return unary_add_scalar(a, s); }
-ag_tensor *ag_sub_scalar(ag_tensor *a, double s) { return unary_sub_scalar(a, s); }
-ag_tensor *ag_rsub_scalar(ag_tensor *a, double s) { return unary_rsub_scalar(a, s); }
-ag_tensor *ag_mul_scalar(ag_tensor *a, double s) { return unary_mul_scalar(a, s); }
-ag_tensor *ag_div_scalar(ag_tensor *a, double s) { return unary_div_scalar(a, s); }
-ag_tensor *ag_pow_scalar(ag_tensor *a, double p) { return unary_pow_scalar(a, p); }
+static void unary_backward(ag_node *n);
+static const unary_def UNARY[] = {
+#define X(name, reads, fwd, bwd)                                                                                      \
+    [OP_##name] = {{"ag_" #name, unary_backward, READS_##reads}, {name##_fwd_f32, name##_fwd_f64},                    \
+                   {name##_bwd_f32, name##_bwd_f64}},
+    UNARY_OPS(X)
+#undef X
+};
+
+static void unary_backward(ag_node *n) {
+    const unary_def *u = (const unary_def *)n->op;
+    ag_tensor *x = n->in[0], *y = n->out, *dx = ag_grad_buffer(x);
+    if (!dx) return;
+    unary_run(u->bwd[x->dtype == AG_F32 ? 0 : 1], dx, y->grad, x, y, n->ctx.d[0]);
+}
+
+static ag_tensor *unary(unary_op k, ag_tensor *x, double s) {
+    const unary_def *u = &UNARY[k];
+    if (!ag__check_float(u->op.name, x)) return NULL;
+    ag_tensor *y = ag__new(x->dtype, x->ndim, x->shape);
+    unary_run(u->fwd[x->dtype == AG_F32 ? 0 : 1], y, x, NULL, NULL, s);
+    ag_node *n = ag_finish(&u->op, y, 1, &x);
+    if (n) n->ctx.d[0] = s;
+    return y;
+}
+
+ag_tensor *ag_neg(ag_tensor *a) { return unary(OP_neg, a, 0); }
+ag_tensor *ag_exp(ag_tensor *a) { return unary(OP_exp, a, 0); }
+ag_tensor *ag_log(ag_tensor *a) { return unary(OP_log, a, 0); }
+ag_tensor *ag_sqrt(ag_tensor *a) { return unary(OP_sqrt, a, 0); }
+ag_tensor *ag_abs(ag_tensor *a) { return unary(OP_abs, a, 0); }
+ag_tensor *ag_tanh(ag_tensor *a) { return unary(OP_tanh, a, 0); }
+ag_tensor *ag_sigmoid(ag_tensor *a) { return unary(OP_sigmoid, a, 0); }
+ag_tensor *ag_relu(ag_tensor *a) { return unary(OP_relu, a, 0); }
+ag_tensor *ag_gelu(ag_tensor *a) { return unary(OP_gelu, a, 0); }
+ag_tensor *ag_gelu_tanh(ag_tensor *a) { return unary(OP_gelu_tanh, a, 0); }
+ag_tensor *ag_add_scalar(ag_tensor *a, double s) { return unary(OP_add_scalar, a, s); }
+ag_tensor *ag_sub_scalar(ag_tensor *a, double s) { return unary(OP_sub_scalar, a, s); }
+ag_tensor *ag_rsub_scalar(ag_tensor *a, double s) { return unary(OP_rsub_scalar, a, s); }
+ag_tensor *ag_mul_scalar(ag_tensor *a, double s) { return unary(OP_mul_scalar, a, s); }
+ag_tensor *ag_div_scalar(ag_tensor *a, double s) { return unary(OP_div_scalar, a, s); }
+ag_tensor *ag_pow_scalar(ag_tensor *a, double p) { return unary(OP_pow_scalar, a, p); }
 
 /* ---- binary ops with broadcasting: y = f(a, b) ---- */
 
-#define BINARY_KERNEL(T, S, NAME, EXPR)                                                                           \
-    static void NAME##_##S(int64_t n, char *const *p, const int64_t *s, void *ctx) {                             \
-        (void)ctx;                                                                                                \
-        if (CONTIG3(T)) {                                                                                         \
-            T *yp = (T *)p[0];                                                                                    \
-            const T *ap = (const T *)p[1], *bp = (const T *)p[2];                                                 \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                T a = ap[i], b = bp[i];                                                                           \
-                yp[i] = (T)(EXPR);                                                                                \
-            }                                                                                                     \
-        } else if (CONTIG2(T) && s[2] == 0) {                                                                     \
-            T *yp = (T *)p[0];                                                                                    \
-            const T *ap = (const T *)p[1], b = *(const T *)p[2];                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                T a = ap[i];                                                                                      \
-                yp[i] = (T)(EXPR);                                                                                \
-            }                                                                                                     \
-        } else {                                                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                T a = AT(T, 1, i), b = AT(T, 2, i);                                                               \
-                AT(T, 0, i) = (T)(EXPR);                                                                          \
-            }                                                                                                     \
-        }                                                                                                         \
-    }
+/*      name  y =          */
+#define BINARY_OPS(X) X(add, a + b) X(sub, a - b) X(mul, a * b) X(div, a / b) X(pow, pow(a, b)) \
+    X(land, a && b) X(lor, a || b)
+#define COMPARE_OPS(X) X(eq, a == b) X(ne, a != b) X(lt, a < b) X(le, a <= b) X(gt, a > b) X(ge, a >= b)
 
-/* comparisons: operands of type T, result bool */
-#define COMPARE_KERNEL(T, S, NAME, EXPR)                                                                          \
-    static void NAME##_##S(int64_t n, char *const *p, const int64_t *s, void *ctx) {                             \
-        (void)ctx;                                                                                                \
-        for (int64_t i = 0; i < n; i++) {                                                                         \
-            T a = AT(T, 1, i), b = AT(T, 2, i);                                                                   \
-            AT(uint8_t, 0, i) = (uint8_t)(EXPR);                                                                  \
-        }                                                                                                         \
-    }
+typedef enum {
+#define X(name, expr) BIN_##name,
+    BINARY_OPS(X)
+#undef X
+} binary_formula;
+typedef enum {
+#define X(name, expr) CMP_##name,
+    COMPARE_OPS(X)
+#undef X
+} compare_formula;
 
-#define K_ADD(T, S, D) BINARY_KERNEL(T, S, add, a + b)
-#define K_SUB(T, S, D) BINARY_KERNEL(T, S, sub, a - b)
-#define K_MUL(T, S, D) BINARY_KERNEL(T, S, mul, a * b)
-#define K_DIV(T, S, D) BINARY_KERNEL(T, S, div, a / b)
-#define K_POW(T, S, D) BINARY_KERNEL(T, S, pow, pow(a, b))
-#define K_EQ(T, S, D) COMPARE_KERNEL(T, S, eq, a == b)
-#define K_NE(T, S, D) COMPARE_KERNEL(T, S, ne, a != b)
-#define K_LT(T, S, D) COMPARE_KERNEL(T, S, lt, a < b)
-#define K_LE(T, S, D) COMPARE_KERNEL(T, S, le, a <= b)
-#define K_GT(T, S, D) COMPARE_KERNEL(T, S, gt, a > b)
-#define K_GE(T, S, D) COMPARE_KERNEL(T, S, ge, a >= b)
-AG_NUMERIC_TYPES(K_ADD)
-AG_NUMERIC_TYPES(K_SUB)
-AG_NUMERIC_TYPES(K_MUL)
-AG_FLOAT_TYPES(K_DIV)
-AG_FLOAT_TYPES(K_POW)
-AG_ALL_TYPES(K_EQ)
-AG_ALL_TYPES(K_NE)
-AG_ALL_TYPES(K_LT)
-AG_ALL_TYPES(K_LE)
-AG_ALL_TYPES(K_GT)
-AG_ALL_TYPES(K_GE)
-BINARY_KERNEL(uint8_t, b8, land, a && b)
-BINARY_KERNEL(uint8_t, b8, lor, a || b)
+/* add_f32, ..., eq_f32, ..., where_f32, ...: the ops each dtype takes */
+#define T float
+#define FN(name) name##_f32
+#define ARITH_OPS(X) X(add) X(sub) X(mul) X(div) X(pow)
+#define LOGIC_OPS(X) 
+#include "binary_kernels.inc"
+#undef T
+#undef FN
+#undef ARITH_OPS
+#undef LOGIC_OPS
+#define T double
+#define FN(name) name##_f64
+#define ARITH_OPS(X) X(add) X(sub) X(mul) X(div) X(pow)
+#define LOGIC_OPS(X) 
+#include "binary_kernels.inc"
+#undef T
+#undef FN
+#undef ARITH_OPS
+#undef LOGIC_OPS
+#define T int32_t
+#define FN(name) name##_i32
+#define ARITH_OPS(X) X(add) X(sub) X(mul)
+#define LOGIC_OPS(X) 
+#include "binary_kernels.inc"
+#undef T
+#undef FN
+#undef ARITH_OPS
+#undef LOGIC_OPS
+#define T int64_t
+#define FN(name) name##_i64
+#define ARITH_OPS(X) X(add) X(sub) X(mul)
+#define LOGIC_OPS(X) 
+#include "binary_kernels.inc"
+#undef T
+#undef FN
+#undef ARITH_OPS
+#undef LOGIC_OPS
+#define T uint8_t
+#define FN(name) name##_b8
+#define ARITH_OPS(X) 
+#define LOGIC_OPS(X) X(land) X(lor)
+#include "binary_kernels.inc"
+#undef T
+#undef FN
+#undef ARITH_OPS
+#undef LOGIC_OPS
 
 /* kernels by dtype, NULL where the op does not take that dtype */
 typedef struct { ag_run_fn k[5]; } kernels;
@@ -307,7 +295,7 @@ ag_tensor *ag_mul_scalar_(ag_tensor *a, double s) {
     unary_run(a->dtype == AG_F32 ? mul_scalar_fwd_f32 : mul_scalar_fwd_f64, a, a, NULL, NULL, s);
     ag__bump_version(a);
     ag_tensor *y = ag__alias(a);
-    ag_node *n = ag_finish(&mul_scalar_OP, y, 1, &a); /* its backward reads neither x nor y */
+    ag_node *n = ag_finish(&UNARY[OP_mul_scalar].op, y, 1, &a); /* its backward reads neither x nor y */
     if (n) n->ctx.d[0] = s;
     return y;
 }
@@ -364,12 +352,6 @@ ag_tensor *ag_logical_not(ag_tensor *a) {
 
 /* ---- where / masked_fill ---- */
 
-#define WHERE_KERNEL(T, S, D)                                                                                     \
-    static void where_##S(int64_t n, char *const *p, const int64_t *s, void *ctx) {                              \
-        (void)ctx;                                                                                                \
-        for (int64_t i = 0; i < n; i++) AT(T, 0, i) = AT(uint8_t, 1, i) ? AT(T, 2, i) : AT(T, 3, i);              \
-    }
-AG_ALL_TYPES(WHERE_KERNEL)
 static const kernels WHERE_K = ALL(where);
 
 static void where_backward(ag_node *n) {

@@ -202,18 +202,23 @@ typedef struct {
 
 typedef struct { int64_t step; ag_dtype idt; } take_ctx;
 
-/* p: out, src (at index 0), index; s in bytes; ctx step in bytes */
-#define TAKE_KERNEL(E)                                                                                            \
-    static void take_##E(int64_t n, char *const *p, const int64_t *s, void *vc) {                                \
-        const take_ctx *c = vc;                                                                                   \
-        for (int64_t r = 0; r < n; r++) {                                                                         \
-            int64_t i = index_at(p[2] + r * s[2], c->idt);                                                        \
-            *(E *)(p[0] + r * s[0]) = *(const E *)(p[1] + r * s[1] + i * c->step);                                \
-        }                                                                                                         \
-    }
-TAKE_KERNEL(uint8_t)
-TAKE_KERNEL(uint32_t)
-TAKE_KERNEL(uint64_t)
+/* take_1, take_4, take_8: by element size. p: out, src (at index 0), index; s in bytes; ctx step
+ * in bytes */
+#define T uint8_t
+#define FN(name) name##_1
+#include "take_kernel.inc"
+#undef T
+#undef FN
+#define T uint32_t
+#define FN(name) name##_4
+#include "take_kernel.inc"
+#undef T
+#undef FN
+#define T uint64_t
+#define FN(name) name##_8
+#include "take_kernel.inc"
+#undef T
+#undef FN
 
 /* out (contiguous, shape of the positions) = the taken elements; any dtype */
 static void take(ag_tensor *out, const take_plan *q) {
@@ -226,7 +231,7 @@ static void take(ag_tensor *out, const take_plan *q) {
     }
     char *base[3] = {ag__ptr(out), q->src, (char *)q->idx};
     take_ctx c = {q->step * es, q->idt};
-    ag_run_fn fn = es == 1 ? take_uint8_t : es == 4 ? take_uint32_t : take_uint64_t;
+    ag_run_fn fn = es == 1 ? take_1 : es == 4 ? take_4 : take_8;
     ag__foreach(q->ndim, q->shape, 3, base, (const int64_t(*)[AG_MAX_DIMS])bs, fn, &c);
 }
 
@@ -235,54 +240,16 @@ static void take(ag_tensor *out, const take_plan *q) {
 /* src[…] += g[pos] for every position. Positions that differ only along the indexed dims may
  * hit the same element, so those dims ("reduced") run in order inside one thread; threads
  * own disjoint chunks of the other dims, whose elements no other chunk can reach. */
-#define SCATTER_KERNEL(T, S, D)                                                                                   \
-    static void scatter_##S(const take_plan *q, const ag_tensor *g) {                                             \
-        int nf = 0, nr = 0, fd[AG_MAX_DIMS], rd[AG_MAX_DIMS];                                                     \
-        int64_t nF = 1, nR = 1;                                                                                   \
-        for (int d = 0; d < q->ndim; d++) {                                                                       \
-            if (q->shape[d] == 1) continue;                                                                       \
-            if (q->src_st[d] != 0) fd[nf++] = d, nF *= q->shape[d];                                               \
-            else rd[nr++] = d, nR *= q->shape[d];                                                                 \
-        }                                                                                                         \
-        if (nF * nR == 0) return;                                                                                 \
-        T *dst = (T *)q->src;                                                                                     \
-        const T *gp = (const T *)ag__ptr(g);                                                                      \
-        int64_t is = (int64_t)ag_dtype_size(q->idt), nchunks = (nF + SCATTER_CHUNK - 1) / SCATTER_CHUNK;          \
-        _Pragma("omp parallel for if (nF * nR > AG_PAR_THRESHOLD && nchunks > 1) schedule(static)")              \
-        for (int64_t ch = 0; ch < nchunks; ch++) {                                                                \
-            int64_t f0 = ch * SCATTER_CHUNK, nc = nF - f0 < SCATTER_CHUNK ? nF - f0 : SCATTER_CHUNK;               \
-            int64_t od[SCATTER_CHUNK], og[SCATTER_CHUNK], oi[SCATTER_CHUNK];                                      \
-            for (int64_t f = 0; f < nc; f++) {                                                                    \
-                int64_t rem = f0 + f;                                                                             \
-                od[f] = og[f] = oi[f] = 0;                                                                        \
-                for (int k = nf - 1; k >= 0; k--) {                                                               \
-                    int d = fd[k];                                                                                \
-                    int64_t i = rem % q->shape[d];                                                                \
-                    rem /= q->shape[d];                                                                           \
-                    od[f] += i * q->src_st[d];                                                                    \
-                    og[f] += i * g->stride[d];                                                                    \
-                    oi[f] += i * q->idx_st[d];                                                                    \
-                }                                                                                                 \
-            }                                                                                                     \
-            int64_t cnt[AG_MAX_DIMS] = {0}, rg = 0, ri = 0;                                                       \
-            for (int64_t r = 0; r < nR; r++) {                                                                    \
-                for (int64_t f = 0; f < nc; f++) {                                                                \
-                    int64_t i = index_at(q->idx + (ri + oi[f]) * is, q->idt);                                     \
-                    dst[od[f] + i * q->step] += gp[rg + og[f]];                                                   \
-                }                                                                                                 \
-                for (int k = nr - 1; k >= 0; k--) {                                                               \
-                    int d = rd[k];                                                                                \
-                    rg += g->stride[d];                                                                           \
-                    ri += q->idx_st[d];                                                                           \
-                    if (++cnt[k] < q->shape[d]) break;                                                            \
-                    rg -= g->stride[d] * q->shape[d];                                                             \
-                    ri -= q->idx_st[d] * q->shape[d];                                                             \
-                    cnt[k] = 0;                                                                                   \
-                }                                                                                                 \
-            }                                                                                                     \
-        }                                                                                                         \
-    }
-AG_FLOAT_TYPES(SCATTER_KERNEL)
+#define T float
+#define FN(name) name##_f32
+#include "scatter_kernel.inc"
+#undef T
+#undef FN
+#define T double
+#define FN(name) name##_f64
+#include "scatter_kernel.inc"
+#undef T
+#undef FN
 
 /* g (the output's gradient, positions' shape) scatter-added into the indexed input's grad;
  * plan_for(input_or_buffer, node, plan) rebuilds the plan on the buffer's strides */

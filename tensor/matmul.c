@@ -476,32 +476,33 @@ typedef struct {
     double beta;
 } gemm_plan;
 
-#define GEMM_f32 ag__sgemm
-#define GEMM_f64 ag__dgemm
 /* Each output matrix is written by one gemm call. Batches that share an output matrix (the
  * reduction over broadcast dims in backward) run in order on one thread; otherwise small
  * matrices, which OpenBLAS computes single-threaded, are spread over OpenMP threads. */
-#define BMM_KERNEL(T, S, D)                                                                                       \
-    static void bmm_##S(const gemm_plan *q) {                                                                     \
-        int64_t nbatch = ag__shape_numel(q->nb, q->bshape);                                                       \
-        bool reduce = false;                                                                                      \
-        for (int d = 0; d < q->nb; d++) reduce |= q->o.bs[d] == 0;                                                \
-        int64_t work = q->x.r * q->x.c * q->y.c;                                                                  \
-        bool par = !reduce && nbatch > 1 && work <= 65536 && nbatch * work > AG_PAR_THRESHOLD;                    \
-        _Pragma("omp parallel for if (par) schedule(static)") for (int64_t b = 0; b < nbatch; b++) {              \
-            int64_t ox = 0, oy = 0, oo = 0, rem = b;                                                              \
-            for (int d = q->nb - 1; d >= 0; d--) {                                                                \
-                int64_t i = rem % q->bshape[d];                                                                   \
-                rem /= q->bshape[d];                                                                              \
-                ox += i * q->x.bs[d];                                                                             \
-                oy += i * q->y.bs[d];                                                                             \
-                oo += i * q->o.bs[d];                                                                             \
-            }                                                                                                     \
-            GEMM_##S(q->tx, q->ty, q->x.r, q->y.c, q->x.c, (T)1, (const T *)q->x.p + ox, q->ldx,                    \
-                     (const T *)q->y.p + oy, q->ldy, (T)q->beta, (T *)q->o.p + oo, q->ldo);                           \
-        }                                                                                                         \
+static void bmm_run(ag_dtype dt, const gemm_plan *q) {
+    int64_t nbatch = ag__shape_numel(q->nb, q->bshape);
+    bool reduce = false;
+    for (int d = 0; d < q->nb; d++) reduce |= q->o.bs[d] == 0;
+    int64_t work = q->x.r * q->x.c * q->y.c;
+    bool par = !reduce && nbatch > 1 && work <= 65536 && nbatch * work > AG_PAR_THRESHOLD;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t b = 0; b < nbatch; b++) {
+        int64_t ox = 0, oy = 0, oo = 0, rem = b;
+        for (int d = q->nb - 1; d >= 0; d--) {
+            int64_t i = rem % q->bshape[d];
+            rem /= q->bshape[d];
+            ox += i * q->x.bs[d];
+            oy += i * q->y.bs[d];
+            oo += i * q->o.bs[d];
+        }
+        if (dt == AG_F32)
+            ag__sgemm(q->tx, q->ty, q->x.r, q->y.c, q->x.c, 1.0f, (const float *)q->x.p + ox, q->ldx,
+                      (const float *)q->y.p + oy, q->ldy, (float)q->beta, (float *)q->o.p + oo, q->ldo);
+        else
+            ag__dgemm(q->tx, q->ty, q->x.r, q->y.c, q->x.c, 1.0, (const double *)q->x.p + ox, q->ldx,
+                      (const double *)q->y.p + oy, q->ldy, q->beta, (double *)q->o.p + oo, q->ldo);
     }
-AG_FLOAT_TYPES(BMM_KERNEL)
+}
 
 static bool fits_int(int64_t v) { return v <= INT_MAX; }
 
@@ -549,8 +550,7 @@ static bool bmm(ag_dtype dt, const mat *x, const mat *y, const mat *o, const geo
                  (long long)q.x.c, (long long)q.y.r, (long long)q.y.c);
         return false;
     }
-    if (dt == AG_F32) bmm_f32(&q);
-    else bmm_f64(&q);
+    bmm_run(dt, &q);
     return true;
 }
 

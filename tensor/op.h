@@ -20,12 +20,14 @@ extern "C" {
 
 /* ---- dtype templates and threading ---------------------------------------------------------- */
 
-/* One kernel body for every dtype: a macro X(T, S, D) is expanded once per type, T the C type,
- * S the suffix, D the ag_dtype. Kernels are written once as such a macro. */
-#define AG_FLOAT_TYPES(X) X(float, f32, AG_F32) X(double, f64, AG_F64)
-#define AG_INT_TYPES(X) X(int32_t, i32, AG_I32) X(int64_t, i64, AG_I64)
-#define AG_NUMERIC_TYPES(X) AG_FLOAT_TYPES(X) AG_INT_TYPES(X)
-#define AG_ALL_TYPES(X) AG_NUMERIC_TYPES(X) X(uint8_t, b8, AG_BOOL)
+/* One kernel body for every dtype: a template file (name.inc, plain C) is included once per
+ * type with T the C type and FN(name) the suffixed name defined, e.g. for f32
+ *     #define T float
+ *     #define FN(name) name##_f32
+ *     #include "softmax_rows.inc"
+ *     #undef T
+ *     #undef FN
+ * and again with double / _f64 (int32_t / _i32, int64_t / _i64, uint8_t / _b8 where needed). */
 
 /* Elements above which a loop is split across OpenMP threads. Each element is computed by
  * exactly one thread with the same arithmetic, so results never depend on the thread count. */
@@ -101,6 +103,40 @@ void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
 /* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
+
+/* ---- the softmax row kernel (tensor/softmax_rows.inc, compiled in reduce.c) -----------------
+ *
+ * One kernel serves ag_softmax, ag_log_softmax, ag_masked_softmax and the attention's score
+ * rows. A row of n elements: y = softmax(x + mask) with the row's maximum subtracted before
+ * exp, or (log_, without a mask) x - log Σ exp(x). With a mask, a row with nothing left becomes
+ * zeros (not 0/0), and its backward, y*(g - Σ g*y), is zero wherever y is. */
+typedef enum { AG_SOFTMAX_MASK_NONE, AG_SOFTMAX_MASK_BOOL, AG_SOFTMAX_MASK_ADD } ag__softmax_mask_kind;
+/* a row's mask: kind, its elements m at byte stride ms (bool: set means masked; add: of the
+ * row's dtype), and lim: positions past it are masked too (the causal limit; n - 1 or more
+ * masks nothing) */
+typedef struct {
+    ag__softmax_mask_kind kind;
+    const char *m;
+    int64_t ms, lim;
+} ag__softmax_mask;
+/* How a row's exponentials (and, backward, its products) are summed. Each caller keeps the
+ * order its results have always had, bit for bit:
+ *   PAIRWISE    ag_softmax, ag_log_softmax: numpy's pairwise sum, any strides
+ *   SEQUENTIAL  ag_masked_softmax: left to right, any strides
+ *   LANES       the attention's unit-stride score rows, in place (x == y, dx == g): W lanes and
+ *               a padded tail, and tensor/fastmath.h's ag__expf for f32 */
+typedef enum { AG_SOFTMAX_PAIRWISE, AG_SOFTMAX_SEQUENTIAL, AG_SOFTMAX_LANES } ag__softmax_order;
+/* forward: x at element stride xs into y at ys; mask NULL for a plain softmax */
+void ag__softmax_row_f32(ag__softmax_order order, bool log_, const float *x, int64_t xs, float *y, int64_t ys,
+                         int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
+void ag__softmax_row_f64(ag__softmax_order order, bool log_, const double *x, int64_t xs, double *y, int64_t ys,
+                         int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
+/* backward: dx = (acc: dx +) y*(g - Σ g*y), or for log_ g - exp(y) Σ g; all at stride s */
+void ag__softmax_row_bwd_f32(ag__softmax_order order, bool log_, const float *y, const float *g, float *dx,
+                             int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
+void ag__softmax_row_bwd_f64(ag__softmax_order order, bool log_, const double *y, const double *g, double *dx,
+                             int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
+/* ---- end of the softmax row kernel ---- */
 
 /* ---- GEMM ----------------------------------------------------------------------------------- */
 

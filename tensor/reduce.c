@@ -9,6 +9,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "fastmath.h"
 #include "internal.h"
 
 /* ---- plan ---- */
@@ -105,116 +106,115 @@ static bool parallel(int64_t work, int64_t tasks) { return work > AG_PAR_THRESHO
 #define E_SUM(x, y, c) (x)
 #define E_SQDEV(x, y, c) (((x) - (c)) * ((x) - (c)))
 #define E_DOT(x, y, c) ((x) * (y))
-#define TILE 64  /* output columns summed together in the vertical kernel */
-#define LEAF 16  /* rows summed sequentially at the leaves of the vertical kernel */
+#define TILE 64 /* output columns summed together in the vertical kernel */
+#define LEAF 16 /* rows summed sequentially at the leaves of the vertical kernel */
 
-/* Pairwise sum of a strided run (numpy's scheme): blocks of <= 128 in 8 lanes, halves above. */
-#define RUN_KERNEL(TI, TA, S, NAME, EXPR)                                                                          \
-    static inline __attribute__((always_inline)) TA NAME##_block_##S(const TI *x, const TI *y, int64_t n,          \
-                                                                      int64_t s, TA c) {                           \
-        (void)y;                                                                                                   \
-        (void)c;                                                                                                   \
-        TA res = EXPR((TA)x[0], (TA)y[0], c);                                                                      \
-        int64_t i = 1;                                                                                             \
-        if (n >= 8) {                                                                                              \
-            TA r[8];                                                                                               \
-            for (int k = 0; k < 8; k++) r[k] = EXPR((TA)x[k * s], (TA)y[k * s], c);                                \
-            for (i = 8; i + 8 <= n; i += 8)                                                                        \
-                for (int k = 0; k < 8; k++) r[k] += EXPR((TA)x[(i + k) * s], (TA)y[(i + k) * s], c);               \
-            res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));                               \
-        }                                                                                                          \
-        for (; i < n; i++) res += EXPR((TA)x[i * s], (TA)y[i * s], c);                                             \
-        return res;                                                                                                \
-    }                                                                                                              \
-    /* n >= 1 elements x[0], x[s], ... */                                                                          \
-    static TA NAME##_run_##S(const TI *x, const TI *y, int64_t n, int64_t s, TA c) {                              \
-        if (n <= 128) return s == 1 ? NAME##_block_##S(x, y, n, 1, c) : NAME##_block_##S(x, y, n, s, c);          \
-        int64_t h = n / 2;                                                                                         \
-        h -= h % 8;                                                                                                \
-        return NAME##_run_##S(x, y, h, s, c) + NAME##_run_##S(x + h * s, y + h * s, n - h, s, c);                 \
-    }
-
-/* A full reduction over the plan: `horizontal` sums each output's elements (runs along the
- * smallest reduced stride, combined pairwise); `vertical` is for outputs that are contiguous in
- * the input (e.g. summing the rows of a (N, E) matrix): TILE neighbouring outputs are summed
- * together, row by row, still pairwise over the rows. c (NULL for plain sums) holds one shift
- * per output. */
-#define REDUCE_KERNEL(TI, TA, S, NAME, EXPR)                                                                       \
-    static TA NAME##_rows_##S(const plan *p, const TI *x, int64_t lo, int64_t rows, int64_t n, int64_t s, TA c) {  \
-        if (rows == 1) {                                                                                           \
-            const TI *r = x + red_offset(p, p->nr - 1, lo);                                                        \
-            return NAME##_run_##S(r, r, n, s, c);                                                                  \
-        }                                                                                                          \
-        int64_t h = rows / 2;                                                                                      \
-        return NAME##_rows_##S(p, x, lo, h, n, s, c) + NAME##_rows_##S(p, x, lo + h, rows - h, n, s, c);           \
-    }                                                                                                              \
-    static void NAME##_tile_##S(const plan *p, const TI *x, int64_t lo, int64_t rows, int64_t w, TA *acc,          \
-                                const TA *c) {                                                                     \
-        if (rows <= LEAF) {                                                                                        \
-            const TI *r = x + red_offset(p, p->nr, lo);                                                            \
-            for (int64_t j = 0; j < w; j++) acc[j] = EXPR((TA)r[j], 0, c[j]);                                      \
-            for (int64_t i = 1; i < rows; i++) {                                                                   \
-                r = x + red_offset(p, p->nr, lo + i);                                                              \
-                for (int64_t j = 0; j < w; j++) acc[j] += EXPR((TA)r[j], 0, c[j]);                                 \
-            }                                                                                                      \
-            return;                                                                                                \
-        }                                                                                                          \
-        TA tmp[TILE];                                                                                              \
-        int64_t h = rows / 2;                                                                                      \
-        NAME##_tile_##S(p, x, lo, h, w, acc, c);                                                                   \
-        NAME##_tile_##S(p, x, lo + h, rows - h, w, tmp, c);                                                        \
-        for (int64_t j = 0; j < w; j++) acc[j] += tmp[j];                                                          \
-    }                                                                                                              \
-    static void NAME##_##S(const plan *p, const void *xv, void *outv, const void *cv) {                           \
-        const TI *x = xv;                                                                                          \
-        TA *out = outv;                                                                                            \
-        const TA *c = cv;                                                                                          \
-        if (p->nout == 0) return;                                                                                  \
-        if (p->nred == 0) {                                                                                        \
-            for (int64_t o = 0; o < p->nout; o++) out[o] = 0;                                                      \
-            return;                                                                                                \
-        }                                                                                                          \
-        int64_t n = p->nr ? p->rshape[p->nr - 1] : 1, s = p->nr ? p->rstride[p->nr - 1] : 0;                       \
-        bool vertical = p->nk > 0 && p->kstride[p->nk - 1] == 1 && p->nr > 0 && s != 1;                           \
-        if (vertical) {                                                                                            \
-            int64_t K = p->kshape[p->nk - 1], ntiles = (K + TILE - 1) / TILE, tasks = p->nout / K * ntiles;        \
-            bool par = parallel(p->nout * p->nred, tasks);                                                         \
-            _Pragma("omp parallel for if (par) schedule(static)") for (int64_t t = 0; t < tasks; t++) {            \
-                int64_t o = t / ntiles * K, j0 = t % ntiles * TILE, w = K - j0 < TILE ? K - j0 : TILE, off, co;     \
-                kept_offsets(p, o, &off, &co);                                                                     \
-                NAME##_tile_##S(p, x + off + j0, 0, p->nred, w, out + o + j0, c ? c + o + j0 : NULL);              \
-            }                                                                                                      \
-        } else {                                                                                                   \
-            bool par = parallel(p->nout * p->nred, p->nout);                                                       \
-            _Pragma("omp parallel for if (par) schedule(static)") for (int64_t o = 0; o < p->nout; o++) {          \
-                int64_t off, co;                                                                                   \
-                kept_offsets(p, o, &off, &co);                                                                     \
-                out[o] = NAME##_rows_##S(p, x + off, 0, p->nred / n, n, s, c ? c[o] : 0);                          \
-            }                                                                                                      \
-        }                                                                                                          \
-    }
-
-#define SUM_FLOAT(T, S, D) RUN_KERNEL(T, T, S, sum, E_SUM) REDUCE_KERNEL(T, T, S, sum, E_SUM)
-#define SUM_INT(T, S, D) RUN_KERNEL(T, int64_t, S, sum, E_SUM) REDUCE_KERNEL(T, int64_t, S, sum, E_SUM)
-#define SQDEV_FLOAT(T, S, D) RUN_KERNEL(T, T, S, sqdev, E_SQDEV) REDUCE_KERNEL(T, T, S, sqdev, E_SQDEV)
-#define DOT_FLOAT(T, S, D) RUN_KERNEL(T, T, S, dot, E_DOT)
-AG_FLOAT_TYPES(SUM_FLOAT)
-AG_INT_TYPES(SUM_INT)
-SUM_INT(uint8_t, b8, AG_BOOL)
-AG_FLOAT_TYPES(SQDEV_FLOAT)
-AG_FLOAT_TYPES(DOT_FLOAT)
+/* sum_run_f32, sum_reduce_f32, ...: sums of every dtype (integers and bool in int64_t), the
+ * squared deviations of var, and dot runs (softmax's backward) */
+#define T float
+#define TA float
+#define FN(name) sum_##name##_f32
+#define EXPR E_SUM
+#include "pairwise_sum.inc"
+#include "reduce_plan.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T double
+#define TA double
+#define FN(name) sum_##name##_f64
+#define EXPR E_SUM
+#include "pairwise_sum.inc"
+#include "reduce_plan.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T int32_t
+#define TA int64_t
+#define FN(name) sum_##name##_i32
+#define EXPR E_SUM
+#include "pairwise_sum.inc"
+#include "reduce_plan.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T int64_t
+#define TA int64_t
+#define FN(name) sum_##name##_i64
+#define EXPR E_SUM
+#include "pairwise_sum.inc"
+#include "reduce_plan.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T uint8_t
+#define TA int64_t
+#define FN(name) sum_##name##_b8
+#define EXPR E_SUM
+#include "pairwise_sum.inc"
+#include "reduce_plan.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T float
+#define TA float
+#define FN(name) sqdev_##name##_f32
+#define EXPR E_SQDEV
+#include "pairwise_sum.inc"
+#include "reduce_plan.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T double
+#define TA double
+#define FN(name) sqdev_##name##_f64
+#define EXPR E_SQDEV
+#include "pairwise_sum.inc"
+#include "reduce_plan.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T float
+#define TA float
+#define FN(name) dot_##name##_f32
+#define EXPR E_DOT
+#include "pairwise_sum.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
+#define T double
+#define TA double
+#define FN(name) dot_##name##_f64
+#define EXPR E_DOT
+#include "pairwise_sum.inc"
+#undef T
+#undef TA
+#undef FN
+#undef EXPR
 
 typedef void (*reduce_fn)(const plan *p, const void *x, void *out, const void *c);
-static const reduce_fn SUM_K[] = {sum_f32, sum_f64, sum_i32, sum_i64, sum_b8};
-static const reduce_fn SQDEV_K[] = {sqdev_f32, sqdev_f64};
+static const reduce_fn SUM_K[] = {sum_reduce_f32, sum_reduce_f64, sum_reduce_i32, sum_reduce_i64, sum_reduce_b8};
+static const reduce_fn SQDEV_K[] = {sqdev_reduce_f32, sqdev_reduce_f64};
 
-#define DIVIDE(T, S, D)                                                                                            \
-    static void divide_##S(void *y, int64_t n, double by) {                                                        \
-        T *v = y, d = (T)by;                                                                                       \
-        for (int64_t i = 0; i < n; i++) v[i] = v[i] / d;                                                           \
+/* y /= by, elementwise */
+static void divide(ag_tensor *y, double by) {
+    int64_t n = ag_numel(y);
+    if (y->dtype == AG_F32) {
+        float *v = (float *)y->data, d = (float)by;
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] / d;
+    } else {
+        double *v = (double *)y->data, d = by;
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] / d;
     }
-AG_FLOAT_TYPES(DIVIDE)
-static void divide(ag_tensor *y, double by) { (y->dtype == AG_F32 ? divide_f32 : divide_f64)(y->data, ag_numel(y), by); }
+}
 
 /* ---- dims, shapes, gradient views ---- */
 
@@ -376,74 +376,40 @@ ag_tensor *ag_var(ag_tensor *t, int ndims, const int *dims, int correction, bool
 
 /* ---- max / argmax along one dim ---- */
 
-/* The maximum of a row, in 8 lanes so that it vectorises, and whether the row holds a NaN (then
- * the value returned means nothing: callers look for the NaN). v != v is false for integers. */
-#define ROWMAX_KERNEL(T, S, D)                                                                                     \
-    static inline __attribute__((always_inline)) T rowmax_##S(const T *x, int64_t n, int64_t s, bool *nan) {       \
-        T r[8], m = x[0];                                                                                          \
-        bool any = x[0] != x[0];                                                                                   \
-        int64_t i = 1;                                                                                             \
-        if (n >= 8) {                                                                                              \
-            for (int k = 0; k < 8; k++) r[k] = x[k * s];                                                           \
-            for (i = 8; i + 8 <= n; i += 8)                                                                        \
-                for (int k = 0; k < 8; k++) {                                                                      \
-                    T v = x[(i + k) * s];                                                                          \
-                    r[k] = v > r[k] ? v : r[k];                                                                    \
-                    any |= v != v;                                                                                 \
-                }                                                                                                  \
-            for (int k = 0; k < 8; k++) {                                                                          \
-                m = r[k] > m || m != m ? r[k] : m;                                                                 \
-                any |= r[k] != r[k];                                                                               \
-            }                                                                                                      \
-        }                                                                                                          \
-        for (; i < n; i++) {                                                                                       \
-            m = x[i * s] > m || m != m ? x[i * s] : m;                                                             \
-            any |= x[i * s] != x[i * s];                                                                           \
-        }                                                                                                          \
-        if (nan) *nan = any;                                                                                       \
-        return m;                                                                                                  \
-    }
-AG_NUMERIC_TYPES(ROWMAX_KERNEL)
-
-/* The first maximum of each row; a NaN counts as the maximum (the first NaN wins), as in
- * PyTorch: the maximum is found first, then its first position. */
-#define MAX_KERNEL(T, S, D)                                                                                        \
-    static inline __attribute__((always_inline)) int64_t argmax_row_##S(const T *x, int64_t n, int64_t s, T *v) { \
-        bool nan;                                                                                                  \
-        T m = rowmax_##S(x, n, s, &nan);                                                                           \
-        int64_t i = 0;                                                                                             \
-        if (nan)                                                                                                   \
-            while (x[i * s] == x[i * s]) i++;                                                                      \
-        else                                                                                                       \
-            while (x[i * s] != m) i++;                                                                             \
-        *v = x[i * s];                                                                                             \
-        return i;                                                                                                  \
-    }                                                                                                              \
-    static void max_##S(const plan *p, const void *xv, int64_t n, int64_t s, void *vals, int64_t *idx) {          \
-        const T *x = xv;                                                                                           \
-        bool par = parallel(p->nout * n, p->nout);                                                                 \
-        _Pragma("omp parallel for if (par) schedule(static)") for (int64_t o = 0; o < p->nout; o++) {              \
-            int64_t off, co;                                                                                       \
-            kept_offsets(p, o, &off, &co);                                                                         \
-            T v;                                                                                                   \
-            idx[o] = s == 1 ? argmax_row_##S(x + off, n, 1, &v) : argmax_row_##S(x + off, n, s, &v);               \
-            if (vals) ((T *)vals)[o] = v;                                                                          \
-        }                                                                                                          \
-    }
-AG_NUMERIC_TYPES(MAX_KERNEL)
+/* v != v: true for a NaN, false for integers (a macro, so that GCC does not warn of the
+ * self-comparison where T is an integer) */
+#define IS_NAN(v) ((v) != (v))
+#define T float
+#define FN(name) name##_f32
+#include "max_rows.inc"
+#undef T
+#undef FN
+#define T double
+#define FN(name) name##_f64
+#include "max_rows.inc"
+#undef T
+#undef FN
+#define T int32_t
+#define FN(name) name##_i32
+#include "max_rows.inc"
+#undef T
+#undef FN
+#define T int64_t
+#define FN(name) name##_i64
+#include "max_rows.inc"
+#undef T
+#undef FN
 
 /* dx (contiguous, x's shape) at each output's argmax += g */
-#define MAX_BWD_KERNEL(T, S, D)                                                                                    \
-    static void max_bwd_##S(const plan *p, int64_t s, const int64_t *idx, const void *gv, void *dxv) {            \
-        const T *g = gv;                                                                                           \
-        T *dx = dxv;                                                                                               \
-        for (int64_t o = 0; o < p->nout; o++) {                                                                    \
-            int64_t off, co;                                                                                       \
-            kept_offsets(p, o, &off, &co);                                                                         \
-            dx[co + idx[o] * s] += g[o];                                                                           \
-        }                                                                                                          \
+static void max_bwd(const plan *p, int64_t s, const int64_t *idx, ag_dtype dt, const void *g, void *dx) {
+    for (int64_t o = 0; o < p->nout; o++) {
+        int64_t off, co;
+        kept_offsets(p, o, &off, &co);
+        int64_t e = co + idx[o] * s;
+        if (dt == AG_F32) ((float *)dx)[e] += ((const float *)g)[o];
+        else ((double *)dx)[e] += ((const double *)g)[o];
     }
-AG_FLOAT_TYPES(MAX_BWD_KERNEL)
+}
 typedef void (*max_fn)(const plan *p, const void *x, int64_t n, int64_t s, void *vals, int64_t *idx);
 static const max_fn MAX_K[] = {max_f32, max_f64, max_i32, max_i64};
 
@@ -485,7 +451,7 @@ static void max_backward(ag_node *n) {
     for (int d = x->ndim - 1; d >= 0 && !(mask >> d & 1); d--) s *= x->shape[d];
     ag_tensor *g = ag_contiguous(n->out->grad);
     const int64_t *idx = (const int64_t *)n->saved[0]->data;
-    (x->dtype == AG_F32 ? max_bwd_f32 : max_bwd_f64)(&p, s, idx, ag__ptr(g), ag__ptr(dx));
+    max_bwd(&p, s, idx, x->dtype, ag__ptr(g), ag__ptr(dx));
 }
 static const ag_op MAX = {"ag_max", max_backward, AG_SAVES_NONE}; /* the argmax is its own */
 
@@ -515,61 +481,57 @@ ag_tensor *ag_argmax(ag_tensor *t, int dim, bool keepdim) {
 
 /* ---- softmax / log_softmax along one dim ---- */
 
-/* A row of n elements: x at stride sx, y at stride sy. The max is subtracted before exp so that
- * large inputs do not overflow; exp(x - max) is written to y first so that its sum can be
- * taken pairwise from there. */
-#define SOFTMAX_KERNEL(T, S, D)                                                                                    \
-    static inline __attribute__((always_inline)) void softmax_row_##S(const T *x, int64_t sx, T *y, int64_t sy,   \
-                                                                       int64_t n, bool log_) {                     \
-        T m = rowmax_##S(x, n, sx, NULL);                                                                          \
-        for (int64_t i = 0; i < n; i++) y[i * sy] = exp(x[i * sx] - m);                                            \
-        T sum = sum_run_##S(y, y, n, sy, 0);                                                                       \
-        if (log_) {                                                                                                \
-            T lsum = log(sum); /* (x - m) - lsum: m + lsum would round at m's magnitude */                        \
-            for (int64_t i = 0; i < n; i++) y[i * sy] = (x[i * sx] - m) - lsum;                                    \
-        } else {                                                                                                   \
-            T inv = 1 / sum;                                                                                       \
-            for (int64_t i = 0; i < n; i++) y[i * sy] *= inv;                                                      \
-        }                                                                                                          \
-    }                                                                                                              \
-    /* y is a contiguous tensor of x's shape */                                                                    \
-    static void softmax_##S(const plan *p, const void *xv, int64_t n, int64_t sx, void *yv, int64_t sy,          \
-                            bool log_) {                                                                           \
-        bool par = parallel(p->nout * n, p->nout);                                                                 \
-        _Pragma("omp parallel for if (par) schedule(static)") for (int64_t o = 0; o < p->nout; o++) {              \
-            int64_t xo, yo;                                                                                        \
-            kept_offsets(p, o, &xo, &yo);                                                                          \
-            const T *x = (const T *)xv + xo;                                                                       \
-            T *y = (T *)yv + yo;                                                                                   \
-            if (sx == 1 && sy == 1) softmax_row_##S(x, 1, y, 1, n, log_);                                          \
-            else softmax_row_##S(x, sx, y, sy, n, log_);                                                           \
-        }                                                                                                          \
-    }                                                                                                              \
-    /* softmax: dx += y (g - Σ g y); log_softmax: dx += g - exp(y) Σ g */                                          \
-    static inline __attribute__((always_inline)) void softmax_bwd_row_##S(const T *g, const T *y, T *dx,          \
-                                                                           int64_t n, int64_t s, bool log_) {      \
-        if (log_) {                                                                                                \
-            T sg = sum_run_##S(g, g, n, s, 0);                                                                     \
-            for (int64_t i = 0; i < n; i++) dx[i * s] += g[i * s] - exp(y[i * s]) * sg;                           \
-        } else {                                                                                                   \
-            T gy = dot_run_##S(g, y, n, s, 0);                                                                     \
-            for (int64_t i = 0; i < n; i++) dx[i * s] += y[i * s] * (g[i * s] - gy);                               \
-        }                                                                                                          \
-    }                                                                                                              \
-    /* g, y, dx: contiguous of one shape, rows at stride s */                                                      \
-    static void softmax_bwd_##S(const plan *p, int64_t n, int64_t s, const void *gv, const void *yv, void *dxv,  \
-                                bool log_) {                                                                       \
-        bool par = parallel(p->nout * n, p->nout);                                                                 \
-        _Pragma("omp parallel for if (par) schedule(static)") for (int64_t o = 0; o < p->nout; o++) {              \
-            int64_t xo, co;                                                                                        \
-            kept_offsets(p, o, &xo, &co);                                                                          \
-            const T *g = (const T *)gv + co, *y = (const T *)yv + co;                                              \
-            T *dx = (T *)dxv + co;                                                                                 \
-            if (s == 1) softmax_bwd_row_##S(g, y, dx, n, 1, log_);                                                 \
-            else softmax_bwd_row_##S(g, y, dx, n, s, log_);                                                        \
-        }                                                                                                          \
+/* The softmax row kernel (softmax_rows.inc, declared in internal.h), here beside the pairwise
+ * sums it uses */
+#define EXP_FAST ag__expf
+#define T float
+#define FN(name) name##_f32
+#include "softmax_rows.inc"
+#undef T
+#undef FN
+#undef EXP_FAST
+#define EXP_FAST exp
+#define T double
+#define FN(name) name##_f64
+#include "softmax_rows.inc"
+#undef T
+#undef FN
+#undef EXP_FAST
+
+/* y is a contiguous tensor of x's shape; rows of n along the plan's reduced dim, at stride sx in
+ * x and sy in y */
+static void softmax_rows(const plan *p, ag_dtype dt, const void *xv, int64_t n, int64_t sx, void *yv, int64_t sy,
+                         bool log_) {
+    bool par = parallel(p->nout * n, p->nout);
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t o = 0; o < p->nout; o++) {
+        int64_t xo, yo;
+        kept_offsets(p, o, &xo, &yo);
+        if (dt == AG_F32)
+            ag__softmax_row_f32(AG_SOFTMAX_PAIRWISE, log_, (const float *)xv + xo, sx, (float *)yv + yo, sy, n, NULL);
+        else
+            ag__softmax_row_f64(AG_SOFTMAX_PAIRWISE, log_, (const double *)xv + xo, sx, (double *)yv + yo, sy, n,
+                                NULL);
     }
-AG_FLOAT_TYPES(SOFTMAX_KERNEL)
+}
+
+/* g, y, dx: contiguous of one shape, rows at stride s: softmax dx += y (g - Σ g y), log_softmax
+ * dx += g - exp(y) Σ g */
+static void softmax_rows_bwd(const plan *p, ag_dtype dt, int64_t n, int64_t s, const void *gv, const void *yv,
+                             void *dxv, bool log_) {
+    bool par = parallel(p->nout * n, p->nout);
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t o = 0; o < p->nout; o++) {
+        int64_t xo, co;
+        kept_offsets(p, o, &xo, &co);
+        if (dt == AG_F32)
+            ag__softmax_row_bwd_f32(AG_SOFTMAX_PAIRWISE, log_, (const float *)yv + co, (const float *)gv + co,
+                                    (float *)dxv + co, n, s, true);
+        else
+            ag__softmax_row_bwd_f64(AG_SOFTMAX_PAIRWISE, log_, (const double *)yv + co, (const double *)gv + co,
+                                    (double *)dxv + co, n, s, true);
+    }
+}
 
 /* the row stride of dim d in a contiguous tensor of t's shape (0 for a 0-d t) */
 static int64_t comp_stride(const ag_tensor *t, int d) {
@@ -589,8 +551,7 @@ static void softmax_backward(ag_node *n) {
     plan p;
     make_plan(&p, x, d >= 0 ? 1u << d : 0);
     ag_tensor *g = ag_contiguous(n->out->grad);
-    (x->dtype == AG_F32 ? softmax_bwd_f32 : softmax_bwd_f64)(&p, len, comp_stride(x, d), ag__ptr(g), ag__ptr(n->out),
-                                                             ag__ptr(dx), log_);
+    softmax_rows_bwd(&p, x->dtype, len, comp_stride(x, d), ag__ptr(g), ag__ptr(n->out), ag__ptr(dx), log_);
 }
 static const ag_op SOFTMAX = {"ag_softmax", softmax_backward, AG_SAVES_OUTPUT};
 static const ag_op LOG_SOFTMAX = {"ag_log_softmax", softmax_backward, AG_SAVES_OUTPUT};
@@ -604,8 +565,7 @@ static ag_tensor *softmax(const ag_op *op, ag_tensor *t, int dim, bool log_) {
     make_plan(&p, t, d >= 0 ? 1u << d : 0);
     ag_tensor *y = ag__new(t->dtype, t->ndim, t->shape);
     if (len > 0 && p.nout > 0)
-        (t->dtype == AG_F32 ? softmax_f32 : softmax_f64)(&p, ag__ptr(t), len, d >= 0 ? t->stride[d] : 0, y->data,
-                                                         comp_stride(t, d), log_);
+        softmax_rows(&p, t->dtype, ag__ptr(t), len, d >= 0 ? t->stride[d] : 0, y->data, comp_stride(t, d), log_);
     ag_node *n = ag_finish(op, y, 1, &t);
     if (n) {
         n->ctx.i[0] = d;

@@ -1,7 +1,7 @@
-/* Masked softmax and fused scaled dot-product attention (PyTorch 1.13 mask semantics, see
- * attention.h). Both share one row kernel: masked positions become -inf, a row with nothing
- * left becomes zeros (not NaN), and the backward of a row is y*(g - Σ g*y), which is zero
- * wherever y is. */
+/* Fused scaled dot-product attention (PyTorch 1.13 mask semantics, see attention.h). Its score
+ * rows go through the softmax row kernel that the masked softmax (softmax.c) shares: masked
+ * positions become -inf, a row with nothing left becomes zeros (not NaN), and the backward of
+ * a row is y*(g - Σ g*y), which is zero wherever y is. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -12,260 +12,7 @@
 #include "attention_small.h"
 #include "../nn_internal.h"
 
-enum { MASK_NONE, MASK_BOOL, MASK_ADD };
-
-/* exp per float type: the vectorisable polynomial for f32 (tensor/fastmath.h), libm for f64 */
-#define EXP_f32 ag__expf
-#define EXP_f64 exp
-
-/* NULL, bool, or a float mask of the scores' dtype, broadcastable to ndim/shape (the scores'
- * shape, whose name the message gives as what). Returns the mask kind, -1 after reporting. */
-static int check_mask(const char *op, const ag_tensor *mask, ag_dtype dt, int ndim, const int64_t *shape,
-                      const char *what) {
-    if (!mask) return MASK_NONE;
-    char b1[128], b2[128];
-    if (mask->dtype != AG_BOOL && mask->dtype != dt) {
-        ag_error(op, "mask %s of dtype %s: expected bool or %s (the scores' dtype)", ag_shape_str(mask, b1),
-                 ag_dtype_name(mask->dtype), ag_dtype_name(dt));
-        return -1;
-    }
-    bool ok = mask->ndim <= ndim;
-    for (int i = 0; ok && i < mask->ndim; i++) {
-        int64_t m = mask->shape[mask->ndim - 1 - i], s = shape[ndim - 1 - i];
-        ok = m == s || m == 1;
-    }
-    if (!ok) {
-        ag_error(op, "mask %s is not broadcastable to the %s %s", ag_shape_str(mask, b1), what,
-                 ag__shape_str(ndim, shape, b2));
-        return -1;
-    }
-    return mask->dtype == AG_BOOL ? MASK_BOOL : MASK_ADD;
-}
-
-/* ---- row kernels, one body per float type ----
- * fwd: y = softmax(x + mask) over n elements (x, y strides in elements, mask stride in bytes);
- *      positions j > lim count as masked (the causal limit; lim >= n - 1 masks nothing).
- * bwd: dx (+)= y*(g - Σ g*y), all rows with stride st. */
-#define ROW_KERNELS(T, S, D)                                                                                        \
-    static void row_fwd_##S(const T *x, int64_t xs, T *y, int64_t ys, int64_t n, const char *m, int64_t ms,         \
-                            int mk, int64_t lim) {                                                                  \
-        T mx = -(T)INFINITY;                                                                                        \
-        for (int64_t j = 0; j < n; j++) {                                                                           \
-            T z = x[j * xs];                                                                                        \
-            if (j > lim || (mk == MASK_BOOL && m[j * ms]))                                                          \
-                z = -(T)INFINITY;                                                                                   \
-            else if (mk == MASK_ADD)                                                                                \
-                z += *(const T *)(m + j * ms);                                                                      \
-            y[j * ys] = z;                                                                                          \
-            if (z > mx) mx = z;                                                                                     \
-        }                                                                                                           \
-        if (mx == -(T)INFINITY) { /* nothing may be attended: zeros, not 0/0 */                                     \
-            for (int64_t j = 0; j < n; j++) y[j * ys] = 0;                                                          \
-            return;                                                                                                 \
-        }                                                                                                           \
-        T sum = 0;                                                                                                  \
-        for (int64_t j = 0; j < n; j++) {                                                                           \
-            T e = exp(y[j * ys] - mx);                                                                              \
-            y[j * ys] = e;                                                                                          \
-            sum += e;                                                                                               \
-        }                                                                                                           \
-        T inv = 1 / sum;                                                                                            \
-        for (int64_t j = 0; j < n; j++) y[j * ys] *= inv;                                                           \
-    }                                                                                                               \
-    static void row_bwd_##S(const T *y, const T *g, T *dx, int64_t st, int64_t n, bool acc) {                       \
-        T dot = 0;                                                                                                  \
-        for (int64_t j = 0; j < n; j++) dot += g[j * st] * y[j * st];                                               \
-        for (int64_t j = 0; j < n; j++) {                                                                           \
-            T d = y[j * st] * (g[j * st] - dot);                                                                    \
-            dx[j * st] = acc ? dx[j * st] + d : d;                                                                  \
-        }                                                                                                           \
-    }
-AG_FLOAT_TYPES(ROW_KERNELS)
-
-/* The same two kernels for a unit-stride row in place (the attention's scores), vectorised by
- * hand-shaped loops: whole blocks of W lanes, and the last partial block through a W-wide
- * buffer padded with -inf (max, exp) or 0 (dot), so short rows (12 live keys) never fall into
- * a scalar epilogue. Lane partials are combined in a fixed order, so results still do not
- * depend on the thread count. */
-#define DENSE_ROW_KERNELS(T, S, D)                                                                                  \
-    enum { W_##S = 64 / sizeof(T) };                                                                                \
-    static T lanes_max_##S(const T *v) {                                                                            \
-        T r = v[0];                                                                                                 \
-        for (int w = 1; w < W_##S; w++) r = v[w] > r ? v[w] : r;                                                    \
-        return r;                                                                                                   \
-    }                                                                                                               \
-    static T lanes_sum_##S(const T *v) {                                                                            \
-        T r = 0;                                                                                                    \
-        for (int w = 0; w < W_##S; w++) r += v[w];                                                                  \
-        return r;                                                                                                   \
-    }                                                                                                               \
-    static void row_fwd_dense_##S(T *y, int64_t n, const char *m, int64_t ms, int mk, int64_t lim) {                \
-        enum { W = W_##S };                                                                                         \
-        if (mk == MASK_BOOL && ms == 1) { /* a unit-stride row of the mask: vectorises */                          \
-            for (int64_t j = 0; j < n; j++) y[j] = m[j] ? -(T)INFINITY : y[j];                                      \
-        } else if (mk == MASK_BOOL) {                                                                               \
-            for (int64_t j = 0; j < n; j++) y[j] = m[j * ms] ? -(T)INFINITY : y[j];                                 \
-        } else if (mk == MASK_ADD) {                                                                                \
-            for (int64_t j = 0; j < n; j++) y[j] += *(const T *)(m + j * ms);                                       \
-        }                                                                                                           \
-        for (int64_t j = lim + 1; j < n; j++) y[j] = -(T)INFINITY;                                                  \
-        int64_t nb = n / W * W, nt = n - nb;                                                                        \
-        T tail[W] __attribute__((aligned(64))), acc[W] __attribute__((aligned(64)));                                \
-        for (int w = 0; w < W; w++) tail[w] = acc[w] = -(T)INFINITY;                                                \
-        memcpy(tail, y + nb, sizeof(T) * (size_t)nt);                                                               \
-        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
-            for (int w = 0; w < W; w++) acc[w] = y[jb + w] > acc[w] ? y[jb + w] : acc[w];                           \
-        for (int w = 0; w < W; w++) acc[w] = tail[w] > acc[w] ? tail[w] : acc[w];                                   \
-        T mx = lanes_max_##S(acc);                                                                                  \
-        if (mx == -(T)INFINITY) { /* nothing may be attended: zeros, not 0/0 */                                     \
-            memset(y, 0, sizeof(T) * (size_t)n);                                                                    \
-            return;                                                                                                 \
-        }                                                                                                           \
-        for (int w = 0; w < W; w++) acc[w] = 0;                                                                     \
-        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
-            for (int w = 0; w < W; w++) {                                                                           \
-                T e = EXP_##S(y[jb + w] - mx);                                                                      \
-                y[jb + w] = e;                                                                                      \
-                acc[w] += e;                                                                                        \
-            }                                                                                                       \
-        for (int w = 0; w < W; w++) {                                                                               \
-            tail[w] = EXP_##S(tail[w] - mx);                                                                        \
-            acc[w] += tail[w];                                                                                      \
-        }                                                                                                           \
-        T inv = 1 / lanes_sum_##S(acc);                                                                             \
-        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
-            for (int w = 0; w < W; w++) y[jb + w] *= inv;                                                           \
-        for (int w = 0; w < W; w++) tail[w] *= inv;                                                                 \
-        memcpy(y + nb, tail, sizeof(T) * (size_t)nt);                                                               \
-    }                                                                                                               \
-    /* g = y*(g - Σ g*y) in place */                                                                                \
-    static void row_bwd_dense_##S(const T *y, T *g, int64_t n) {                                                    \
-        enum { W = W_##S };                                                                                         \
-        int64_t nb = n / W * W, nt = n - nb;                                                                        \
-        T ty[W] __attribute__((aligned(64))), tg[W] __attribute__((aligned(64))), acc[W] = {0};                     \
-        for (int w = 0; w < W; w++) ty[w] = tg[w] = 0;                                                              \
-        memcpy(ty, y + nb, sizeof(T) * (size_t)nt);                                                                 \
-        memcpy(tg, g + nb, sizeof(T) * (size_t)nt);                                                                 \
-        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
-            for (int w = 0; w < W; w++) acc[w] += g[jb + w] * y[jb + w];                                            \
-        for (int w = 0; w < W; w++) acc[w] += tg[w] * ty[w];                                                        \
-        T dot = lanes_sum_##S(acc);                                                                                 \
-        for (int64_t jb = 0; jb < nb; jb += W)                                                                      \
-            for (int w = 0; w < W; w++) g[jb + w] = y[jb + w] * (g[jb + w] - dot);                                  \
-        for (int w = 0; w < W; w++) tg[w] = ty[w] * (tg[w] - dot);                                                  \
-        memcpy(g + nb, tg, sizeof(T) * (size_t)nt);                                                                 \
-    }
-AG_FLOAT_TYPES(DENSE_ROW_KERNELS)
-
-/* ---- masked softmax ---- */
-
-/* Rows of x along dim: element offsets of row r in x and in a contiguous tensor of x's shape,
- * and byte offset in the broadcast mask. */
-typedef struct {
-    int nd;
-    int64_t shape[AG_MAX_DIMS], xst[AG_MAX_DIMS], cst[AG_MAX_DIMS], mst[AG_MAX_DIMS];
-} rows_t;
-
-static void rows_init(rows_t *r, const ag_tensor *x, const ag_tensor *mask, int dim) {
-    int64_t cst[AG_MAX_DIMS], mb[AG_MAX_DIMS] = {0};
-    ag__contiguous_strides(x->ndim, x->shape, cst);
-    if (mask) ag__bcast_bstrides(mask, x->ndim, x->shape, mb);
-    r->nd = 0;
-    for (int d = 0; d < x->ndim; d++) {
-        if (d == dim) continue;
-        r->shape[r->nd] = x->shape[d];
-        r->xst[r->nd] = x->stride[d];
-        r->cst[r->nd] = cst[d];
-        r->mst[r->nd] = mb[d];
-        r->nd++;
-    }
-}
-
-static void rows_at(const rows_t *r, int64_t row, int64_t *xo, int64_t *co, int64_t *mo) {
-    *xo = *co = *mo = 0;
-    for (int d = r->nd - 1; d >= 0; d--) {
-        int64_t i = row % r->shape[d];
-        row /= r->shape[d];
-        *xo += i * r->xst[d];
-        *co += i * r->cst[d];
-        *mo += i * r->mst[d];
-    }
-}
-
-#define MSM_KERNELS(T, S, D)                                                                                        \
-    static void msm_fwd_##S(const ag_tensor *x, const ag_tensor *mask, int mk, int dim, ag_tensor *y) {             \
-        rows_t r;                                                                                                   \
-        rows_init(&r, x, mask, dim);                                                                                \
-        int64_t n = x->shape[dim], rows = ag_numel(x) / n, ys = y->stride[dim], xs = x->stride[dim];                \
-        int64_t ms = 0;                                                                                             \
-        if (mask) {                                                                                                 \
-            int64_t mb[AG_MAX_DIMS];                                                                                \
-            ag__bcast_bstrides(mask, x->ndim, x->shape, mb);                                                        \
-            ms = mb[dim];                                                                                           \
-        }                                                                                                           \
-        const T *xp = (const T *)ag__ptr(x);                                                                        \
-        const char *mp = mask ? ag__ptr(mask) : NULL;                                                               \
-        T *yp = (T *)ag__ptr(y);                                                                                    \
-        _Pragma("omp parallel for if (rows * n > AG_PAR_THRESHOLD) schedule(static)")                               \
-        for (int64_t row = 0; row < rows; row++) {                                                                  \
-            int64_t xo, co, mo;                                                                                     \
-            rows_at(&r, row, &xo, &co, &mo);                                                                        \
-            row_fwd_##S(xp + xo, xs, yp + co, ys, n, mp ? mp + mo : NULL, ms, mk, n);                               \
-        }                                                                                                           \
-    }                                                                                                               \
-    static void msm_bwd_##S(const ag_tensor *y, const ag_tensor *g, ag_tensor *dx, int dim, bool acc) {             \
-        rows_t r;                                                                                                   \
-        rows_init(&r, y, NULL, dim);                                                                                \
-        int64_t n = y->shape[dim], rows = ag_numel(y) / n, st = y->stride[dim];                                     \
-        const T *yp = (const T *)ag__ptr(y), *gp = (const T *)ag__ptr(g);                                           \
-        T *dp = (T *)ag__ptr(dx);                                                                                   \
-        _Pragma("omp parallel for if (rows * n > AG_PAR_THRESHOLD) schedule(static)")                               \
-        for (int64_t row = 0; row < rows; row++) {                                                                  \
-            int64_t xo, co, mo;                                                                                     \
-            rows_at(&r, row, &xo, &co, &mo);                                                                        \
-            row_bwd_##S(yp + co, gp + co, dp + co, st, n, acc);                                                     \
-        }                                                                                                           \
-    }
-AG_FLOAT_TYPES(MSM_KERNELS)
-
-/* dscores = y*(g - Σ g*y) along dim; an additive mask gets the same gradient, summed over the
- * dims it was broadcast along. y, g and the grad buffers are contiguous of one shape. */
-static void masked_softmax_backward(ag_node *n) {
-    ag_tensor *x = n->in[0], *mask = n->in[1], *y = n->out, *g = y->grad;
-    int dim = (int)n->ctx.i[0];
-    ag_tensor *dx = ag_grad_buffer(x);
-    bool mask_grad = mask && mask->dtype != AG_BOOL && mask->requires_grad;
-    if (!dx && !mask_grad) return;
-    ag_tensor *ds = mask_grad ? ag__new(y->dtype, y->ndim, y->shape) : dx;
-    if (y->dtype == AG_F32)
-        msm_bwd_f32(y, g, ds, dim, !mask_grad);
-    else
-        msm_bwd_f64(y, g, ds, dim, !mask_grad);
-    if (mask_grad) {
-        if (dx) ag__add_into(dx, ds);
-        ag_accum_grad(mask, ds);
-    }
-}
-static const ag_op MASKED_SOFTMAX = {"ag_masked_softmax", masked_softmax_backward, AG_SAVES_OUTPUT};
-
-ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim) {
-    const char *op = "ag_masked_softmax";
-    if (!ag__check_float(op, scores)) return NULL;
-    int d = ag_wrap_dim(op, scores, dim);
-    if (d < 0) return NULL;
-    int mk = check_mask(op, mask, scores->dtype, scores->ndim, scores->shape, "scores");
-    if (mk < 0) return NULL;
-    ag_tensor *y = ag__new(scores->dtype, scores->ndim, scores->shape);
-    if (ag_numel(y) > 0) {
-        if (y->dtype == AG_F32)
-            msm_fwd_f32(scores, mask, mk, d, y);
-        else
-            msm_fwd_f64(scores, mask, mk, d, y);
-    }
-    ag_node *n = ag_finish(&MASKED_SOFTMAX, y, 2, (ag_tensor *[]){scores, mask});
-    if (n) n->ctx.i[0] = d;
-    return y;
-}
+enum { MASK_NONE = AG_SOFTMAX_MASK_NONE, MASK_BOOL = AG_SOFTMAX_MASK_BOOL, MASK_ADD = AG_SOFTMAX_MASK_ADD };
 
 /* ---- fused attention ---- */
 
@@ -345,89 +92,20 @@ static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
     }
 }
 
-#define GEMM_f32 ag__sgemm
-#define GEMM_f64 ag__dgemm
-
-/* Per (b,h) = bh, with P, dP, dS (L,S) slices of contiguous (B,H,L,S) buffers:
- *   forward   P = softmax(α Q Kᵀ + mask), Pd = dropout(P), O = Pd V
- *   backward  dV += Pdᵀ dO; dP = dropout'(dO Vᵀ); dS = P*(dP - rowsum(dP*P));
- *             dQ += α dS K; dK += α dSᵀ Q
- * Keys from live_keys on are masked for every query (a padded tail): their probabilities are
- * exactly 0, so every product stops before them. */
-#define ATTN_KERNELS(T, S_, D_)                                                                                     \
-    static void gemm_##S_(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int lda,          \
-                          const T *B, int ldb, T beta, T *C, int ldc) {                                             \
-        GEMM_##S_(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                                            \
-    }                                                                                                               \
-    static int64_t live_keys_##S_(const attn *a, const char *m) {                                                  \
-        int64_t S = a->S, rows = a->mst[2] ? a->L : 1;                                                              \
-        if (a->causal && a->L < S) S = a->L; /* key j > i is masked for every query i < L */                        \
-        if (!m) return S;                                                                                           \
-        for (int64_t j = S; j > 0; j--)                                                                             \
-            for (int64_t i = 0; i < rows; i++) {                                                                    \
-                const char *e = m + i * a->mst[2] + (j - 1) * a->mst[3];                                            \
-                if (a->mk == MASK_BOOL ? !*e : *(const T *)e != -(T)INFINITY) return j;                             \
-            }                                                                                                       \
-        return 0;                                                                                                   \
-    }                                                                                                               \
-    static void attn_fwd_##S_(const attn *a, int64_t bh) {                                                          \
-        int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S, LS = L * S, Dv = a->Dv;                           \
-        const T *Q = (const T *)at(&a->q, b, h), *K = (const T *)at(&a->k, b, h), *V = (const T *)at(&a->v, b, h);  \
-        T *P = (T *)a->p + bh * LS, *O = (T *)at(&a->o, b, h), alpha = (T)a->alpha;                                 \
-        const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
-        int64_t n = live_keys_##S_(a, m);                                                                           \
-        gemm_##S_(a->q.trans, !a->k.trans, L, n, a->Dh, alpha, Q, a->q.ld, K, a->k.ld, 0, P, (int)S);               \
-        for (int64_t i = 0; i < L; i++) {                                                                           \
-            row_fwd_dense_##S_(P + i * S, n, m ? m + i * a->mst[2] : NULL, a->mst[3], a->mk, a->causal ? i : n);    \
-            memset(P + i * S + n, 0, sizeof(T) * (size_t)(S - n));                                                  \
-        }                                                                                                           \
-        const T *Pu = P;                                                                                            \
-        if (a->pd) {                                                                                                \
-            T *Pd = (T *)a->pd + (a->pd_per_thread ? omp_get_thread_num() : bh) * LS, sc = (T)a->keep_scale;        \
-            const uint8_t *kp = a->keep + bh * LS;                                                                  \
-            for (int64_t i = 0; i < LS; i++) Pd[i] = kp[i] ? P[i] * sc : 0;                                         \
-            Pu = Pd;                                                                                                \
-        }                                                                                                           \
-        if (n > 0)                                                                                                  \
-            gemm_##S_(false, a->v.trans, L, Dv, n, 1, Pu, (int)S, V, a->v.ld, 0, O, a->o.ld);                       \
-        else                                                                                                        \
-            for (int64_t i = 0; i < L; i++) memset(O + i * a->o.ld, 0, sizeof(T) * (size_t)Dv);                     \
-    }                                                                                                               \
-    static void attn_bwd_##S_(const attn *a, int64_t bh) {                                                          \
-        int64_t b = bh / a->H, h = bh % a->H, L = a->L, S = a->S, LS = L * S, Dh = a->Dh, Dv = a->Dv;               \
-        const T *Q = (const T *)at(&a->q, b, h), *K = (const T *)at(&a->k, b, h), *V = (const T *)at(&a->v, b, h);  \
-        const T *P = (const T *)a->p + bh * LS, *dO = (const T *)at(&a->dout, b, h);                                \
-        T *W = (T *)a->ds + (a->mask_grad ? bh : omp_get_thread_num()) * LS;                                        \
-        T sc = (T)a->keep_scale, alpha = (T)a->alpha;                                                               \
-        const uint8_t *kp = a->keep ? a->keep + bh * LS : NULL;                                                     \
-        if (a->zero_head) zero_head_grads(a, b, h, sizeof(T));                                                      \
-        const char *m = a->mask ? a->mask + b * a->mst[0] + h * a->mst[1] : NULL;                                   \
-        int64_t n = live_keys_##S_(a, m);                                                                           \
-        if (a->dv.base) {                                                                                           \
-            const T *Pu = P;                                                                                        \
-            if (kp) {                                                                                               \
-                for (int64_t i = 0; i < LS; i++) W[i] = kp[i] ? P[i] * sc : 0;                                      \
-                Pu = W;                                                                                             \
-            }                                                                                                       \
-            gemm_##S_(true, false, n, Dv, L, 1, Pu, (int)S, dO, a->dout.ld, 1, (T *)at(&a->dv, b, h), a->dv.ld);    \
-        }                                                                                                           \
-        if (!a->dq.base && !a->dk.base && !a->mask_grad) return;                                                    \
-        gemm_##S_(false, !a->v.trans, L, n, Dv, 1, dO, a->dout.ld, V, a->v.ld, 0, W, (int)S);                       \
-        for (int64_t i = 0; i < L; i++) {                                                                           \
-            T *w = W + i * S;                                                                                       \
-            if (kp)                                                                                                 \
-                for (int64_t j = 0; j < n; j++) w[j] = kp[i * S + j] ? w[j] * sc : 0;                               \
-            row_bwd_dense_##S_(P + i * S, w, n);                                                                    \
-            if (a->mask_grad) memset(w + n, 0, sizeof(T) * (size_t)(S - n));                                        \
-        }                                                                                                           \
-        if (a->dq.base)                                                                                             \
-            gemm_##S_(false, a->k.trans, L, Dh, n, alpha, W, (int)S, K, a->k.ld, 1, (T *)at(&a->dq, b, h),          \
-                      a->dq.ld);                                                                                    \
-        if (a->dk.base)                                                                                             \
-            gemm_##S_(true, a->q.trans, n, Dh, L, alpha, W, (int)S, Q, a->q.ld, 1, (T *)at(&a->dk, b, h),           \
-                      a->dk.ld);                                                                                    \
-    }
-AG_FLOAT_TYPES(ATTN_KERNELS)
+#define T float
+#define FN(name) name##_f32
+#define GEMM ag__sgemm
+#include "attention_head.inc"
+#undef T
+#undef FN
+#undef GEMM
+#define T double
+#define FN(name) name##_f64
+#define GEMM ag__dgemm
+#include "attention_head.inc"
+#undef T
+#undef FN
+#undef GEMM
 
 /* The fused kernels (nn/attention/attention_small.c) for f32 heads with 1..AG_ATTN_AVX2_KEYS (64) live
  * keys on either ISA, with dropout too unless the weights after dropout are wanted; a head with
@@ -607,7 +285,7 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
         ag_error(op, "dropout_p %g: must be in [0, 1]", dropout_p);
         return false;
     }
-    a->mk = check_mask(op, mask, dt, 4, sshape, "scores (B,H,L,S)");
+    a->mk = ag__check_softmax_mask(op, mask, dt, 4, sshape, "scores (B,H,L,S)");
     if (a->mk < 0) return false;
     if (mask) {
         ag__bcast_bstrides(mask, 4, sshape, a->mst);
@@ -724,72 +402,4 @@ ag_tensor *ag__attention_heads(ag_tensor *tq, int64_t qo, ag_tensor *tk, int64_t
     if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, weights_out != NULL, &p, &keep, &pd)) return NULL;
     attn_finish(&ATTENTION_HEADS, &a, out, (ag_tensor *[]){tq, tk, tv, mask}, p, keep, pd, off, weights_out);
     return out;
-}
-
-/* ---- masks ---- */
-
-static ag_tensor *neg_inf_where(ag_tensor *m, ag_dtype dt) {
-    return ag_where(m, ag_scalar(dt, -INFINITY), ag_scalar(dt, 0));
-}
-
-ag_tensor *ag_attention_mask(ag_tensor *attn_mask, ag_tensor *key_padding_mask, int64_t B, int64_t H) {
-    const char *op = "ag_attention_mask";
-    ag_tensor *am = attn_mask, *kpm = key_padding_mask;
-    char b1[128], b2[128];
-    for (int i = 0; i < 2; i++) {
-        ag_tensor *m = i ? kpm : am;
-        if (m && m->dtype != AG_BOOL && m->dtype != AG_F32 && m->dtype != AG_F64) {
-            ag_error(op, "%s %s of dtype %s: expected bool, f32 or f64", i ? "key_padding_mask" : "attn_mask",
-                     ag_shape_str(m, b1), ag_dtype_name(m->dtype));
-            return NULL;
-        }
-    }
-    if (am) {
-        bool ok = am->ndim == 2 || (am->ndim == 3 && am->shape[0] == B * H);
-        if (!ok || (kpm && kpm->ndim == 2 && kpm->shape[1] != am->shape[am->ndim - 1])) {
-            ag_error(op, "attn_mask %s, key_padding_mask %s with B=%lld, H=%lld: expected (L,S) or (B*H,L,S) and (B,S)",
-                     ag_shape_str(am, b1), ag_shape_str(kpm, b2), (long long)B, (long long)H);
-            return NULL;
-        }
-        int64_t L = am->shape[am->ndim - 2], S = am->shape[am->ndim - 1];
-        am = am->ndim == 2 ? ag_reshape(am, AG_SHAPE(1, 1, L, S)) : ag_reshape(am, AG_SHAPE(B, H, L, S));
-    }
-    if (kpm) {
-        if (kpm->ndim != 2 || kpm->shape[0] != B) {
-            ag_error(op, "key_padding_mask %s with B=%lld: expected (B,S)", ag_shape_str(kpm, b1), (long long)B);
-            return NULL;
-        }
-        kpm = ag_reshape(kpm, AG_SHAPE(B, 1, 1, kpm->shape[1]));
-    }
-    if (!am || !kpm) return am ? am : kpm;
-    if (am->dtype == AG_BOOL && kpm->dtype == AG_BOOL) return ag_logical_or(am, kpm);
-    if (am->dtype != AG_BOOL && kpm->dtype == AG_BOOL) /* torch: attn_mask.masked_fill(kpm, -inf) */
-        return ag_where(kpm, ag_scalar(am->dtype, -INFINITY), am);
-    if (am->dtype == AG_BOOL) am = neg_inf_where(am, kpm->dtype);
-    return ag_add(am, kpm);
-}
-
-static bool check_len(const char *op, int64_t L) {
-    if (L >= 0) return true;
-    ag_error(op, "L = %lld: must be >= 0", (long long)L);
-    return false;
-}
-
-ag_tensor *ag_square_subsequent_mask(int64_t L, ag_dtype dt) {
-    const char *op = "ag_square_subsequent_mask";
-    if (!check_len(op, L)) return NULL;
-    if (dt != AG_F32 && dt != AG_F64) {
-        ag_error(op, "dtype %s: expected f32 or f64", ag_dtype_name(dt));
-        return NULL;
-    }
-    return neg_inf_where(ag_causal_bool_mask(L), dt);
-}
-
-ag_tensor *ag_causal_bool_mask(int64_t L) {
-    if (!check_len("ag_causal_bool_mask", L)) return NULL;
-    ag_tensor *m = ag__new(AG_BOOL, 2, (int64_t[]){L, L});
-    uint8_t *p = (uint8_t *)m->data;
-    for (int64_t i = 0; i < L; i++)
-        for (int64_t j = 0; j < L; j++) p[i * L + j] = j > i;
-    return m;
 }

@@ -1,7 +1,7 @@
 /* Linear, Embedding, LayerNorm, Dropout, positional encodings and losses, with PyTorch 1.13's
  * formulas, defaults, parameter names, shapes and initialisation.
  *
- * Each functional form is one fused op (one node, backward beside it in layers.c / loss.c);
+ * Each functional form is one fused op (one node, backward beside it in its file of nn/layers/);
  * each module is a plain struct of parameter pointers made by ag_<module>_new, which adds the
  * parameters to an ag_params slab as "<prefix>.weight" / "<prefix>.bias" (just "weight" /
  * "bias" when prefix is NULL or "") and initialises them as torch.nn does. rng NULL means the

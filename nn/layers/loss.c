@@ -74,81 +74,20 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
  * double; the exponentials in the input's precision (f32: ag__expf, as accurate as torch's
  * float log-softmax), in row helpers inlined with ns = 1 (classes along the last dim, the usual
  * (N, C)) so those loops vectorise. */
-#define EXP_f32 ag__expf
-#define EXP_f64 exp
-#define CE_KERNELS(T, S, D)                                                                                       \
-    static inline __attribute__((always_inline)) double ce_row_fwd_##S(const T *xr, int64_t ns, int64_t c,      \
-                                                                        double *sx_out) {                           \
-        T mx = -(T)INFINITY;                                                                                      \
-        for (int64_t j = 0; j < c; j++) mx = xr[j * ns] > mx ? xr[j * ns] : mx;                                   \
-        if (mx == -(T)INFINITY) mx = 0; /* all -inf: lse is -inf, not NaN */                                       \
-        double se = 0, sx = 0;                                                                                    \
-        _Pragma("omp simd reduction(+ : se, sx)") for (int64_t j = 0; j < c; j++) {                               \
-            se += (double)EXP_##S((T)((double)xr[j * ns] - (double)mx));                                         \
-            sx += xr[j * ns];                                                                                     \
-        }                                                                                                         \
-        *sx_out = sx;                                                                                             \
-        return (double)mx + log(se);                                                                              \
-    }                                                                                                             \
-    static void ce_forward_##S(const char *x_, const int64_t *t, const cls_info *L, double *lse, double *loss) { \
-        const T *x = (const T *)x_;                                                                               \
-        int64_t ns = L->s, c = L->c, npos = L->n * ns, par_work = npos * c;                                       \
-        double eps = L->smoothing;                                                                                \
-        AG_PAR_FOR                                                                                                   \
-        for (int64_t r = 0; r < npos; r++) {                                                                      \
-            const T *xr = x + (r / ns) * c * ns + r % ns;                                                         \
-            double sx, l = ns == 1 ? ce_row_fwd_##S(xr, 1, c, &sx) : ce_row_fwd_##S(xr, ns, c, &sx);              \
-            lse[r] = l;                                                                                           \
-            if (t[r] == L->ignore) {                                                                              \
-                loss[r] = 0;                                                                                      \
-                continue;                                                                                         \
-            }                                                                                                     \
-            loss[r] = (1 - eps) * (l - (double)xr[t[r] * ns]);                                                    \
-            if (eps > 0) loss[r] += eps * (l - sx / (double)c);                                                   \
-        }                                                                                                         \
-    }                                                                                                             \
-    /* dx_j += w (softmax_j - ε/C) for the row; the target's -(1-ε) w is added by the caller */                   \
-    static inline __attribute__((always_inline)) void ce_row_bwd_##S(const T *xr, int64_t ns, int64_t c,        \
-                                                                       double lse, double w, double eps, T *dxr) {  \
-        _Pragma("omp simd") for (int64_t j = 0; j < c; j++) {                                                     \
-            double d = (double)EXP_##S((T)((double)xr[j * ns] - lse)) - eps / (double)c;                          \
-            dxr[j * ns] += (T)(w * d);                                                                            \
-        }                                                                                                         \
-    }                                                                                                             \
-    static void ce_backward_##S(const char *x_, const int64_t *t, const cls_info *L, const double *lse,          \
-                                const char *g_, int64_t gs, double scale, char *dx_) {                            \
-        const T *x = (const T *)x_, *g = (const T *)g_;                                                           \
-        T *dx = (T *)dx_;                                                                                         \
-        int64_t ns = L->s, c = L->c, npos = L->n * ns, par_work = npos * c;                                       \
-        double eps = L->smoothing;                                                                                \
-        AG_PAR_FOR                                                                                                   \
-        for (int64_t r = 0; r < npos; r++) {                                                                      \
-            if (t[r] == L->ignore) continue;                                                                      \
-            int64_t base = (r / ns) * c * ns + r % ns, tj = base + t[r] * ns;                                     \
-            double w = (double)g[r * gs] * scale;                                                                 \
-            /* the target's element: w (p_t - ε/C - (1-ε)) as one expression on its old value */                \
-            double dt = (double)EXP_##S((T)((double)x[tj] - lse[r])) - eps / (double)c - (1 - eps);               \
-            T keep = dx[tj];                                                                                      \
-            if (ns == 1) ce_row_bwd_##S(x + base, 1, c, lse[r], w, eps, dx + base);                               \
-            else ce_row_bwd_##S(x + base, ns, c, lse[r], w, eps, dx + base);                                      \
-            dx[tj] = keep + (T)(w * dt);                                                                          \
-        }                                                                                                         \
-    }                                                                                                             \
-    static void nll_forward_##S(const char *x_, const int64_t *t, const cls_info *L, double *loss) {             \
-        const T *x = (const T *)x_;                                                                               \
-        int64_t ns = L->s, c = L->c, npos = L->n * ns;                                                            \
-        for (int64_t r = 0; r < npos; r++)                                                                        \
-            loss[r] = t[r] == L->ignore ? 0 : -(double)x[(r / ns) * c * ns + t[r] * ns + r % ns];                 \
-    }                                                                                                             \
-    static void nll_backward_##S(const int64_t *t, const cls_info *L, const char *g_, int64_t gs, double scale,  \
-                                 char *dx_) {                                                                     \
-        const T *g = (const T *)g_;                                                                               \
-        T *dx = (T *)dx_;                                                                                         \
-        int64_t ns = L->s, c = L->c, npos = L->n * ns;                                                            \
-        for (int64_t r = 0; r < npos; r++)                                                                        \
-            if (t[r] != L->ignore) dx[(r / ns) * c * ns + t[r] * ns + r % ns] -= (T)((double)g[r * gs] * scale);  \
-    }
-AG_FLOAT_TYPES(CE_KERNELS)
+#define T float
+#define FN(name) name##_f32
+#define EXP ag__expf
+#include "cross_entropy_kernels.inc"
+#undef T
+#undef FN
+#undef EXP
+#define T double
+#define FN(name) name##_f64
+#define EXP exp
+#include "cross_entropy_kernels.inc"
+#undef T
+#undef FN
+#undef EXP
 
 /* The loss tensor from per-position losses: targets' shape for NONE, else a 0-d sum or mean
  * (mean over valid targets; 0 when there are none). */
@@ -250,36 +189,16 @@ ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_
 
 /* a, b, out, da, db: n contiguous elements. Forward writes (a-b)² to out (NONE) or per-BLOCK
  * partial sums; backward da += 2(a-b)·g[i·gs]·scale and db -= the same. */
-#define MSE_KERNELS(T, S, D)                                                                                      \
-    static void mse_forward_##S(const char *a_, const char *b_, int64_t n, char *out_, double *partial) {        \
-        const T *a = (const T *)a_, *b = (const T *)b_;                                                           \
-        T *out = (T *)out_;                                                                                       \
-        int64_t nb = (n + BLOCK - 1) / BLOCK, par_work = n;                                                       \
-        AG_PAR_FOR                                                                                                   \
-        for (int64_t k = 0; k < nb; k++) {                                                                        \
-            int64_t end = (k + 1) * BLOCK < n ? (k + 1) * BLOCK : n;                                              \
-            double s = 0;                                                                                         \
-            for (int64_t i = k * BLOCK; i < end; i++) {                                                           \
-                double d = (double)a[i] - (double)b[i];                                                           \
-                if (out) out[i] = (T)(d * d);                                                                     \
-                s += d * d;                                                                                       \
-            }                                                                                                     \
-            partial[k] = s;                                                                                       \
-        }                                                                                                         \
-    }                                                                                                             \
-    static void mse_backward_##S(const char *a_, const char *b_, int64_t n, const char *g_, int64_t gs,          \
-                                 double scale, char *da_, char *db_) {                                            \
-        const T *a = (const T *)a_, *b = (const T *)b_, *g = (const T *)g_;                                       \
-        T *da = (T *)da_, *db = (T *)db_;                                                                         \
-        int64_t par_work = n;                                                                                     \
-        AG_PAR_FOR                                                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                                                         \
-            double v = 2 * ((double)a[i] - (double)b[i]) * (double)g[i * gs] * scale;                             \
-            if (da) da[i] += (T)v;                                                                                \
-            if (db) db[i] -= (T)v;                                                                                \
-        }                                                                                                         \
-    }
-AG_FLOAT_TYPES(MSE_KERNELS)
+#define T float
+#define FN(name) name##_f32
+#include "mse_kernels.inc"
+#undef T
+#undef FN
+#define T double
+#define FN(name) name##_f64
+#include "mse_kernels.inc"
+#undef T
+#undef FN
 
 static void mse_backward(ag_node *n) {
     ag_tensor *da = ag_grad_buffer(n->in[0]), *db = ag_grad_buffer(n->in[1]), *a = n->saved[0];

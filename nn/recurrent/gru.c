@@ -15,8 +15,6 @@
 #include "gru.h"
 #include "../nn_internal.h"
 
-#define PAR_FOR _Pragma("omp parallel for if (par_work > AG_PAR_THRESHOLD) schedule(static)")
-
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 
 /* C (m×n, rows ldc apart) = beta·C + op(A) op(B) for row-major A, B with leading dims lda, ldb */
@@ -25,122 +23,17 @@ static void gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     ag__gemm(dt, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* ---- kernels, one body per float type ----
- * step_fwd: one time step for N rows. gi: rows gis apart, (3H) = W_i· x (+ b_ih if bih); gh: N×3H
- *   = W_h· h (+ b_hh if bhh); h rows hs apart -> hout (N×H, may alias h). Inactive rows keep h
- *   and output 0 in y. gates (N×4H, optional) saves r, z, n and W_hn h + b_hn for backward.
- * step_bwd: dh = dc (+ g) per row; dgi += (rows dgis apart, optional), dgh = (N×3H), dcout = dh⊙z
- *   (may alias dc): the part of dh_prev not through W_hh. Inactive rows: dgh 0, dc kept.
- * col_sums: out[j] += Σ_i g[i][j] (m×n), accumulated in double per column.
- * add_scores: the fused additive score and its backward (see ag_additive_scores). */
-#define GRU_KERNELS(T, S, D)                                                                                         \
-    static void step_fwd_##S(int64_t N, int64_t H, const void *gi_, int64_t gis, const void *bih_, const void *gh_,  \
-                             const void *bhh_, const void *h_, int64_t hs, void *hout_, void *y_, void *gates_,      \
-                             const uint8_t *active) {                                                                \
-        const T *gi = gi_, *bih = bih_, *gh = gh_, *bhh = bhh_, *h = h_;                                             \
-        T *hout = hout_, *y = y_, *gates = gates_;                                                                   \
-        int64_t par_work = N * H * 8;                                                                                \
-        PAR_FOR                                                                                                      \
-        for (int64_t b = 0; b < N; b++) {                                                                            \
-            const T *hb = h + b * hs, *ib = gi + b * gis, *gb = gh + b * 3 * H;                                      \
-            T *ob = hout + b * H;                                                                                    \
-            if (active && !active[b]) {                                                                              \
-                if (ob != hb) memcpy(ob, hb, sizeof(T) * (size_t)H);                                                 \
-                if (y) memset(y + b * H, 0, sizeof(T) * (size_t)H);                                                  \
-                continue;                                                                                            \
-            }                                                                                                        \
-            T *sv = gates ? gates + b * 4 * H : NULL;                                                                \
-            for (int64_t j = 0; j < H; j++) {                                                                        \
-                T ir = ib[j], iz = ib[H + j], in = ib[2 * H + j];                                                    \
-                T hr = gb[j], hz = gb[H + j], hn = gb[2 * H + j];                                                    \
-                if (bih) ir += bih[j], iz += bih[H + j], in += bih[2 * H + j];                                       \
-                if (bhh) hr += bhh[j], hz += bhh[H + j], hn += bhh[2 * H + j];                                       \
-                T r = 1 / (1 + exp(-(ir + hr))), z = 1 / (1 + exp(-(iz + hz)));                                     \
-                T n = tanh(in + r * hn);                                                                             \
-                T out = (hb[j] - n) * z + n; /* torch's order of operations */                                      \
-                if (sv) sv[j] = r, sv[H + j] = z, sv[2 * H + j] = n, sv[3 * H + j] = hn;                             \
-                ob[j] = out;                                                                                         \
-                if (y) y[b * H + j] = out;                                                                           \
-            }                                                                                                        \
-        }                                                                                                            \
-    }                                                                                                                \
-    static void step_bwd_##S(int64_t N, int64_t H, const void *dc_, const void *g_, const void *gates_,              \
-                             const void *hp_, void *dgi_, int64_t dgis, void *dgh_, void *dcout_,                    \
-                             const uint8_t *active) {                                                                \
-        const T *dc = dc_, *g = g_, *gates = gates_, *hp = hp_;                                                      \
-        T *dgi = dgi_, *dgh = dgh_, *dcout = dcout_;                                                                 \
-        int64_t par_work = N * H * 8;                                                                                \
-        PAR_FOR                                                                                                      \
-        for (int64_t b = 0; b < N; b++) {                                                                            \
-            T *gh = dgh + b * 3 * H;                                                                                 \
-            if (active && !active[b]) {                                                                              \
-                memset(gh, 0, sizeof(T) * 3 * (size_t)H);                                                            \
-                if (dcout != dc) memcpy(dcout + b * H, dc + b * H, sizeof(T) * (size_t)H);                           \
-                continue;                                                                                            \
-            }                                                                                                        \
-            const T *sv = gates + b * 4 * H;                                                                         \
-            T *gi = dgi ? dgi + b * dgis : NULL;                                                                     \
-            for (int64_t j = 0; j < H; j++) {                                                                        \
-                T dh = dc[b * H + j] + (g ? g[b * H + j] : 0);                                                       \
-                T r = sv[j], z = sv[H + j], n = sv[2 * H + j], hn = sv[3 * H + j];                                   \
-                T dnp = dh * (1 - z) * (1 - n * n);                                                                  \
-                T dzp = dh * (hp[b * H + j] - n) * z * (1 - z);                                                      \
-                T drp = dnp * hn * r * (1 - r);                                                                      \
-                if (gi) gi[j] += drp, gi[H + j] += dzp, gi[2 * H + j] += dnp;                                        \
-                gh[j] = drp, gh[H + j] = dzp, gh[2 * H + j] = dnp * r;                                               \
-                dcout[b * H + j] = dh * z;                                                                           \
-            }                                                                                                        \
-        }                                                                                                            \
-    }                                                                                                                \
-    static void col_sums_##S(const void *g_, int64_t m, int64_t n, void *out_) {                                     \
-        const T *g = g_;                                                                                             \
-        T *out = out_;                                                                                               \
-        int64_t par_work = m * n;                                                                                    \
-        PAR_FOR                                                                                                      \
-        for (int64_t j = 0; j < n; j++) {                                                                            \
-            double acc = 0;                                                                                          \
-            for (int64_t i = 0; i < m; i++) acc += g[i * n + j];                                                     \
-            out[j] += (T)acc;                                                                                        \
-        }                                                                                                            \
-    }                                                                                                                \
-    static void add_scores_fwd_##S(int64_t N, int64_t Sl, int64_t A, const void *kp_, const void *qp_,              \
-                                   const void *v_, void *out_) {                                                     \
-        const T *kp = kp_, *qp = qp_, *v = v_;                                                                       \
-        T *out = out_;                                                                                               \
-        int64_t par_work = N * Sl * A * 4;                                                                           \
-        PAR_FOR                                                                                                      \
-        for (int64_t i = 0; i < N * Sl; i++) {                                                                       \
-            const T *k = kp + i * A, *q = qp + (i / Sl) * A;                                                         \
-            double acc = 0;                                                                                          \
-            for (int64_t a = 0; a < A; a++) acc += (double)v[a] * (double)tanh(k[a] + q[a]);                         \
-            out[i] = (T)acc;                                                                                         \
-        }                                                                                                            \
-    }                                                                                                                \
-    /* dkp += ds v (1 - t²); dqp += Σ_j of that; vpart[n] = Σ_j ds t (summed over n by the caller) */                \
-    static void add_scores_bwd_##S(int64_t N, int64_t Sl, int64_t A, const void *kp_, const void *qp_,              \
-                                   const void *v_, const void *ds_, void *dkp_, void *dqp_, double *vpart) {         \
-        const T *kp = kp_, *qp = qp_, *v = v_, *ds = ds_;                                                            \
-        T *dkp = dkp_, *dqp = dqp_;                                                                                  \
-        int64_t par_work = N * Sl * A * 4;                                                                           \
-        PAR_FOR                                                                                                      \
-        for (int64_t b = 0; b < N; b++) {                                                                            \
-            const T *q = qp + b * A;                                                                                 \
-            double *vp = vpart + b * A;                                                                              \
-            for (int64_t a = 0; a < A; a++) vp[a] = 0;                                                               \
-            for (int64_t j = 0; j < Sl; j++) {                                                                       \
-                int64_t i = b * Sl + j;                                                                              \
-                const T *k = kp + i * A;                                                                             \
-                T g = ds[i];                                                                                         \
-                for (int64_t a = 0; a < A; a++) {                                                                    \
-                    T t = tanh(k[a] + q[a]), d = g * v[a] * (1 - t * t);                                             \
-                    if (dkp) dkp[i * A + a] += d;                                                                    \
-                    if (dqp) dqp[b * A + a] += d;                                                                    \
-                    vp[a] += (double)g * (double)t;                                                                  \
-                }                                                                                                    \
-            }                                                                                                        \
-        }                                                                                                            \
-    }
-AG_FLOAT_TYPES(GRU_KERNELS)
+/* ---- kernels: step_fwd_f32, step_bwd_f32, col_sums_f32, add_scores_fwd_f32, ... ---- */
+#define T float
+#define FN(name) name##_f32
+#include "gru_kernels.inc"
+#undef T
+#undef FN
+#define T double
+#define FN(name) name##_f64
+#include "gru_kernels.inc"
+#undef T
+#undef FN
 
 typedef struct {
     void (*step_fwd)(int64_t, int64_t, const void *, int64_t, const void *, const void *, const void *, const void *,

@@ -8,11 +8,6 @@
 #include "../../tensor/op.h"
 #include "optim.h"
 
-#define SQRT_f32 sqrtf
-#define SQRT_f64 sqrt
-#define FMA_f32 fmaf
-#define FMA_f64 fma
-
 /* PyTorch's CPU kernels (the AVX2 build it dispatches to on any x86-64 made since ~2013) fuse
  * add(x, y, alpha=a) = x + a y and addcmul(x, y, z, value=a) = x + (a y) z into one
  * fused multiply-add; an explicit fma() reproduces that rounding exactly (this file is C11, so
@@ -24,104 +19,28 @@
 #define FMA_CLONES
 #endif
 
-/* ---- kernels: one body per dtype; each mirrors torch.optim's _single_tensor_ functions line
- * by line, with the same rounding of scalars to T and the same operation order. ---- */
+/* ---- kernels (optim_kernels.inc): sgd_f32, adam_f32, sumsq_f32, clip_f32 and the same for f64 ---- */
 
-/* d_p = g + wd p; buf = d_p on the first step, else buf = momentum buf + (1 - dampening) d_p;
- * d_p = nesterov ? d_p + momentum buf : buf; p -= lr d_p */
-#define SGD_KERNEL(T, S, D)                                                                                        \
-    FMA_CLONES static void sgd_##S(const ag_optim *o, int64_t n) {                                                 \
-        T *p = (T *)o->params->data, *buf = o->momentum_buffer;                                                    \
-        const T *g = (const T *)o->params->grad;                                                                   \
-        const T wd = (T)o->weight_decay, mom = (T)o->momentum, keep = (T)(1 - o->dampening), neg_lr = (T)-o->lr;   \
-        const bool decay = o->weight_decay != 0, use_mom = o->momentum != 0, first = o->step == 0;                 \
-        const bool nesterov = o->nesterov;                                                                         \
-        _Pragma("omp parallel for simd if (parallel: n > AG_PAR_THRESHOLD) schedule(static)")                      \
-        for (int64_t i = 0; i < n; i++) {                                                                          \
-            T d = g[i];                                                                                            \
-            if (decay) d = FMA_##S(wd, p[i], d);                                                                   \
-            if (use_mom) {                                                                                         \
-                T b;                                                                                               \
-                if (first) {                                                                                       \
-                    b = d;                                                                                         \
-                } else {                                                                                           \
-                    b = buf[i] * mom;                                                                              \
-                    b = FMA_##S(keep, d, b);                                                                       \
-                }                                                                                                  \
-                buf[i] = b;                                                                                        \
-                d = nesterov ? FMA_##S(mom, b, d) : b;                                                             \
-            }                                                                                                      \
-            p[i] = FMA_##S(neg_lr, d, p[i]);                                                                       \
-        }                                                                                                          \
-    }
-
-/* Adam: g += wd p.  AdamW: p *= 1 - lr wd.  Both: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
- * p += -(lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
-#define ADAM_KERNEL(T, S, D)                                                                                       \
-    FMA_CLONES static void adam_##S(const ag_optim *o, int64_t n) {                                                \
-        T *p = (T *)o->params->data, *m = o->exp_avg, *v = o->exp_avg_sq;                                          \
-        const T *g = (const T *)o->params->grad;                                                                   \
-        const double t = (double)o->step, b1d = o->betas[0], b2d = o->betas[1];                                    \
-        const double bc1 = 1 - pow(b1d, t), bc2 = 1 - pow(b2d, t);                                                 \
-        const T b1 = (T)b1d, a1 = (T)(1 - b1d), b2 = (T)b2d, a2 = (T)(1 - b2d), eps = (T)o->eps;                   \
-        const T wd = (T)o->weight_decay, shrink = (T)(1 - o->lr * o->weight_decay);                                \
-        const T neg_step = (T)(-(o->lr / bc1)), bc2_sqrt = (T)sqrt(bc2);                                           \
-        const bool l2 = o->kind == AG_OPTIM_ADAM && o->weight_decay != 0, decoupled = o->kind == AG_OPTIM_ADAMW;   \
-        _Pragma("omp parallel for simd if (parallel: n > AG_PAR_THRESHOLD) schedule(static)")                      \
-        for (int64_t i = 0; i < n; i++) {                                                                          \
-            T gi = g[i], pi = p[i];                                                                                \
-            if (l2) gi = FMA_##S(wd, pi, gi);                                                                      \
-            if (decoupled) pi = pi * shrink;                                                                       \
-            T mi = m[i] * b1;                                                                                      \
-            mi = FMA_##S(a1, gi, mi);                                                                              \
-            T vi = v[i] * b2;                                                                                      \
-            vi = FMA_##S(a2 * gi, gi, vi);                                                                         \
-            T denom = SQRT_##S(vi) / bc2_sqrt;                                                                     \
-            denom = denom + eps;                                                                                   \
-            m[i] = mi;                                                                                             \
-            v[i] = vi;                                                                                             \
-            p[i] = pi + neg_step * mi / denom;                                                                     \
-        }                                                                                                          \
-    }
-
-/* Σ g² in double over NCHUNK fixed chunks (boundaries depend on n only), each summed in 8
- * interleaved lanes (so the loop vectorises) combined in order, then the chunks in order: the
- * result depends on n alone, never on the thread count. */
-#define NCHUNK 64
-#define LANES 8
-#define SUMSQ_KERNEL(T, S, D)                                                                                      \
-    static double sumsq_##S(const void *gv, int64_t n) {                                                           \
-        const T *g = gv;                                                                                           \
-        double part[NCHUNK];                                                                                       \
-        _Pragma("omp parallel for if (n > AG_PAR_THRESHOLD) schedule(static)") for (int c = 0; c < NCHUNK; c++) {  \
-            int64_t i = n * c / NCHUNK, end = n * (c + 1) / NCHUNK;                                                \
-            double lane[LANES] = {0}, s = 0;                                                                       \
-            for (; i + LANES <= end; i += LANES)                                                                   \
-                for (int l = 0; l < LANES; l++) lane[l] += (double)g[i + l] * (double)g[i + l];                    \
-            for (int l = 0; l < LANES; l++) s += lane[l];                                                          \
-            for (; i < end; i++) s += (double)g[i] * (double)g[i];                                                 \
-            part[c] = s;                                                                                           \
-        }                                                                                                          \
-        double total = 0;                                                                                          \
-        for (int c = 0; c < NCHUNK; c++) total += part[c];                                                         \
-        return total;                                                                                              \
-    }
-
-/* PyTorch computes the coefficient on the f32/f64 norm tensor: max_norm / (norm + 1e-6) is
- * reciprocal(norm + 1e-6) * max_norm (Tensor.__rdiv__), then clamp(max=1) and grads *= coef. */
-#define CLIP_KERNEL(T, S, D)                                                                                       \
-    static void clip_##S(void *gv, int64_t n, double norm, double max_norm) {                                      \
-        T *g = gv;                                                                                                 \
-        const T coef = ((T)1 / ((T)norm + (T)1e-6)) * (T)max_norm;                                                 \
-        if (coef >= 1) return; /* clamped to 1: multiplying would change nothing */                                \
-        _Pragma("omp parallel for if (n > AG_PAR_THRESHOLD) schedule(static)") for (int64_t i = 0; i < n; i++)     \
-            g[i] = g[i] * coef;                                                                                    \
-    }
-
-AG_FLOAT_TYPES(SGD_KERNEL)
-AG_FLOAT_TYPES(ADAM_KERNEL)
-AG_FLOAT_TYPES(SUMSQ_KERNEL)
-AG_FLOAT_TYPES(CLIP_KERNEL)
+#define NCHUNK 64 /* fixed chunks of sumsq */
+#define LANES 8   /* interleaved lanes per chunk of sumsq */
+#define T float
+#define FN(name) name##_f32
+#define FMA fmaf
+#define SQRT sqrtf
+#include "optim_kernels.inc"
+#undef T
+#undef FN
+#undef FMA
+#undef SQRT
+#define T double
+#define FN(name) name##_f64
+#define FMA fma
+#define SQRT sqrt
+#include "optim_kernels.inc"
+#undef T
+#undef FN
+#undef FMA
+#undef SQRT
 
 /* ---- construction ---- */
 

@@ -19,24 +19,24 @@ bool ag__check_rows(const char *op, const int64_t *rows, int64_t n, int64_t R) {
     return true;
 }
 
-/* the rows are distinct, so the additions never meet */
-#define ROWS_ADD(T, S, D_)                                                                                        \
-    static void rows_add_##S(char *dst_, const char *src_, const int64_t *rows, int64_t n, int64_t D,            \
-                             bool scatter) {                                                                      \
-        T *dst = (T *)dst_;                                                                                       \
-        const T *src = (const T *)src_;                                                                           \
-        int64_t par_work = n * D;                                                                                 \
-        AG_PAR_FOR                                                                                                \
-        for (int64_t i = 0; i < n; i++) {                                                                         \
-            T *d = dst + (scatter ? rows[i] : i) * D;                                                             \
-            const T *s = src + (scatter ? i : rows[i]) * D;                                                       \
-            for (int64_t j = 0; j < D; j++) d[j] += s[j];                                                         \
-        }                                                                                                         \
-    }
-AG_FLOAT_TYPES(ROWS_ADD)
+static inline void add_f32(float *d, const float *s, int64_t D) {
+    for (int64_t j = 0; j < D; j++) d[j] += s[j];
+}
+static inline void add_f64(double *d, const double *s, int64_t D) {
+    for (int64_t j = 0; j < D; j++) d[j] += s[j];
+}
 
+/* the rows are distinct, so the additions never meet */
 void ag__rows_add(ag_dtype dt, char *dst, const char *src, const int64_t *rows, int64_t n, int64_t D, bool scatter) {
-    (dt == AG_F32 ? rows_add_f32 : rows_add_f64)(dst, src, rows, n, D, scatter);
+    size_t row_bytes = (size_t)D * ag_dtype_size(dt);
+    int64_t par_work = n * D;
+    AG_PAR_FOR
+    for (int64_t i = 0; i < n; i++) {
+        char *d = dst + (size_t)(scatter ? rows[i] : i) * row_bytes;
+        const char *s = src + (size_t)(scatter ? i : rows[i]) * row_bytes;
+        if (dt == AG_F32) add_f32((float *)d, (const float *)s, D);
+        else add_f64((double *)d, (const double *)s, D);
+    }
 }
 
 void ag__rows_copy(char *dst, const char *src, const int64_t *rows, int64_t n, size_t row_bytes, bool scatter) {

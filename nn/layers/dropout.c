@@ -1,0 +1,145 @@
+/* Dropout: out of place, in place, and relu + dropout in place, with masks drawn from the
+ * counter-based generator so that they do not depend on the thread count. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../../tensor/op.h"
+#include "layers.h"
+#include "../nn_internal.h"
+#include "layers_internal.h"
+
+/* masks drawn per chunk: an element's word of the stream depends only on the mask's counter and
+ * its index, so the chunks can be spread over threads and the mask is the same for any split (a
+ * multiple of 8: a chunk owns whole bytes of a bit mask) */
+#define DROP_CHUNK 2048
+
+/* keep[i] = bit e0+i of bits (0/1 bytes), for i < n: eight at a time by a multiply that spreads a
+ * byte's bits over the bytes of a word */
+static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *keep) {
+    int64_t i = 0;
+    for (; i < n && (e0 + i) % 8; i++) keep[i] = bits[(e0 + i) >> 3] >> ((e0 + i) & 7) & 1;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ /* byte q of w is keep[i + q] */
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = bits[(e0 + i) >> 3] * 0x0101010101010101ull & 0x8040201008040201ull; /* bit q in byte q */
+        w = (w + 0x7F7F7F7F7F7F7F7Full) >> 7 & 0x0101010101010101ull; /* a nonzero byte carries into bit 7 */
+        memcpy(keep + i, &w, 8);
+    }
+#endif
+    for (; i < n; i++) keep[i] = bits[(e0 + i) >> 3] >> ((e0 + i) & 7) & 1;
+}
+
+/* drop_fwd_f32, drop_bwd_f32, drop_fwd_f64, drop_bwd_f64 */
+#define T float
+#define FN(name) name##_f32
+#include "dropout_kernels.inc"
+#undef T
+#undef FN
+#define T double
+#define FN(name) name##_f64
+#include "dropout_kernels.inc"
+#undef T
+#undef FN
+
+void ag__drop_bwd(ag_dtype dt, const uint8_t *bits, const char *y, const char *g, char *dx, int64_t n, double scale,
+                  bool acc) {
+    if (dt == AG_F32) drop_bwd_f32(bits, y, g, dx, n, (float)scale, acc);
+    else drop_bwd_f64(bits, y, g, dx, n, scale, acc);
+}
+
+/* y = dropout(x) (relu first when asked) for elements e0 .. e0+n-1 of a mask, x and y (which may
+ * be x) contiguous. Element e is kept when element e of the mask at counter base of the generator
+ * with this seed is a uniform below 1-p (the caller advances the counter past the mask once);
+ * with bits the mask is stored one bit per element. replay reads such a mask instead of drawing.
+ * p == 1 keeps nothing and draws nothing; p == 0 keeps everything. Chunks are aligned to
+ * DROP_CHUNK elements of the whole mask, so each owns whole bytes of bits. */
+void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu, uint64_t seed,
+                    uint64_t base, uint8_t *bits, bool replay) {
+    double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+    uint64_t below = ag__u32_count_below(1.0 - p); /* keep: the uniform < 1 - p */
+    bool draw = p > 0 && p < 1 && !replay;
+    size_t es = ag_dtype_size(dt);
+    int64_t first = e0 / DROP_CHUNK, end = (e0 + n + DROP_CHUNK - 1) / DROP_CHUNK, par_work = n;
+    AG_PAR_FOR
+    for (int64_t c = first; c < end; c++) {
+        uint8_t k[DROP_CHUNK];
+        int64_t lo = c * DROP_CHUNK > e0 ? c * DROP_CHUNK : e0, hi = (c + 1) * DROP_CHUNK, m;
+        if (hi > e0 + n) hi = e0 + n;
+        m = hi - lo;
+        bool packed = false;
+        if (draw) { /* straight into the bits when the chunk starts a byte */
+            packed = bits && lo % 8 == 0;
+            ag__rng_keep(seed, base, lo, m, below, false, k, packed ? bits + lo / 8 : NULL);
+        } else if (replay && p > 0) {
+            bits_to_bytes(bits, lo, m, k);
+        } else {
+            memset(k, p < 1, (size_t)m);
+        }
+        if (bits && !replay && !packed)
+            for (int64_t i = 0, e = lo; i < m; i++, e++)
+                bits[e >> 3] = (uint8_t)((bits[e >> 3] & ~(1u << (e & 7))) | (unsigned)k[i] << (e & 7));
+        size_t off = (size_t)(lo - e0) * es;
+        if (dt == AG_F32) drop_fwd_f32(k, x + off, y + off, m, (float)scale, relu);
+        else drop_fwd_f64(k, x + off, y + off, m, scale, relu);
+    }
+}
+
+/* the generator's counter moves past a mask of n elements (none when nothing is drawn) */
+void ag__drop_advance(ag_rng *r, int64_t n, double p) {
+    if (p > 0 && p < 1) r->counter += ag__mask_draws(n);
+}
+
+/* saved[0]: the keep mask (bits), or NULL for the relu form, which reads its output instead */
+static void dropout_backward(ag_node *n) {
+    bool fresh; /* every element of x's gradient is written */
+    ag_tensor *dx = ag__grad_buffer_to_write(n->in[0], &fresh), *g = n->out->grad;
+    if (!dx) return;
+    const uint8_t *bits = n->saved[0] ? (const uint8_t *)ag__ptr(n->saved[0]) : NULL;
+    const char *y = ag__ptr(n->out);
+    ag__drop_bwd(g->dtype, bits, y, ag__ptr(g), ag__ptr(dx), ag_numel(g), n->ctx.d[0], !fresh);
+}
+static const ag_op DROPOUT = {"ag_dropout", dropout_backward, AG_SAVES_NONE},
+                   DROPOUT_ = {"ag_dropout_", dropout_backward, AG_SAVES_NONE},
+                   RELU_DROPOUT_ = {"ag_relu_dropout_", dropout_backward, AG_SAVES_OUTPUT};
+
+bool ag__check_p(const char *op, const ag_tensor *x, double p) {
+    if (p >= 0 && p <= 1) return true;
+    char b[128];
+    ag_error(op, "input %s: p = %g, expected a probability in [0, 1]", ag_shape_str(x, b), p);
+    return false;
+}
+
+/* The three dropouts: out of place, in place (y shares x's storage), and relu + dropout in place.
+ * In place needs a contiguous x that is not a leaf requiring grad while grad mode is on; other x
+ * are done out of place (the same values and gradients, only the memory differs). */
+static ag_tensor *dropout(const ag_op *op, ag_tensor *x, double p, bool training, ag_rng *rng) {
+    bool relu = op == &RELU_DROPOUT_, inplace = op != &DROPOUT;
+    if (!ag__check_float(op->name, x) || !ag__check_p(op->name, x, p)) return NULL;
+    if (!training) p = 0;
+    if (p == 0 && !relu) return x;
+    if (inplace && (!ag_is_contiguous(x) || (ag_grad_enabled() && x->requires_grad && !x->node))) inplace = false;
+    int64_t n = ag_numel(x);
+    ag_tensor *bits = relu ? NULL : ag__new(AG_BOOL, 1, (int64_t[]){(n + 7) / 8}), *xd = ag__dense(x);
+    ag_tensor *y = inplace ? ag__alias(x) : ag__new(x->dtype, x->ndim, x->shape);
+    ag_rng *r = rng ? rng : ag_rng_global();
+    ag__drop_apply(x->dtype, ag__ptr(xd), ag__ptr(y), n, 0, p, relu, r->seed, r->counter,
+                   bits ? (uint8_t *)ag__ptr(bits) : NULL, false);
+    ag__drop_advance(r, n, p);
+    if (inplace) ag__bump_version(x);
+    ag_node *nd = ag_finish(op, y, 1, &x);
+    if (nd) {
+        nd->saved[0] = bits;
+        nd->ctx.d[0] = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+    }
+    return y;
+}
+
+ag_tensor *ag_dropout(ag_tensor *x, double p, bool training, ag_rng *rng) {
+    return dropout(&DROPOUT, x, p, training, rng);
+}
+ag_tensor *ag_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng) {
+    return dropout(&DROPOUT_, x, p, training, rng);
+}
+ag_tensor *ag_relu_dropout_(ag_tensor *x, double p, bool training, ag_rng *rng) {
+    return dropout(&RELU_DROPOUT_, x, p, training, rng);
+}
