@@ -73,7 +73,7 @@ ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowse
                                 const ag__rowset *kr, const ag_mha_args *a);
 
 /* NULL, bool, or a float mask of the scores' dtype, broadcastable to ndim/shape (the scores'
- * shape, whose name the message gives as what): returns the mask kind (tensor/internal.h's
+ * shape, whose name the message gives as what): returns the mask kind (tensor/op.h's
  * ag__softmax_mask_kind), -1 after reporting. For the masked softmax and the attention. */
 int ag__check_softmax_mask(const char *op, const ag_tensor *mask, ag_dtype dt, int ndim, const int64_t *shape,
                            const char *what);

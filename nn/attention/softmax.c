@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "attention.h"
 #include "../nn_internal.h"
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../tensor/internal.h"
+#include "../../tensor/op.h"
 #include "../nn_internal.h"
 #include "transformer.h"
 #include "transformer_internal.h"
