@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1198,6 +1199,104 @@ static void test_resume_without_a_previous_run_fails_naming_the_checkpoint(void 
     assert_not_contains(err_text, "training pairs");
 }
 
+/* ---- where checkpoints go: found unwritable before training, and a lost save stops the run ---- */
+
+static void test_an_unwritable_out_or_unreadable_test_stops_before_the_first_step(void **state) {
+    const char *file = in_dir("out-is-a-file");
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    assert_status(RUN("train", "--train", toy(), "--out", file, TINY, "--steps", "4"), 1);
+    char expect[700];
+    snprintf(expect, sizeof expect, "attograd-translate: cannot write checkpoints to %s: Not a directory", file);
+    assert_contains(err_text, expect);
+    assert_not_contains(err_text, "parameters"); /* before the model is built */
+    const char *missing = in_dir("no-such-test.tsv");
+    assert_status(RUN("train", "--train", toy(), "--test", missing, "--out", in_dir("run-no-test"), TINY, "--steps",
+                      "4"),
+                  1);
+    snprintf(expect, sizeof expect, "attograd-translate: cannot read the test file %s: No such file", missing);
+    assert_contains(err_text, expect);
+    assert_not_contains(err_text, "parameters");
+}
+
+/* a tmpfs of size (mounted at a new directory of dir), or NULL where mounting is refused */
+static const char *mounted_tmpfs(const char *name, const char *size) {
+    const char *at = in_dir(name);
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%s", size);
+    mkdir(at, 0755);
+    return mount("tmpfs", at, "tmpfs", 0, opts) == 0 ? at : NULL;
+}
+
+/* A read-only mount: refused at the start, fresh or resumed (a resume used to train its steps,
+ * fail every save and exit 0). A disk too small for a checkpoint: the run stops at the first
+ * save that fails, with status 1, and says the steps since the last save are lost. */
+static void test_a_read_only_or_full_out_fails_with_status_1_never_0(void **state) {
+    const char *ro = mounted_tmpfs("ro-mount", "4m");
+    if (!ro) {
+        print_message("cannot mount a tmpfs here (%s): needs root\n", strerror(errno));
+        skip();
+    }
+    assert_status(RUN("train", "--train", toy(), "--out", ro, TINY, "--steps", "2", "--eval-every", "2"), 0);
+    assert_int_equal(mount(NULL, ro, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
+    assert_status(RUN("train", "--train", toy(), "--out", ro, TINY, "--steps", "20", "--resume"), 1);
+    char expect[700];
+    snprintf(expect, sizeof expect, "attograd-translate: cannot write checkpoints to %s: Read-only file system", ro);
+    assert_contains(err_text, expect);
+    ag_train_state st = load_state(in_dir("ro-mount/last.h5"));
+    assert_int_equal(st.global_step, 2);
+    ag_train_state_clear(&st);
+    umount(ro);
+
+    const char *full = mounted_tmpfs("full-mount", "16k");
+    assert_non_null(full);
+    assert_status(RUN("train", "--train", toy(), "--out", full, TINY, "--steps", "20", "--eval-every", "3",
+                      "--save-every", "3"),
+                  1);
+    assert_contains(err_text, "No space left on device");
+    assert_contains(err_text, "attograd-translate: stopped at step 3: a checkpoint could not be saved (above); the "
+                              "steps since the last save are lost");
+    assert_not_contains(err_text, "step 6:");
+    umount(full);
+}
+
+/* ---- resume takes the settings it trained with ---- */
+
+/* Trained with non-default learning rate, warmup, label smoothing and clipping, a run resumed
+ * without those flags continues exactly as one that never stopped; a flag that differs from the
+ * checkpoint is refused by name, and one that agrees is accepted. */
+static void test_resume_restores_every_training_setting_and_refuses_conflicting_flags(void **state) {
+    const char *a = in_dir("settings-a"), *b = in_dir("settings-b");
+    const char *settings[] = {"--lr", "0.003", "--warmup", "3", "--label-smoothing", "0.2", "--clip", "0.5", NULL};
+    const char *common[] = {"--train", toy(), TINY, "--eval-every", "4", "--save-every", "4", NULL};
+    const char *args[64], *none[] = {NULL};
+    train_args(args, common, settings, a, "8", false);
+    assert_status(run_v(NULL, args), 0);
+    train_args(args, common, settings, b, "4", false);
+    assert_status(run_v(NULL, args), 0);
+    train_args(args, common, none, b, "8", true);
+    assert_status(run_v(NULL, args), 0);
+    char pa[600], pb[600];
+    snprintf(pa, sizeof pa, "%s/last.h5", a);
+    snprintf(pb, sizeof pb, "%s/last.h5", b);
+    int differ;
+    assert_true(compare_checkpoints(pa, pb, "/model", &differ) > 10);
+    assert_int_equal(differ, 0);
+    assert_true(compare_checkpoints(pa, pb, "/optimizer", &differ) > 20);
+    assert_int_equal(differ, 0);
+    /* conflicting flags, each named; agreeing ones pass (the run above gave TINY again) */
+    assert_status(RUN("train", "--train", toy(), "--out", b, TINY, "--steps", "9", "--lr", "0.001", "--resume"), 1);
+    assert_contains(err_text, "attograd-translate: cannot resume: --lr 0.001 differs from the checkpoint's 0.003");
+    assert_status(RUN("train", "--train", toy(), "--out", b, TINY, "--steps", "9", "--model", "gru", "--d-model",
+                      "32", "--resume"),
+                  1);
+    assert_contains(err_text, "--d-model 32 differs from the checkpoint's 16");
+    assert_contains(err_text, "--model gru differs from the checkpoint's transformer");
+    ag_train_state st = load_state(pb);
+    assert_int_equal(st.global_step, 8);
+    ag_train_state_clear(&st);
+}
+
 static void test_eval_with_a_missing_data_file_fails_naming_it(void **state) {
     trained_run("gru");
     const char *missing = in_dir("no-such-data.tsv");
@@ -1343,6 +1442,9 @@ int main(void) {
         TEST(test_commands_reject_missing_non_hdf5_and_foreign_checkpoints),
         TEST(test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_crash),
         TEST(test_resume_without_a_previous_run_fails_naming_the_checkpoint),
+        TEST(test_an_unwritable_out_or_unreadable_test_stops_before_the_first_step),
+        TEST(test_a_read_only_or_full_out_fails_with_status_1_never_0),
+        TEST(test_resume_restores_every_training_setting_and_refuses_conflicting_flags),
         TEST(test_eval_with_a_missing_data_file_fails_naming_it),
         TEST(test_a_vocabulary_of_20000_words_is_saved_and_translate_and_resume_use_it),
         TEST(test_a_checkpoint_with_vocabularies_in_the_old_chunked_form_still_loads),

@@ -48,6 +48,11 @@ static bool parse_value(const opt_def *d, const char *v) {
 
 bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                 int maxpos, int *npos) {
+    return opts_parse_given(argc, argv, first, defs, usage, pos, maxpos, npos, NULL);
+}
+
+bool opts_parse_given(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
+                      int maxpos, int *npos, bool *given) {
     *npos = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -72,6 +77,7 @@ bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const cha
             fprintf(stderr, "attograd-translate: unknown option '%.*s'\n", (int)len, a);
             goto usage;
         }
+        if (given) given[d - defs] = true;
         if (d->type == OPT_FLAG) {
             if (eq) {
                 fprintf(stderr, "attograd-translate: option %s takes no value\n", d->name);

@@ -2,6 +2,7 @@
  * label smoothing and clipping; periodic evaluation, checkpoints (last and best), exact resume,
  * Ctrl-C saves and exits, curves as SVG. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -9,11 +10,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "progress.h"
 #include "svg.h"
 #include "translate.h"
+#include "train_internal.h"
 
 typedef struct {
     const char *train, *dev, *test, *out, *model;
@@ -22,6 +25,22 @@ typedef struct {
     double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
     bool chars, strict, resume, recompute_attention, keep_ff_activation, help;
 } train_opts;
+
+/* What is wrong with o (one sentence), or NULL */
+static const char *train_opts_problem(const train_opts *o) {
+    if (!o->train) return "--train FILE is required";
+    if (strcmp(o->model, "transformer") != 0 && strcmp(o->model, "gru") != 0) return "--model is transformer or gru";
+    if (o->steps < 1 || o->batch < 1 || o->d_model < 1 || o->heads < 1 || o->layers < 0 || o->ff < 1 ||
+        o->hidden < 1 || o->max_len < 2 || o->min_count < 1 || o->eval_every < 1 || o->save_every < 1 ||
+        o->warmup < 1 || o->samples < 0 || o->threads < 0 || o->max_eval < 0)
+        return "sizes, counts and intervals must be positive";
+    if (o->d_model % o->heads != 0) return "--d-model must be a multiple of --heads";
+    if (!(o->lr > 0) || !(o->dropout >= 0 && o->dropout < 1) || !(o->label_smoothing >= 0 && o->label_smoothing <= 1) ||
+        !(o->clip >= 0) || !(o->heldout >= 0 && o->heldout < 1) ||
+        !(o->teacher_forcing >= 0 && o->teacher_forcing <= 1))
+        return "--lr > 0, --dropout in [0,1), --label-smoothing, --teacher-forcing in [0,1], --heldout in [0,1)";
+    return NULL;
+}
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
@@ -33,110 +52,6 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* ---- evaluation: teacher-forced loss, greedy (or beam) exact match and BLEU ---- */
-
-typedef struct {
-    double loss, exact, bleu;
-    int64_t sentences;
-} eval_result;
-
-/* Evaluate on up to max_pairs pairs of d (0: all); prints `samples` translations to f. */
-/* pairs per evaluation batch: training's batch size, so evaluating needs no more memory */
-#define EVAL_BATCH 64
-
-static eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const tr_vocab *tgt_v,
-                            tr_tok_mode mode, int beam, int64_t max_pairs, int samples, FILE *f) {
-    eval_result r = {0};
-    char err[TR_ERR_SIZE];
-    tr_batcher b;
-    tr_batch bt;
-    if (tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 || tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
-        fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
-        r.loss = NAN;
-        return r;
-    }
-    tr_batcher_set_epoch(&b, 0);
-    tr_bleu_stats bleu = {0};
-    double loss_sum = 0;
-    int64_t tokens = 0, W = 2 * (int64_t)b.max_tgt_len + 8;
-    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(128 * W));
-    bool grad = ag_set_grad_enabled(false);
-    /* in the caller's arena (training's, between steps): evaluation reuses that memory */
-    ag_arena *arena = ag_arena_current();
-    ag_arena_mark mark = ag_arena_get_mark(arena);
-    int shown = 0;
-    for (int64_t k = 0; k < b.nbatches && (max_pairs <= 0 || r.sentences < max_pairs); k++) {
-        tr_batcher_get(&b, d, k, &bt);
-        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Ls), bt.src);
-        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_in);
-        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_out);
-        loss_sum += ag_item(model_loss(model_forward(m, src, tin, false, 1.0, NULL), tout, 0.0)) * (double)bt.ntokens;
-        tokens += bt.ntokens;
-        model_translate(m, src, W, beam, 0.6, hyp);
-        for (int i = 0; i < bt.B; i++) {
-            const int64_t *h = hyp + i * W, *ref = bt.tgt_out + (int64_t)i * bt.Lt;
-            tr_bleu_add_ids(&bleu, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt));
-            if (f && shown < samples) {
-                char s[512], t[512], rf[512];
-                tr_vocab_decode(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
-                tr_vocab_decode(tgt_v, h, (int)W, mode, t, sizeof t);
-                tr_vocab_decode(tgt_v, ref, bt.Lt, mode, rf, sizeof rf);
-                if (strcmp(t, rf) == 0) fprintf(f, "  %s  ->  %s\n", s, t);
-                else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, t, rf);
-                shown++;
-            }
-        }
-        r.sentences += bt.B;
-        ag_arena_rewind(arena, mark);
-    }
-    ag_set_grad_enabled(grad);
-    free(hyp);
-    tr_batch_free(&bt);
-    tr_batcher_free(&b);
-    r.loss = tokens ? loss_sum / (double)tokens : NAN;
-    r.exact = tr_exact_match(&bleu);
-    r.bleu = tr_bleu_score(&bleu);
-    return r;
-}
-
-/* ---- curves ---- */
-
-typedef struct {
-    int n, cap;
-    double *step, *train_loss, *dev_loss, *dev_exact;
-} curves;
-
-static void curves_add(curves *c, double step, double tl, double dl, double acc) {
-    if (c->n == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 64;
-        c->step = realloc(c->step, sizeof(double) * (size_t)c->cap);
-        c->train_loss = realloc(c->train_loss, sizeof(double) * (size_t)c->cap);
-        c->dev_loss = realloc(c->dev_loss, sizeof(double) * (size_t)c->cap);
-        c->dev_exact = realloc(c->dev_exact, sizeof(double) * (size_t)c->cap);
-    }
-    c->step[c->n] = step;
-    c->train_loss[c->n] = tl;
-    c->dev_loss[c->n] = dl;
-    c->dev_exact[c->n] = acc;
-    c->n++;
-}
-
-static void curves_write(const curves *c, const char *path) {
-    tr_svg_series s[3] = {{"train loss (label-smoothed, dropout)", c->step, c->train_loss, c->n, 0},
-                          {"dev loss", c->step, c->dev_loss, c->n, 0},
-                          {"dev exact match", c->step, c->dev_exact, c->n, 1}};
-    char err[TR_ERR_SIZE];
-    if (tr_svg_curves(path, "attograd-translate training", "step", "loss", "exact match", 3, s, err, sizeof err))
-        fprintf(stderr, "attograd-translate: %s\n", err);
-}
-
-static void curves_free(curves *c) {
-    free(c->step);
-    free(c->train_loss);
-    free(c->dev_loss);
-    free(c->dev_exact);
 }
 
 /* ---- checkpoints ---- */
@@ -156,6 +71,19 @@ static char *join(const char *dir, const char *name) {
     char *p = malloc(n);
     snprintf(p, n, "%s/%s", dir, name);
     return p;
+}
+
+/* Whether a file can be made in dir (it may exist, be a file, be read-only or on a read-only
+ * mount): found before the first step, not at the first save. errno says why not. */
+static bool writable_dir(const char *dir) {
+    char *probe = join(dir, ".attograd-write-probe");
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), err = errno;
+    bool ok = fd >= 0 && close(fd) == 0;
+    if (!ok) err = fd >= 0 ? errno : err;
+    if (fd >= 0) unlink(probe);
+    free(probe);
+    errno = err;
+    return ok;
 }
 
 static bool make_dir(const char *dir) {
@@ -264,8 +192,10 @@ fail:
 /* One training run: what setup builds, the loop reads and changes, and finish and run_free
  * take down. stage says how far setup got (what run_free has to free). */
 typedef struct {
-    train_opts o; /* the options, with the checkpoint's data order when resuming */
+    train_opts o; /* the options, with the checkpoint's settings when resuming */
     const train_opts *given;
+    const opt_def *defs; /* the option table, fields of *given */
+    const bool *flagged; /* flagged[k]: defs[k] was on the command line */
     char *last_path, *best_path, *curves_path, *attn_path;
     trained resumed;
     bool resuming;
@@ -282,32 +212,91 @@ typedef struct {
     double best, window_loss, t0;
     int64_t window_n;
     ag_arena *arena, *prev;
-    bool stop;
+    bool stop, save_failed;
     enum { RUN_PATHS = 1, RUN_CORPORA, RUN_MODEL, RUN_LOOP } stage;
 } run;
 
-/* --resume: the checkpoint's model and data order (batch, seed, heldout, max-len) */
+/* What a resumed run takes from its checkpoint's config (key): every option that decides the
+ * data order, the model or the updates. Given again on resume, such an option must agree with
+ * the checkpoint; not given, it takes the checkpoint's value. The model options only need to
+ * agree: the model itself is rebuilt from the checkpoint. */
+static const struct {
+    const char *flag, *key;
+} RESTORED[] = {
+    {"--batch", "batch"},         {"--seed", "seed"},
+    {"--heldout", "heldout"},     {"--max-len", "max_len"},
+    {"--min-count", "min_count"}, {"--d-model", "d_model"},
+    {"--heads", "nhead"},         {"--layers", "encoder_layers"},
+    {"--ff", "dim_feedforward"},  {"--hidden", "hidden"},
+    {"--dropout", "dropout"},     {"--lr", "lr"},
+    {"--warmup", "warmup"},       {"--label-smoothing", "label_smoothing"},
+    {"--clip", "clip"},           {"--teacher-forcing", "teacher_forcing"},
+};
+
+/* the field of r->o that defs[k] parses into (defs point into the caller's copy, *r->given) */
+static void *field_of(run *r, int k) { return (char *)&r->o + ((const char *)r->defs[k].value - (const char *)r->given); }
+
+static int def_index(const run *r, const char *flag) {
+    for (int k = 0; r->defs[k].name; k++)
+        if (strcmp(r->defs[k].name, flag) == 0) return k;
+    return -1;
+}
+
+/* One restored option: false after reporting a conflict with the checkpoint's value */
+static bool restore_option(run *r, const char *flag, const char *key) {
+    const ag_train_state *st = &r->resumed.state;
+    int k = def_index(r, flag);
+    void *f = field_of(r, k);
+    bool is_int = r->defs[k].type == OPT_INT, have;
+    int64_t iv = 0;
+    double dv = 0;
+    have = is_int ? ag_config_get_int(st, key, &iv) : ag_config_get_double(st, key, &dv);
+    if (!have) { /* a checkpoint of an earlier attograd-translate */
+        if (is_int) fprintf(stderr, "attograd-translate: note: %s does not record %s: using %lld\n", r->last_path,
+                            flag, (long long)*(int64_t *)f);
+        else fprintf(stderr, "attograd-translate: note: %s does not record %s: using %g\n", r->last_path, flag,
+                     *(double *)f);
+        return true;
+    }
+    if (r->flagged[k] && (is_int ? *(int64_t *)f != iv : *(double *)f != dv)) {
+        if (is_int) fprintf(stderr, "attograd-translate: cannot resume: %s %lld differs from the checkpoint's %lld",
+                            flag, (long long)*(int64_t *)f, (long long)iv);
+        else fprintf(stderr, "attograd-translate: cannot resume: %s %g differs from the checkpoint's %g", flag,
+                     *(double *)f, dv);
+        fprintf(stderr, " (a resumed run continues with the settings it was trained with: leave %s out)\n", flag);
+        return false;
+    }
+    if (is_int) *(int64_t *)f = iv;
+    else *(double *)f = dv;
+    return true;
+}
+
+/* --resume: the checkpoint's settings (RESTORED, the model kind and the tokens), each refused by
+ * name when a flag given now differs */
 static bool resume_options(run *r) {
-    train_opts *o = &r->o;
     char msg[2048];
     if (!trained_load(&r->resumed, r->last_path, msg, sizeof msg)) {
         fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
         return false;
     }
     r->resuming = true;
-    /* the data order must be the one the checkpoint was trained with */
-    int64_t v;
-    double d;
-    if (ag_config_get_int(&r->resumed.state, "batch", &v)) o->batch = v;
-    if (ag_config_get_int(&r->resumed.state, "seed", &v)) o->seed = v;
-    if (ag_config_get_double(&r->resumed.state, "heldout", &d)) o->heldout = d;
-    o->max_len = r->resumed.max_len;
-    if (o->batch != r->given->batch || o->seed != r->given->seed || o->heldout != r->given->heldout ||
-        o->max_len != r->given->max_len)
-        fprintf(stderr, "attograd-translate: resuming with the checkpoint's batch %lld, seed %lld, heldout %g, "
-                        "max-len %lld\n",
-                (long long)o->batch, (long long)o->seed, o->heldout, (long long)o->max_len);
-    return true;
+    bool ok = true;
+    for (size_t i = 0; i < sizeof RESTORED / sizeof *RESTORED; i++)
+        ok &= restore_option(r, RESTORED[i].flag, RESTORED[i].key);
+    const char *kind = ag_config_get_string(&r->resumed.state, "model");
+    if (r->flagged[def_index(r, "--model")] && kind && strcmp(kind, r->o.model) != 0) {
+        fprintf(stderr, "attograd-translate: cannot resume: --model %s differs from the checkpoint's %s (leave "
+                        "--model out)\n", r->o.model, kind);
+        ok = false;
+    }
+    if (r->o.chars && r->resumed.mode != TR_CHARS) {
+        fprintf(stderr, "attograd-translate: cannot resume: --chars, but the checkpoint's model reads words (leave "
+                        "--chars out)\n");
+        ok = false;
+    }
+    const char *bad = ok ? train_opts_problem(&r->o) : NULL;
+    if (bad) fprintf(stderr, "attograd-translate: cannot resume: the checkpoint's settings are invalid: %s\n", bad);
+    return ok && !bad;
 }
 
 /* The model, its optimizer and the training state: new, or the checkpoint's when resuming */
@@ -337,12 +326,21 @@ static bool setup_model(run *r) {
             fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
             return false;
         }
-        ag_state_get_rng(&r->st, "train", &r->rng);
+        if (!ag_state_get_rng(&r->st, "train", &r->rng)) {
+            fprintf(stderr, "attograd-translate: cannot resume: %s has no 'train' rng state (dropout's draws): the "
+                            "run cannot continue exactly\n", r->last_path);
+            return false;
+        }
         fprintf(stderr, "attograd-translate: resuming %s at step %lld (epoch %lld)\n", r->last_path,
                 (long long)r->st.global_step, (long long)r->st.epoch);
     } else if (!config_store(&r->st, &cfg, &r->c.src, &r->c.tgt, r->c.mode, o->max_len, msg, sizeof msg) ||
                !ag_config_set_int(&r->st, "batch", o->batch) || !ag_config_set_int(&r->st, "seed", o->seed) ||
-               !ag_config_set_double(&r->st, "heldout", o->heldout)) {
+               !ag_config_set_double(&r->st, "heldout", o->heldout) ||
+               !ag_config_set_int(&r->st, "min_count", o->min_count) || !ag_config_set_double(&r->st, "lr", o->lr) ||
+               !ag_config_set_int(&r->st, "warmup", o->warmup) ||
+               !ag_config_set_double(&r->st, "label_smoothing", o->label_smoothing) ||
+               !ag_config_set_double(&r->st, "clip", o->clip) ||
+               !ag_config_set_double(&r->st, "teacher_forcing", o->teacher_forcing)) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         return false;
     }
@@ -360,10 +358,16 @@ static bool run_setup(run *r, const train_opts *given) {
     r->o = *given;
     r->given = given;
     const train_opts *o = &r->o;
-    if (!make_dir(o->out)) {
-        fprintf(stderr, "attograd-translate: cannot create directory %s: %s\n", o->out, strerror(errno));
+    if (!make_dir(o->out) || !writable_dir(o->out)) {
+        fprintf(stderr, "attograd-translate: cannot write checkpoints to %s: %s\n", o->out, strerror(errno));
         return false;
     }
+    FILE *test = o->test ? fopen(o->test, "r") : NULL;
+    if (o->test && !test) {
+        fprintf(stderr, "attograd-translate: cannot read the test file %s: %s\n", o->test, strerror(errno));
+        return false;
+    }
+    if (test) fclose(test);
     r->last_path = join(o->out, "last.h5");
     r->best_path = join(o->out, "best.h5");
     r->curves_path = join(o->out, "curves.svg");
@@ -448,17 +452,18 @@ static void run_evaluate_and_save(run *r) {
             r->best = e.exact;
             ag_config_set_double(st, "best_dev_exact", r->best);
             ag_state_set_rng(st, "train", &r->rng);
-            save(r->best_path, r->m, r->opt, st);
+            r->save_failed |= !save(r->best_path, r->m, r->opt, st);
         }
         if (o->stop_at > 0 && e.exact >= o->stop_at) {
             tr_progress_message(&r->prog, "dev exact match reached %.2f%%: stopping", 100 * e.exact);
             r->stop = true;
         }
     }
-    if (st->global_step % o->save_every == 0 || last || r->stop || interrupted) {
+    if (!r->save_failed && (st->global_step % o->save_every == 0 || last || r->stop || interrupted)) {
         ag_state_set_rng(st, "train", &r->rng);
-        save(r->last_path, r->m, r->opt, st);
+        r->save_failed |= !save(r->last_path, r->m, r->opt, st);
     }
+    r->stop |= r->save_failed; /* steps after a lost save would be lost too */
 }
 
 /* The best checkpoint on the test file, with a few translations, and the attention heatmap of
@@ -500,6 +505,11 @@ static int run_finish(run *r) {
     model_free(r->m);
     r->opt = NULL;
     r->m = NULL;
+    if (r->save_failed) {
+        fprintf(stderr, "attograd-translate: stopped at step %lld: a checkpoint could not be saved (above); the "
+                        "steps since the last save are lost\n", (long long)r->st.global_step);
+        return 1;
+    }
     if (interrupted) {
         fprintf(stderr, "attograd-translate: interrupted at step %lld; saved %s (continue with --resume)\n",
                 (long long)r->st.global_step, r->last_path);
@@ -543,8 +553,8 @@ static void run_free(run *r) {
     free(r->attn_path);
 }
 
-static int train_run(const train_opts *given) {
-    run r = {0};
+static int train_run(const train_opts *given, const opt_def *defs, const bool *flagged) {
+    run r = {.defs = defs, .flagged = flagged};
     int status = 1;
     if (run_setup(&r, given)) {
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
@@ -609,27 +619,18 @@ int cmd_train(int argc, char **argv) {
     };
     const char *pos[1];
     int npos;
-    if (!opts_parse(argc, argv, 2, defs, TRAIN_USAGE, pos, 0, &npos)) return 2;
+    bool flagged[sizeof defs / sizeof *defs] = {false};
+    if (!opts_parse_given(argc, argv, 2, defs, TRAIN_USAGE, pos, 0, &npos, flagged)) return 2;
     if (o.help) {
         opts_usage(stdout, TRAIN_USAGE, defs);
         return 0;
     }
-    const char *bad = NULL;
-    if (!o.train) bad = "--train FILE is required";
-    else if (strcmp(o.model, "transformer") != 0 && strcmp(o.model, "gru") != 0) bad = "--model is transformer or gru";
-    else if (o.steps < 1 || o.batch < 1 || o.d_model < 1 || o.heads < 1 || o.layers < 0 || o.ff < 1 || o.hidden < 1 ||
-             o.max_len < 2 || o.min_count < 1 || o.eval_every < 1 || o.save_every < 1 || o.warmup < 1 || o.samples < 0 ||
-             o.threads < 0 || o.max_eval < 0)
-        bad = "sizes, counts and intervals must be positive";
-    else if (o.d_model % o.heads != 0) bad = "--d-model must be a multiple of --heads";
-    else if (o.lr <= 0 || o.dropout < 0 || o.dropout >= 1 || o.label_smoothing < 0 || o.label_smoothing > 1 ||
-             o.clip < 0 || o.heldout < 0 || o.heldout >= 1 || o.teacher_forcing < 0 || o.teacher_forcing > 1)
-        bad = "--lr > 0, --dropout in [0,1), --label-smoothing, --teacher-forcing in [0,1], --heldout in [0,1)";
+    const char *bad = train_opts_problem(&o);
     if (bad) {
         fprintf(stderr, "attograd-translate train: %s\n", bad);
         opts_usage(stderr, TRAIN_USAGE, defs);
         return 2;
     }
     omp_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
-    return train_run(&o);
+    return train_run(&o, defs, flagged);
 }

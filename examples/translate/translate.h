@@ -19,6 +19,10 @@ typedef struct {
  * *npos). On a bad option prints the problem and usage to stderr and returns false. */
 bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                 int maxpos, int *npos);
+/* The same, and given[k] set when defs[k] appeared on the command line (given has an entry per
+ * def, zeroed by the caller). */
+bool opts_parse_given(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
+                      int maxpos, int *npos, bool *given);
 void opts_usage(FILE *f, const char *usage, const opt_def *defs);
 
 /* ---- a trained model with its vocabularies ---- */

@@ -1,0 +1,104 @@
+/* attograd-translate train: evaluation on the dev pairs (teacher-forced loss, greedy or beam
+ * exact match and BLEU) and the training curves. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "svg.h"
+#include "train_internal.h"
+
+/* ---- evaluation: teacher-forced loss, greedy (or beam) exact match and BLEU ---- */
+
+/* pairs per evaluation batch: training's batch size, so evaluating needs no more memory */
+#define EVAL_BATCH 64
+
+eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const tr_vocab *tgt_v, tr_tok_mode mode,
+                     int beam, int64_t max_pairs, int samples, FILE *f) {
+    eval_result r = {0};
+    char err[TR_ERR_SIZE];
+    tr_batcher b;
+    tr_batch bt;
+    if (tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 || tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
+        fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
+        r.loss = NAN;
+        return r;
+    }
+    tr_batcher_set_epoch(&b, 0);
+    tr_bleu_stats bleu = {0};
+    double loss_sum = 0;
+    int64_t tokens = 0, W = 2 * (int64_t)b.max_tgt_len + 8;
+    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(128 * W));
+    bool grad = ag_set_grad_enabled(false);
+    /* in the caller's arena (training's, between steps): evaluation reuses that memory */
+    ag_arena *arena = ag_arena_current();
+    ag_arena_mark mark = ag_arena_get_mark(arena);
+    int shown = 0;
+    for (int64_t k = 0; k < b.nbatches && (max_pairs <= 0 || r.sentences < max_pairs); k++) {
+        tr_batcher_get(&b, d, k, &bt);
+        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Ls), bt.src);
+        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_in);
+        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_out);
+        loss_sum += ag_item(model_loss(model_forward(m, src, tin, false, 1.0, NULL), tout, 0.0)) * (double)bt.ntokens;
+        tokens += bt.ntokens;
+        model_translate(m, src, W, beam, 0.6, hyp);
+        for (int i = 0; i < bt.B; i++) {
+            const int64_t *h = hyp + i * W, *ref = bt.tgt_out + (int64_t)i * bt.Lt;
+            tr_bleu_add_ids(&bleu, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt));
+            if (f && shown < samples) {
+                char s[512], t[512], rf[512];
+                tr_vocab_decode(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
+                tr_vocab_decode(tgt_v, h, (int)W, mode, t, sizeof t);
+                tr_vocab_decode(tgt_v, ref, bt.Lt, mode, rf, sizeof rf);
+                if (strcmp(t, rf) == 0) fprintf(f, "  %s  ->  %s\n", s, t);
+                else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, t, rf);
+                shown++;
+            }
+        }
+        r.sentences += bt.B;
+        ag_arena_rewind(arena, mark);
+    }
+    ag_set_grad_enabled(grad);
+    free(hyp);
+    tr_batch_free(&bt);
+    tr_batcher_free(&b);
+    r.loss = tokens ? loss_sum / (double)tokens : NAN;
+    r.exact = tr_exact_match(&bleu);
+    r.bleu = tr_bleu_score(&bleu);
+    return r;
+}
+
+/* ---- curves ---- */
+
+
+void curves_add(curves *c, double step, double tl, double dl, double acc) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->step = realloc(c->step, sizeof(double) * (size_t)c->cap);
+        c->train_loss = realloc(c->train_loss, sizeof(double) * (size_t)c->cap);
+        c->dev_loss = realloc(c->dev_loss, sizeof(double) * (size_t)c->cap);
+        c->dev_exact = realloc(c->dev_exact, sizeof(double) * (size_t)c->cap);
+    }
+    c->step[c->n] = step;
+    c->train_loss[c->n] = tl;
+    c->dev_loss[c->n] = dl;
+    c->dev_exact[c->n] = acc;
+    c->n++;
+}
+
+void curves_write(const curves *c, const char *path) {
+    tr_svg_series s[3] = {{"train loss (label-smoothed, dropout)", c->step, c->train_loss, c->n, 0},
+                          {"dev loss", c->step, c->dev_loss, c->n, 0},
+                          {"dev exact match", c->step, c->dev_exact, c->n, 1}};
+    char err[TR_ERR_SIZE];
+    if (tr_svg_curves(path, "attograd-translate training", "step", "loss", "exact match", 3, s, err, sizeof err))
+        fprintf(stderr, "attograd-translate: %s\n", err);
+}
+
+void curves_free(curves *c) {
+    free(c->step);
+    free(c->train_loss);
+    free(c->dev_loss);
+    free(c->dev_exact);
+}
+
