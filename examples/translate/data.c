@@ -133,6 +133,32 @@ static bool add_pair(tr_corpus *c, int64_t **off, const char *buf, size_t len, i
     return true;
 }
 
+/* The next line of f without its \n into buf (up to maxb + 1 bytes, room for a \r after maxb;
+ * *longer when it had more), counting its bytes into *total; returns '\n' or EOF. */
+static int read_line(FILE *f, char *buf, size_t maxb, size_t *len, bool *longer, size_t *total) {
+    int ch;
+    while ((ch = getc(f)) != EOF && ch != '\n') {
+        ++*total;
+        if (*len < maxb + 1) buf[(*len)++] = (char)ch;
+        else *longer = true;
+    }
+    if (ch == '\n') ++*total;
+    return ch;
+}
+
+/* A CRLF line's \r and the first line's UTF-8 byte order mark go, counted in c. */
+static void strip_line_ends(tr_corpus *c, char *buf, size_t *len, bool longer, int64_t lineno) {
+    if (*len > 0 && buf[*len - 1] == '\r' && !longer) {
+        --*len;
+        if (c->crlf_lines++ == 0) c->first_crlf_line = lineno;
+    }
+    if (lineno == 1 && *len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
+        memmove(buf, buf + 3, *len - 3);
+        *len -= 3;
+        c->bom = true;
+    }
+}
+
 int tr_corpus_read(tr_corpus *c, const char *path, const tr_read_opts *opts, char *err, size_t errsz) {
     memset(c, 0, sizeof *c);
     c->path = path;
@@ -151,13 +177,7 @@ int tr_corpus_read(tr_corpus *c, const char *path, const tr_read_opts *opts, cha
     for (;;) {
         size_t len = 0;
         bool longer = false;
-        int ch;
-        while ((ch = getc(f)) != EOF && ch != '\n') {
-            total++;
-            if (len < maxb + 1) buf[len++] = (char)ch; /* room for a \r after maxb bytes */
-            else longer = true;
-        }
-        if (ch == '\n') total++;
+        int ch = read_line(f, buf, maxb, &len, &longer, &total);
         if (ferror(f)) {
             tr__fail(err, errsz, "%s: read error: %s", path, strerror(errno));
             goto done;
@@ -165,15 +185,7 @@ int tr_corpus_read(tr_corpus *c, const char *path, const tr_read_opts *opts, cha
         if (ch == EOF && len == 0 && !longer) break;
         int64_t lineno = ++c->lines;
         if (ch == EOF) c->no_final_newline = true;
-        if (len > 0 && buf[len - 1] == '\r' && !longer) {
-            len--;
-            if (c->crlf_lines++ == 0) c->first_crlf_line = lineno;
-        }
-        if (lineno == 1 && len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
-            memmove(buf, buf + 3, len - 3);
-            len -= 3;
-            c->bom = true;
-        }
+        strip_line_ends(c, buf, &len, longer, lineno);
         char why[96];
         int kind;
         if (longer || len > maxb) {

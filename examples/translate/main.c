@@ -159,6 +159,40 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
     return ok;
 }
 
+/* A damaged configuration must not reach model_new (whose layers refuse impossible sizes) nor
+ * the decoding buffers sized by max_len: false with msg naming the field, its value and range. */
+static bool check_config(const char *path, const model_config *c, int64_t max_len, char *msg, size_t msgsize) {
+    int64_t max_layers = c->kind == MODEL_GRU ? AG_GRU_MAX_LAYERS : AG_TRANSFORMER_MAX_LAYERS;
+    const struct {
+        const char *key;
+        int64_t v, lo, hi;
+    } range[] = {{"d_model", c->d_model, 1, 1 << 20},
+                 {"nhead", c->nhead, 1, c->d_model},
+                 {"dim_feedforward", c->ff, 1, 1 << 20},
+                 {"encoder_layers", c->enc_layers, 1, max_layers},
+                 {"decoder_layers", c->dec_layers, 1, max_layers},
+                 {"hidden", c->hidden, 1, 1 << 20},
+                 {"max_len", max_len, 2, 1 << 20},
+                 {"positions", c->max_len, max_len, 1 << 21}};
+    for (size_t i = 0; i < sizeof range / sizeof *range; i++)
+        if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
+            snprintf(msg, msgsize, "%s: damaged model configuration: %s = %lld, expected %lld to %lld", path,
+                     range[i].key, (long long)range[i].v, (long long)range[i].lo, (long long)range[i].hi);
+            return false;
+        }
+    if (c->d_model % c->nhead != 0) {
+        snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld is not a multiple of nhead %lld", path,
+                 (long long)c->d_model, (long long)c->nhead);
+        return false;
+    }
+    if (!(c->dropout >= 0 && c->dropout < 1)) {
+        snprintf(msg, msgsize, "%s: damaged model configuration: dropout = %g, expected 0 to 1 (excluded)", path,
+                 c->dropout);
+        return false;
+    }
+    return true;
+}
+
 bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     memset(t, 0, sizeof *t);
     ag_ckpt_status st = ag_checkpoint_load(path, NULL, NULL, &t->state, NULL, msg, msgsize);
@@ -178,32 +212,7 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
         snprintf(msg, msgsize, "%s: not a checkpoint of attograd-translate (model configuration missing)", path);
         goto fail;
     }
-    /* a damaged file must not reach model_new (whose layers abort on impossible sizes) nor the
-     * decoding buffers sized by max_len */
-    int64_t max_layers = c.kind == MODEL_GRU ? AG_GRU_MAX_LAYERS : AG_TRANSFORMER_MAX_LAYERS;
-    const struct {
-        const char *key;
-        int64_t v, lo, hi;
-    } range[] = {{"d_model", c.d_model, 1, 1 << 20},     {"nhead", c.nhead, 1, c.d_model},
-                 {"dim_feedforward", c.ff, 1, 1 << 20},  {"encoder_layers", c.enc_layers, 1, max_layers},
-                 {"decoder_layers", c.dec_layers, 1, max_layers}, {"hidden", c.hidden, 1, 1 << 20},
-                 {"max_len", t->max_len, 2, 1 << 20},    {"positions", c.max_len, t->max_len, 1 << 21}};
-    for (size_t i = 0; i < sizeof range / sizeof *range; i++)
-        if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
-            snprintf(msg, msgsize, "%s: damaged model configuration: %s = %lld, expected %lld to %lld", path,
-                     range[i].key, (long long)range[i].v, (long long)range[i].lo, (long long)range[i].hi);
-            goto fail;
-        }
-    if (c.d_model % c.nhead != 0) {
-        snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld is not a multiple of nhead %lld", path,
-                 (long long)c.d_model, (long long)c.nhead);
-        goto fail;
-    }
-    if (!(c.dropout >= 0 && c.dropout < 1)) {
-        snprintf(msg, msgsize, "%s: damaged model configuration: dropout = %g, expected 0 to 1 (excluded)", path,
-                 c.dropout);
-        goto fail;
-    }
+    if (!check_config(path, &c, t->max_len, msg, msgsize)) goto fail;
     t->mode = strcmp(tokens, "chars") == 0 ? TR_CHARS : TR_WORDS;
     char *sv = load_text(&t->state, "src_vocab"), *tv = load_text(&t->state, "tgt_vocab");
     char err[TR_ERR_SIZE];

@@ -247,6 +247,94 @@ static void stepper_end_step(model *m, stepper *st, ag_tensor *rows, ag_arena *a
 
 static double length_penalty(int64_t len, double alpha) { return alpha == 0 ? 1.0 : pow((5.0 + (double)len) / 6.0, alpha); }
 
+/* The beams of a batch: K rows per sentence, each a token sequence (W wide, starting with
+ * <bos>) with its score, generated length and whether it has finished. */
+typedef struct {
+    double score;
+    int64_t len;
+    bool done;
+} hyp;
+typedef struct {
+    double score;
+    int64_t row, token;
+} cand;
+typedef struct {
+    int64_t K, W, V;
+    int64_t *tok, *ntok; /* (R, W), this step's and the next */
+    hyp *h, *nh;
+    cand *c; /* K·V candidates of one sentence */
+} beams;
+
+/* Sentence b's beams after step t (lp: (R, V) log-probabilities of the next token; over: its
+ * limit is passed, so its beams end as finished ones do) into the next buffers; parent[j] the
+ * row beam j continues. True when a beam moved to another row. */
+static bool advance_sentence(beams *bm, int64_t b, int64_t t, bool over, const double *lp, int64_t *parent) {
+    int64_t K = bm->K, V = bm->V, W = bm->W, n = 0;
+    bool moved = false;
+    cand *c = bm->c;
+    for (int64_t r = b * K; r < b * K + K; r++) {
+        if (bm->h[r].score == -INFINITY) continue;
+        if (bm->h[r].done || over) c[n++] = (cand){bm->h[r].score, r, PAD_ID};
+        else /* <pad> and <bos> are never words of a translation */
+            for (int64_t v = 0; v < V; v++)
+                if (v != PAD_ID && v != BOS_ID) c[n++] = (cand){bm->h[r].score + lp[r * V + v], r, v};
+    }
+    for (int64_t k = 0; k < K; k++) { /* k-th best candidate (K is small) */
+        int64_t best = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (c[i].score > -INFINITY && (best < 0 || c[i].score > c[best].score)) best = i;
+        int64_t j = b * K + k;
+        parent[j] = best < 0 ? j : c[best].row;
+        moved |= parent[j] != j;
+        if (best < 0) {
+            bm->nh[j] = (hyp){-INFINITY, 0, true};
+            continue;
+        }
+        const hyp *from = &bm->h[c[best].row];
+        memcpy(bm->ntok + j * W, bm->tok + c[best].row * W, sizeof(int64_t) * (size_t)W);
+        bm->ntok[j * W + t] = c[best].token;
+        bm->nh[j] = from->done || over ? (hyp){from->score, from->len, true}
+                                       : (hyp){c[best].score, from->len + 1, c[best].token == EOS_ID};
+        c[best].score = -INFINITY;
+    }
+    return moved;
+}
+
+/* each sentence's own limit (2·n + 8 for its n source ids, at most max_len), so that its
+ * translation does not depend on the sentences padded into the same batch; malloc'd */
+static int64_t *sentence_limits(ag_tensor *src, int64_t max_len) {
+    int64_t B = src->shape[0], S = src->shape[1], *ids = malloc(sizeof(int64_t) * (size_t)(B * S));
+    int64_t *limit = malloc(sizeof(int64_t) * (size_t)B);
+    ag_to_buffer(src, AG_I64, ids);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = 0;
+        for (int64_t i = 0; i < S; i++) len += ids[b * S + i] != PAD_ID;
+        limit[b] = 2 * len + 8 < max_len ? 2 * len + 8 : max_len;
+    }
+    free(ids);
+    return limit;
+}
+
+/* sentence b's best beam by score / length penalty (greedy: by score) into out (max_len ids) */
+static void write_best(const beams *bm, int64_t b, int64_t max_len, double alpha, int64_t *out) {
+    int64_t K = bm->K, best = b * K;
+    double bs = -INFINITY;
+    for (int64_t r = b * K; r < b * K + K; r++) {
+        if (bm->h[r].score == -INFINITY) continue;
+        double s = K > 1 ? bm->h[r].score / length_penalty(bm->h[r].len > 0 ? bm->h[r].len : 1, alpha)
+                         : bm->h[r].score;
+        if (s > bs) {
+            bs = s;
+            best = r;
+        }
+    }
+    for (int64_t i = 0; i < max_len; i++) {
+        int64_t v = bm->tok[best * bm->W + 1 + i];
+        out[i] = v;
+        if (v == EOS_ID || v == PAD_ID) break;
+    }
+}
+
 /* Beam search over B sentences with K beams each (K = 1 is greedy). A finished beam (it produced
  * <eos>) is carried on unchanged with its score; the best beam by score / length penalty wins. */
 void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double alpha, int64_t *out) {
@@ -268,96 +356,38 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
     ag_arena *arena = ag_arena_current();
     ag_arena_mark mark = ag_arena_get_mark(arena);
 
-    /* beams: tokens (R, W) starting with <bos>; score; generated length; finished */
     int64_t W = max_len + 1;
-    typedef struct { double score; int64_t len; bool done; } hyp;
-    int64_t *tok = calloc((size_t)(R * W), sizeof *tok), *ntok = calloc((size_t)(R * W), sizeof *ntok);
-    hyp *h = calloc((size_t)R, sizeof *h), *nh = calloc((size_t)R, sizeof *nh);
+    beams bm = {K, W, V, calloc((size_t)(R * W), sizeof(int64_t)), calloc((size_t)(R * W), sizeof(int64_t)),
+                calloc((size_t)R, sizeof(hyp)), calloc((size_t)R, sizeof(hyp)), malloc(sizeof(cand) * (size_t)(K * V))};
     double *lp = malloc(sizeof(double) * (size_t)(R * V));
-    typedef struct { double score; int64_t row, token; } cand;
-    cand *c = malloc(sizeof(cand) * (size_t)(K * V));
     for (int64_t r = 0; r < R; r++) {
-        tok[r * W] = BOS_ID;
-        h[r].score = r % K == 0 ? 0.0 : -INFINITY; /* identical beams at the start: keep one */
+        bm.tok[r * W] = BOS_ID;
+        bm.h[r].score = r % K == 0 ? 0.0 : -INFINITY; /* identical beams at the start: keep one */
     }
-    /* each sentence's own limit, so that its translation does not depend on the sentences
-     * padded into the same batch */
-    int64_t S = src->shape[1], *ids = malloc(sizeof(int64_t) * (size_t)(B * S));
-    int64_t *limit = malloc(sizeof(int64_t) * (size_t)B);
-    ag_to_buffer(src, AG_I64, ids);
-    for (int64_t b = 0; b < B; b++) {
-        int64_t len = 0;
-        for (int64_t i = 0; i < S; i++) len += ids[b * S + i] != PAD_ID;
-        limit[b] = 2 * len + 8 < max_len ? 2 * len + 8 : max_len;
-    }
+    int64_t *limit = sentence_limits(src, max_len);
     for (int64_t t = 1; t <= max_len; t++) {
         bool live = false;
-        for (int64_t r = 0; r < R; r++) live |= !h[r].done && h[r].score > -INFINITY;
+        for (int64_t r = 0; r < R; r++) live |= !bm.h[r].done && bm.h[r].score > -INFINITY;
         if (!live) break;
-        for (int64_t r = 0; r < R; r++) lastp[r] = tok[r * W + t - 1];
+        for (int64_t r = 0; r < R; r++) lastp[r] = bm.tok[r * W + t - 1];
         stepper_next(m, &st, last, lp);
         bool moved = false;
-        for (int64_t b = 0; b < B; b++) {
-            int64_t n = 0;
-            bool over = t > limit[b]; /* its beams end here, as finished ones do */
-            for (int64_t r = b * K; r < b * K + K; r++) {
-                if (h[r].score == -INFINITY) continue;
-                if (h[r].done || over) c[n++] = (cand){h[r].score, r, PAD_ID};
-                else /* <pad> and <bos> are never words of a translation */
-                    for (int64_t v = 0; v < V; v++)
-                        if (v != PAD_ID && v != BOS_ID) c[n++] = (cand){h[r].score + lp[r * V + v], r, v};
-            }
-            for (int64_t k = 0; k < K; k++) { /* k-th best candidate (K is small) */
-                int64_t best = -1;
-                for (int64_t i = 0; i < n; i++)
-                    if (c[i].score > -INFINITY && (best < 0 || c[i].score > c[best].score)) best = i;
-                int64_t j = b * K + k;
-                parentp[j] = best < 0 ? j : c[best].row;
-                moved |= parentp[j] != j;
-                if (best < 0) {
-                    nh[j] = (hyp){-INFINITY, 0, true};
-                    continue;
-                }
-                const hyp *from = &h[c[best].row];
-                memcpy(ntok + j * W, tok + c[best].row * W, sizeof(int64_t) * (size_t)W);
-                ntok[j * W + t] = c[best].token;
-                nh[j] = from->done || over ? (hyp){from->score, from->len, true}
-                                           : (hyp){c[best].score, from->len + 1, c[best].token == EOS_ID};
-                c[best].score = -INFINITY;
-            }
-        }
-        int64_t *tt = tok;
-        tok = ntok;
-        ntok = tt;
-        hyp *th = h;
-        h = nh;
-        nh = th;
+        for (int64_t b = 0; b < B; b++) moved |= advance_sentence(&bm, b, t, t > limit[b], lp, parentp);
+        int64_t *tt = bm.tok;
+        bm.tok = bm.ntok;
+        bm.ntok = tt;
+        hyp *th = bm.h;
+        bm.h = bm.nh;
+        bm.nh = th;
         stepper_end_step(m, &st, moved ? parent : NULL, arena, mark);
     }
-    for (int64_t b = 0; b < B; b++) {
-        int64_t best = b * K;
-        double bs = -INFINITY;
-        for (int64_t r = b * K; r < b * K + K; r++) {
-            if (h[r].score == -INFINITY) continue;
-            double s = K > 1 ? h[r].score / length_penalty(h[r].len > 0 ? h[r].len : 1, alpha) : h[r].score;
-            if (s > bs) {
-                bs = s;
-                best = r;
-            }
-        }
-        for (int64_t i = 0; i < max_len; i++) {
-            int64_t v = tok[best * W + 1 + i];
-            out[b * stride + i] = v;
-            if (v == EOS_ID || v == PAD_ID) break;
-        }
-    }
-    free(tok);
-    free(ntok);
-    free(h);
-    free(nh);
+    for (int64_t b = 0; b < B; b++) write_best(&bm, b, max_len, alpha, out + b * stride);
+    free(bm.tok);
+    free(bm.ntok);
+    free(bm.h);
+    free(bm.nh);
+    free(bm.c);
     free(lp);
-    free(c);
-    free(ids);
     free(limit);
     ag_set_grad_enabled(grad);
 }
