@@ -1,6 +1,6 @@
 /* The widest vector instruction set attograd has kernels for on this CPU, checked once at run
  * time (so a build for any x86-64 runs everywhere; valgrind hides AVX-512 and so reports AVX2).
- * tensor/matmul.c, tensor/rng.c and nn/attention/attention_small.c choose their kernels from it. */
+ * tensor/gemm.c, tensor/rng.c and nn/attention/attention_small.c choose their kernels from it. */
 #ifndef AG_CPU_H
 #define AG_CPU_H
 

@@ -1,4 +1,4 @@
-/* The GEMM entry points of the library (tensor/matmul.c, tensor/gemm.c): row-major C =
+/* The GEMM entry points of the library (tensor/gemm.c): row-major C =
  * alpha·op(A)·op(B) + beta·C, with cblas_?gemm's arguments. What runs where, chosen once at run
  * time (so a build for any x86-64 runs everywhere):
  *   f32, CPU with AVX-512F:      attograd's own kernel, 8×32 register tile

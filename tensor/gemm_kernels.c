@@ -1,6 +1,6 @@
 /* The register-tile kernels of attograd's own f32 GEMM (tensor/gemm_kernels.h), one set per
  * ISA, each compiled for its ISA alone (target attributes), so a build for any x86-64 carries
- * both and tensor/matmul.c picks one at run time:
+ * both and tensor/gemm.c picks one at run time:
  *   AVX-512F: 8×32 tile, 16 zmm accumulators (two vectors a row)
  *   AVX2+FMA: 6×16 tile, 12 ymm accumulators (two vectors a row), the two B vectors and the
  *             broadcast A element make 15 of the 16 ymm registers

@@ -1,5 +1,5 @@
 /* The register-tile kernels under attograd's own f32 GEMM, one set per ISA
- * (tensor/gemm_kernels.c), and the blocking each set is tuned for. tensor/matmul.c has the one
+ * (tensor/gemm_kernels.c), and the blocking each set is tuned for. tensor/gemm.c has the one
  * driver (packing, task split, tails) that runs either set; ag__sgemm_kernels_in_use says which
  * set it chose. Internal, not installed. */
 #ifndef AG_GEMM_KERNELS_H
@@ -71,7 +71,7 @@ static inline __attribute__((target("avx2"))) void ag__avx2_transpose8(__m256 r[
  * b[j·ldb + k] for j < nr (kc steps), zeros up to NR */
 void ag__sgemm_pack_bt(const float *b, int64_t ldb, int64_t kc, int64_t nr, int64_t NR, float *bp);
 
-/* the set ag__sgemm runs, NULL when it goes to OpenBLAS (tensor/matmul.c) */
+/* the set ag__sgemm runs, NULL when it goes to OpenBLAS (tensor/gemm.c) */
 const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void);
 /* ag__sgemm (ag__sgemm_bias when bias is non-NULL) with the set K on the small unpacked path
  * (small: beta 0 or 1, and with tb k·n <= 64K) or the blocked one, whatever the size: the
