@@ -1,6 +1,6 @@
 /* Every GEMM of the library (tensor/gemm.h): attograd's own f32 GEMM, the driver of the
- * register tiles of tensor/gemm_kernels.c, and OpenBLAS for f64 and for the f32 products the
- * own GEMM does not take.
+ * register tiles of the kernel table (tensor/simd/kernels.h), and OpenBLAS for f64 and for the
+ * f32 products the own GEMM does not take.
  * OpenBLAS's own threading changes results with the thread count (its kernel choice depends on
  * it: the single-threaded sgemm "direct" path, for one), so OpenBLAS stays single-threaded and
  * large products are parallelised here: the output is cut into blocks whose size depends only
@@ -9,10 +9,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "gemm_kernels.h"
 #include "internal.h"
 
 /* ---- OpenBLAS ---- */
@@ -91,43 +88,13 @@ void ag__blas_gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t 
  * then an MR×NR register-tile kernel runs over every (A panel, B panel) pair. Packing absorbs
  * every transpose and stride. The K slices are added into C in order and each element of C
  * belongs to one task, so the sums never depend on the thread count.
- * One driver for every ISA: the tile (MR, NR), the blocking (KC, MC, NCH, the small-path
- * bound) and the kernels come from the set chosen once at run time (tensor/gemm_kernels.c):
- * AVX-512F (8×32), else AVX2+FMA (6×16), else none, and every f32 product goes to OpenBLAS
- * (ag__blas_gemm, tensor/gemm.c). AG_GEMM=blas forces OpenBLAS; AG_GEMM=avx2 takes the AVX2
- * set on an AVX-512 CPU too, to test it there. */
+ * One driver for every ISA, in portable C: the tile (MR, NR), the blocking (KC, MC, NCH, the
+ * small-path bound) and the kernels come from the kernel table's set (ag__kernels->sgemm,
+ * tensor/simd/kernels.h): AVX-512F (8×32) or AVX2+FMA (6×16); with none (AG_ISA=generic, a
+ * build without vector kernels, another CPU) every f32 product goes to OpenBLAS. */
 
 /* op(B) transposed into a buffer of at most this many floats on the small path */
 #define SMALL_TB (64 * 1024)
-
-static const ag__sgemm_kernels *kernels; /* NULL: OpenBLAS */
-static ag__isa isa = AG_ISA_NONE;
-static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
-
-static void choose_isa(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    const char *e = getenv("AG_GEMM");
-    if (e && !strcmp(e, "blas")) return;
-    isa = ag__cpu_isa();
-    if (isa == AG_ISA_AVX512 && e && !strcmp(e, "avx2")) isa = AG_ISA_AVX2;
-    kernels = isa == AG_ISA_AVX512 ? &ag__sgemm_avx512 : isa == AG_ISA_AVX2 ? &ag__sgemm_avx2 : NULL;
-#endif
-}
-
-ag__isa ag__sgemm_isa_in_use(void) {
-    pthread_once(&isa_once, choose_isa);
-    return isa;
-}
-
-ag__isa ag__vector_isa(void) {
-    if (ag__sgemm_isa_in_use() == AG_ISA_AVX512) return AG_ISA_AVX512;
-    return ag__cpu_isa() == AG_ISA_NONE ? AG_ISA_NONE : AG_ISA_AVX2;
-}
-
-const ag__sgemm_kernels *ag__sgemm_kernels_in_use(void) {
-    pthread_once(&isa_once, choose_isa);
-    return kernels;
-}
 
 /* Per-thread packing buffers, grown when needed (counted by ag_alloc_count) and kept; a
  * thread's are freed when it exits (OpenMP may retire pool threads when the team size changes). */
@@ -181,10 +148,24 @@ static void pack_a(const float *a, int64_t lda, bool ta, int64_t i0, int64_t mc,
     }
 }
 
+/* op(B)'s panel when B is stored transposed: bp[k·NR + j] = b[j·ldb + k] for j < nr, zero for
+ * nr <= j < NR. The set's 8×8 register transposes move the whole blocks (8 rows of B in, 8 rows
+ * of the panel out), and the edges go element by element. */
+static void pack_bt(const ag__sgemm_kernels *K, const float *b, int64_t ldb, int64_t kc, int64_t nr, int64_t NR,
+                    float *bp) {
+    int64_t j8 = nr / 8 * 8, k8 = kc / 8 * 8;
+    if (K->pack_bt_blocks) K->pack_bt_blocks(b, ldb, kc, nr, NR, bp);
+    else j8 = k8 = 0;
+    for (int64_t k = 0; k < kc; k++) {
+        for (int64_t j = k < k8 ? j8 : 0; j < nr; j++) bp[k * NR + j] = b[j * ldb + k];
+        for (int64_t j = nr; j < NR; j++) bp[k * NR + j] = 0;
+    }
+}
+
 /* op(B)(k, j) with B row-major: b[k·ldb + j], or transposed: b[j·ldb + k]; the NR-wide panel
  * of columns j0.. (nc of them left) */
-static void pack_b_panel(const float *b, int64_t ldb, bool tb, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                         float *bp, int64_t NR) {
+static void pack_b_panel(const ag__sgemm_kernels *K, const float *b, int64_t ldb, bool tb, int64_t k0, int64_t kc,
+                         int64_t j0, int64_t nc, float *bp, int64_t NR) {
     int64_t nr = nc < NR ? nc : NR;
     if (!tb) {
         for (int64_t k = 0; k < kc; k++) {
@@ -194,7 +175,7 @@ static void pack_b_panel(const float *b, int64_t ldb, bool tb, int64_t k0, int64
             for (int64_t j = nr; j < NR; j++) dst[j] = 0;
         }
     } else {
-        ag__sgemm_pack_bt(b + j0 * ldb + k0, ldb, kc, nr, NR, bp);
+        pack_bt(K, b + j0 * ldb + k0, ldb, kc, nr, NR, bp);
     }
 }
 
@@ -295,7 +276,7 @@ static void sgemm_blocked(const sgemm_args *g, float beta) {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < nks * npan; t++) {
             int64_t k0 = t / npan * KC, p = t % npan, kc = k - k0 < KC ? k - k0 : KC;
-            pack_b_panel(g->b, g->ldb, g->tb, k0, kc, p * NR, n - p * NR, bp + k0 * npan * NR + p * NR * kc, NR);
+            pack_b_panel(K, g->b, g->ldb, g->tb, k0, kc, p * NR, n - p * NR, bp + k0 * npan * NR + p * NR * kc, NR);
         }
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < mt * nt; t++) {
@@ -337,7 +318,7 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     /* the own kernel does not call OpenBLAS, but a program that raised its threads gets it back
      * single-threaded from any GEMM, as with OpenBLAS (cheap: two calls) */
     ag__blas_single_threaded();
-    const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
+    const ag__sgemm_kernels *K = ag__kernels->sgemm;
     bool small = K && (beta == 0 || beta == 1) && small_fits(K, tb, m, n, k);
     if (!K || (!small && !blocked_fits(K, ta, k))) {
         ag__blas_gemm(AG_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -350,7 +331,7 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
                     int64_t ldb, const float *bias, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
     ag__blas_single_threaded();
-    const ag__sgemm_kernels *K = ag__sgemm_kernels_in_use();
+    const ag__sgemm_kernels *K = ag__kernels->sgemm;
     bool small = K && small_fits(K, tb, m, n, k);
     if (k > 0 && K && (small || blocked_fits(K, ta, k))) {
         ag__sgemm_path(K, small, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);

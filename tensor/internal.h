@@ -25,7 +25,8 @@
  * rows; the caller's op records the gradient). */
 ag_tensor *ag__dense(ag_tensor *t);
 
-/* every GEMM of attograd: ag__sgemm, ag__dgemm, ag__gemm (any float dtype) */
+/* every GEMM of attograd: ag__sgemm, ag__dgemm, ag__gemm (any float dtype); through it the
+ * kernel table ag__kernels (tensor/simd/kernels.h) */
 #include "gemm.h"
 
 /* A growable array p of *cap elements of size bytes, grown (doubling, contents kept) to hold
@@ -119,7 +120,7 @@ void ag__drop_pages(const void *from, const void *to);
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
 
 /* Philox draws without OpenMP, for callers that split the work themselves (tensor/rng.c): the
- * same numbers as ag_rng_uniform_f64 from counter on, the AVX2 path where the CPU has it. */
+ * same numbers as ag_rng_uniform_f64 from counter on, on the kernel table's vector path. */
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out);
 /* Dropout's keep masks: element e of a mask at draw counter c is a 32-bit word x, word e & 1 of
  * draw c + e / 2 (tensor/rng.c), so a mask of n elements takes ag__mask_draws(n) = (n + 1) / 2
@@ -131,10 +132,10 @@ uint64_t ag__u32_count_below(double v);
 static inline uint64_t ag__mask_draws(int64_t n) { return ((uint64_t)n + 1) / 2; }
 void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
                   uint8_t *keep, uint8_t *bits);
-/* ag__rng_keep on the given path (AG_ISA_NONE: the scalar reference), which the CPU must have
- * (tests run each) */
-void ag__rng_keep_isa(ag__isa isa, uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t,
-                      bool at_least, uint8_t *keep, uint8_t *bits);
+/* ag__rng_keep on kernel table K's path (the generic table: the scalar reference; tests run
+ * each table ag__kernels_for gives) */
+void ag__rng_keep_with(const ag__kernel_table *K, uint64_t seed, uint64_t counter, int64_t first, int64_t n,
+                       uint64_t t, bool at_least, uint8_t *keep, uint8_t *bits);
 /* the one-block-per-value reference of the draws and the masks (tests compare), and which
  * vector path runs: "AVX2", "AVX2 draws, AVX-512 masks" or NULL (the scalar reference) */
 void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out);
@@ -147,12 +148,13 @@ const char *ag__rng_vector_path(void);
  * into bit e of bits (1: its bits are not all zero; the bytes past the range keep their other
  * bits) and the nonzero elements, bit for bit and in order, into vals (room for n); returns how
  * many. Unpacking writes them back into x, zeros elsewhere, and returns how many it read. The
- * _isa forms run the given path (AG_ISA_NONE: the scalar one), which the CPU must have. */
+ * _with forms run kernel table K's path (the generic table: the scalar one). */
 int64_t ag__nz_pack(ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
 int64_t ag__nz_unpack(ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals, void *x);
-int64_t ag__nz_pack_isa(ag__isa isa, ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
-int64_t ag__nz_unpack_isa(ag__isa isa, ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals,
-                          void *x);
+int64_t ag__nz_pack_with(const ag__kernel_table *K, ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits,
+                         void *vals);
+int64_t ag__nz_unpack_with(const ag__kernel_table *K, ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n,
+                           const void *vals, void *x);
 
 /* Check that t is non-NULL and of a float dtype; reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);
