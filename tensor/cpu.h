@@ -5,7 +5,8 @@
  *   AG_ISA=avx2     the AVX2 + FMA kernels, also on an AVX-512 CPU (to test or measure them there)
  *   AG_ISA=generic  the portable C paths, and OpenBLAS for every GEMM
  * Unset: the CPU's best. A value not in that list, or one the CPU (or a build without vector
- * kernels) cannot run, is reported once on stderr and the CPU's best is used instead. The kernels of the chosen set are reached through one table
+ * kernels: -Dsimd=false, or not x86-64) cannot run, is reported once on stderr and the CPU's
+ * best is used instead. The kernels of the chosen set are reached through one table
  * (tensor/simd/kernels.h). Internal, not installed. */
 #ifndef AG_CPU_H
 #define AG_CPU_H

@@ -5,8 +5,8 @@
  * entry that is NULL (every one in the generic table) means: take the portable C path. The
  * kernels themselves live in tensor/simd/, named by ISA first: avx2.c and avx512.c (each ISA's
  * table, GEMM tile, nonzero packing and generator) and avx2_attention.c, avx512_attention.c
- * (the fused attention), compiled only on x86-64. Internal, not
- * installed. */
+ * (the fused attention), compiled only with -Dsimd=true (the default) on x86-64. Internal,
+ * not installed. */
 #ifndef AG_SIMD_KERNELS_H
 #define AG_SIMD_KERNELS_H
 #include <stdbool.h>
