@@ -8,7 +8,7 @@
 #   --quick   fewer repetitions and one round, a 300-step translation run (a smoke run, ~3 minutes)
 #   --rounds  rounds per benchmark (default 3): the table shows the best round's median
 #   --avx2    on an AVX-512 CPU, both sides at AVX2 (a stand-in for an AVX2-only CPU): attograd's
-#             AVX2 kernels (AG_GEMM=avx2), oneDNN capped at AVX2; ATen and OpenBLAS (with
+#             AVX2 kernels (AG_ISA=avx2), oneDNN capped at AVX2; ATen and OpenBLAS (with
 #             OPENBLAS_CORETYPE=Haswell) run AVX2 there anyway
 # env: BUILD (build dir, default build-bench), PYTHON (default /usr/bin/python3)
 set -euo pipefail
@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=(--quick); rounds=1 ;;
     --rounds) rounds=$2; shift ;;
     --only) only=$2; shift ;;
-    --avx2) export AG_GEMM=avx2 DNNL_MAX_CPU_ISA=AVX2 ;;
+    --avx2) export AG_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 ;;
     *) echo "usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train|translate] [--avx2]" >&2; exit 2 ;;
   esac
   shift
@@ -38,7 +38,7 @@ note() { echo "NOTE $*" >>"$OUT"; }
 cpu=$(lscpu | sed -n 's/^Model name: *//p')
 note "$(date -u +%Y-%m-%dT%H:%MZ) $cpu, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 note "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset} (left as found)"
-[ -n "${AG_GEMM:-}${DNNL_MAX_CPU_ISA:-}" ] && note "AG_GEMM=${AG_GEMM:-unset} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-unset}"
+[ -n "${AG_ISA:-}${DNNL_MAX_CPU_ISA:-}" ] && note "AG_ISA=${AG_ISA:-unset} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-unset}"
 note "torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), $(cc --version | head -1)"
 
 # side by side: attograd then PyTorch, same threads for OpenMP, OpenBLAS and torch

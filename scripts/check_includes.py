@@ -33,18 +33,8 @@ SCANNED = ["tensor", "autograd", "nn", "examples", "bench"]
 RANK = {"tensor": 0, "autograd": 1, "nn": 2, "attograd.h": 2.5, "examples": 3, "bench": 3}
 # extra include directories a folder's meson.build gives its programs (besides the root)
 EXTRA_INC = {"examples/translate": ["examples/translate"]}
-# installed header -> the header that outside code reaches it through
-VIA = {"tensor/fastmath.h": "tensor/op.h"}
-# (file, header) pairs allowed to break the private/via rules, with why. The fused
-# small-attention kernels in nn/attention/ use the GEMM's register-tile helpers and the
-# vector expf's constants; they move into tensor/simd/ with the other SIMD kernels.
-EXEMPT = {
-    ("nn/attention/attention_small.c", "tensor/fastmath.h"): "moves to tensor/simd/",
-    ("nn/attention/attention_small.c", "tensor/gemm.h"): "moves to tensor/simd/",
-    ("nn/attention/attention_small_avx2.c", "tensor/fastmath.h"): "moves to tensor/simd/",
-    ("nn/attention/attention_small_avx2.c", "tensor/gemm_kernels.h"): "moves to tensor/simd/",
-}
-
+# installed header -> the header that code outside its top folder reaches it through
+VIA = {"tensor/fastmath.h": "tensor/op.h", "tensor/simd/kernels.h": "tensor/op.h", "tensor/cpu.h": "tensor/op.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_EXT = (".c", ".h", ".inc")
 
@@ -116,12 +106,10 @@ def check_file(src, installed, problems):
         if hdr_rank is not None and src_rank is not None and hdr_rank > src_rank:
             problems.append(f"{where} ({hdr}): upward include, {src.split('/')[0]}/ may not depend on "
                             f"{hdr.split('/')[0] if '/' in hdr else hdr}")
-        if (src, hdr) in EXEMPT:
-            continue
         scope = private_scope(hdr, installed)
         if scope is not None and not inside(src, scope):
             problems.append(f"{where} ({hdr}): private to {scope}/, used outside it")
-        if hdr in VIA and not inside(src, os.path.dirname(hdr)) and src != VIA[hdr]:
+        if hdr in VIA and not inside(src, hdr.split("/")[0]) and src != VIA[hdr]:
             problems.append(f"{where} ({hdr}): reach it through {VIA[hdr]}, not directly")
         if src in installed and hdr not in installed:
             problems.append(f"{where} ({hdr}): an installed header includes one that is not installed")

@@ -1,5 +1,4 @@
 /* Errors, heap accounting and the arena (bump allocator). */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,22 +269,4 @@ ag_arena *ag_arena_current(void) {
     if (current_arena) return current_arena;
     if (!default_arena) default_arena = ag_arena_new((size_t)1 << 20);
     return default_arena;
-}
-
-/* ---- the CPU's vector instruction set (tensor/cpu.h) ---- */
-
-static ag__isa cpu_isa = AG_ISA_NONE;
-static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
-
-static void check_cpu(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) cpu_isa = AG_ISA_AVX512;
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cpu_isa = AG_ISA_AVX2;
-#endif
-}
-
-ag__isa ag__cpu_isa(void) {
-    pthread_once(&cpu_once, check_cpu);
-    return cpu_isa;
 }

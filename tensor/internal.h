@@ -8,7 +8,8 @@
 #include "op.h"
 #include "tensor.h"
 
-/* the GEMM dispatch (its entry points are in op.h) */
+/* the GEMM dispatch (its entry points are in op.h); through it the kernel table ag__kernels
+ * (tensor/simd/kernels.h) */
 #include "gemm.h"
 
 /* How the memory of a destination dst and a source src of an op that writes dst meet, as torch
@@ -55,12 +56,12 @@ bool ag__set_into(ag_tensor *dst, const ag_tensor *src);
 void ag__drop_pages(const void *from, const void *to);
 
 /* Philox draws without OpenMP, for callers that split the work themselves (tensor/rng.c): the
- * same numbers as ag_rng_uniform_f64 from counter on, the AVX2 path where the CPU has it. */
+ * same numbers as ag_rng_uniform_f64 from counter on, on the kernel table's vector path. */
 void ag__rng_uniform_serial(uint64_t seed, uint64_t counter, int64_t n, double *out);
-/* ag__rng_keep on the given path (AG_ISA_NONE: the scalar reference), which the CPU must have
- * (tests run each) */
-void ag__rng_keep_isa(ag__isa isa, uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t,
-                      bool at_least, uint8_t *keep, uint8_t *bits);
+/* ag__rng_keep (op.h) on kernel table K's path (the generic table: the scalar reference; tests
+ * run each table ag__kernels_for gives) */
+void ag__rng_keep_with(const ag__kernel_table *K, uint64_t seed, uint64_t counter, int64_t first, int64_t n,
+                       uint64_t t, bool at_least, uint8_t *keep, uint8_t *bits);
 /* the one-block-per-value reference of the draws and the masks (tests compare), and which
  * vector path runs: "AVX2", "AVX2 draws, AVX-512 masks" or NULL (the scalar reference) */
 void ag__rng_uniform_scalar(uint64_t seed, uint64_t counter, int64_t n, double *out);
@@ -69,10 +70,11 @@ void ag__rng_keep_scalar(uint64_t seed, uint64_t counter, int64_t first, int64_t
                          uint8_t *keep, uint8_t *bits);
 const char *ag__rng_vector_path(void);
 
-/* ag__nz_pack and ag__nz_unpack (op.h) on the given path (AG_ISA_NONE: the scalar one), which
- * the CPU must have (tests run each) */
-int64_t ag__nz_pack_isa(ag__isa isa, ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
-int64_t ag__nz_unpack_isa(ag__isa isa, ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals,
-                          void *x);
+/* ag__nz_pack and ag__nz_unpack (op.h) on kernel table K's path (the generic table: the scalar
+ * one; tests run each table ag__kernels_for gives) */
+int64_t ag__nz_pack_with(const ag__kernel_table *K, ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits,
+                         void *vals);
+int64_t ag__nz_unpack_with(const ag__kernel_table *K, ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n,
+                           const void *vals, void *x);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "fastmath.h" /* ag__expf: the softmax loops' vectorisable expf */
 #include "node.h"
+#include "simd/kernels.h" /* the vector kernel table: the fused small attention */
 #include "tensor.h"
 
 #ifdef __cplusplus

@@ -4,9 +4,9 @@
  * dimensions, alpha and beta (beta 0 must ignore NaN in C), checked element by element
  * against a double-precision triple loop (the witness) with a bound from Σ|a||b|. Also the
  * thread-count independence the library promises: 1 and 2 OpenMP threads give the same bits.
- * Each kernel set the CPU can run (tensor/gemm_kernels.h: AVX-512 8×32, AVX2 6×16) is also
+ * Each kernel set the CPU can run (tensor/simd/kernels.h: AVX-512 8×32, AVX2 6×16) is also
  * driven directly through both paths of the driver, at sizes around its own tile and blocks.
- * The fused small-attention kernels (nn/attention/attention_small.h) against a double-precision softmax
+ * The fused small-attention kernels (tensor/simd/kernels.h) against a double-precision softmax
  * attention and its backward, around their tile edges (8-row blocks, 16-lane head chunks).
  * Nonzero packing (tensor/nzpack.c) on every path against an element-by-element reference. */
 #include <math.h>
@@ -15,10 +15,9 @@
 #include <string.h>
 
 #include "../tensor/fastmath.h"
-#include "../nn/attention/attention_small.h"
 #include "../tensor/gemm.h"
-#include "../tensor/gemm_kernels.h"
 #include "../tensor/internal.h"
+#include "../tensor/simd/kernels.h"
 #include "test_util.h"
 
 /* distance in units in the last place, for finite floats of one sign */
@@ -170,14 +169,13 @@ static void test_sgemm_results_do_not_depend_on_thread_count(void **s) {
 
 /* ---- each kernel set through each path of the driver ---- */
 
-/* the sets this CPU runs, whichever ag__sgemm picked */
+/* the sets this CPU runs (AVX-512's first), whichever ag__sgemm picked */
 static int runnable_sets(const ag__sgemm_kernels *sets[2]) {
     int n = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) sets[n++] = &ag__sgemm_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) sets[n++] = &ag__sgemm_avx2;
-#endif
+    for (int isa = AG_ISA_AVX512; isa > AG_ISA_GENERIC; isa--) {
+        const ag__kernel_table *T = ag__kernels_for((ag__isa)isa);
+        if (T && T->sgemm) sets[n++] = T->sgemm;
+    }
     return n;
 }
 
@@ -381,28 +379,24 @@ static int check_attn(attn_case c, uint32_t seed) {
     return bad;
 }
 
-/* the kernels of every instruction set this CPU runs, whichever ag__attn_small_fwd would pick:
+/* the kernels of every instruction set this CPU runs, whichever table is in use:
  * every key count up to the set's limit with every head dim up to 33 through 16 keys, and the
  * tile edges past it; dropout in a third of the AVX2 cases */
 static void test_small_attention_matches_double_reference_around_tile_edges(void **s) {
-#if defined(__x86_64__) && defined(__GNUC__)
+    /* the AVX-512 table's entries run its own kernels on these cases (up to 16 keys, no dropout) */
     struct {
         const char *name;
-        attn_fwd_fn fwd;
-        attn_bwd_fn bwd;
+        ag__isa isa;
         int64_t keys;
         bool drop;
-    } isas[] = {{"avx512", ag__attn_small_fwd_avx512, ag__attn_small_bwd_avx512, AG_ATTN_SMALL_KEYS, false},
-                {"avx2", ag__attn_small_fwd_avx2, ag__attn_small_bwd_avx2, AG_ATTN_AVX2_KEYS, true}};
+    } isas[] = {{"avx512", AG_ISA_AVX512, AG_ATTN_SMALL_KEYS, false}, {"avx2", AG_ISA_AVX2, AG_ATTN_AVX2_KEYS, true}};
     const int64_t Ls[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 40, 63, 64};
     const int64_t wide_n[] = {17, 23, 24, 25, 31, 32, 33, 40, 47, 48, 49, 56, 63, 64};
     const int64_t wide_d[] = {1, 7, 8, 9, 16, 17, 31, 32, 33};
     int ran = 0;
-    __builtin_cpu_init();
     for (int is = 0; is < 2; is++) {
-        bool has = is == 0 ? __builtin_cpu_supports("avx512f")
-                           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        if (!has) continue;
+        const ag__kernel_table *T = ag__kernels_for(isas[is].isa);
+        if (!T || !T->attn_small_fwd) continue;
         ran++;
         uint32_t seed = 77;
         for (int il = 0; il < 14; il++)
@@ -414,8 +408,8 @@ static void test_small_attention_matches_double_reference_around_tile_edges(void
                     attn_case c = {Ls[il],         n,
                                    Dh,             Dh % 3 ? Dh : 49 - Dh,
                                    Dh % 2 ? n : n + 9, (int)(Dh % 4),
-                                   isas[is].drop && (Dh + n) % 3 == 1, isas[is].fwd,
-                                   isas[is].bwd};
+                                   isas[is].drop && (Dh + n) % 3 == 1, T->attn_small_fwd,
+                                   T->attn_small_bwd};
                     int bad = check_attn(c, seed++);
                     if (bad)
                         fail_msg("%s: L=%lld n=%lld Dh=%lld Dv=%lld ldp=%lld mask=%d drop=%d: %d elements off",
@@ -425,9 +419,6 @@ static void test_small_attention_matches_double_reference_around_tile_edges(void
             }
     }
     if (!ran) skip();
-#else
-    skip();
-#endif
 }
 
 /* elements e0 .. e0+n-1 of an f32 or f64 array (es bytes each) whose bits are x (half of them
@@ -459,7 +450,8 @@ static void check_nz(ag__isa isa, ag_dtype dt, int64_t e0, int64_t n, uint64_t s
         bits_ref[e >> 3] = (uint8_t)((bits_ref[e >> 3] & ~(1u << (e & 7))) | (unsigned)nz << (e & 7));
         if (nz) memcpy(ref + count++ * (int64_t)es, x + i * es, es);
     }
-    int64_t got = ag__nz_pack_isa(isa, dt, x, n, e0, bits, vals);
+    const ag__kernel_table *K = ag__kernels_for(isa);
+    int64_t got = ag__nz_pack_with(K, dt, x, n, e0, bits, vals);
     bool bits_ok = !memcmp(bits, bits_ref, (size_t)nb), vals_ok = !memcmp(vals, ref, (size_t)count * es);
     if (got != count || !bits_ok || !vals_ok)
         fail_msg("pack, path %d, %s, e0 %lld, n %lld: count %lld (expected %lld), bits %s, values %s", (int)isa,
@@ -469,7 +461,7 @@ static void check_nz(ag__isa isa, ag_dtype dt, int64_t e0, int64_t n, uint64_t s
     unsigned char *packed = malloc((size_t)count * es + 1); /* exactly the values */
     memcpy(packed, vals, (size_t)count * es);
     memset(y, 0x7F, (size_t)n * es + 1);
-    assert_int_equal(ag__nz_unpack_isa(isa, dt, bits, e0, n, packed, y), count);
+    assert_int_equal(ag__nz_unpack_with(K, dt, bits, e0, n, packed, y), count);
     if (memcmp(y, x, (size_t)n * es))
         fail_msg("unpack, path %d, %s, e0 %lld, n %lld: differs", (int)isa, ag_dtype_name(dt), (long long)e0,
                  (long long)n);
@@ -483,14 +475,15 @@ static void test_nonzero_packing_round_trips_bit_for_bit_on_every_path(void **s)
     static const int64_t E0[] = {0, 1, 5, 8, 13, 2045, 2048, 4096 + 3};
     static const int64_t N[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 2047, 2048, 2051, 5000, 70001};
     uint64_t seed = 1;
-    for (int isa = AG_ISA_NONE; isa <= (int)ag__cpu_isa(); isa++)
+    for (int isa = AG_ISA_GENERIC; isa <= AG_ISA_AVX512; isa++)
         for (int f = 0; f < 2; f++)
             for (size_t i = 0; i < sizeof E0 / sizeof *E0; i++)
                 for (size_t j = 0; j < sizeof N / sizeof *N; j++)
-                    check_nz((ag__isa)isa, f ? AG_F64 : AG_F32, E0[i], N[j], seed++);
+                    if (ag__kernels_for((ag__isa)isa)) check_nz((ag__isa)isa, f ? AG_F64 : AG_F32, E0[i], N[j], seed++);
     for (int t = 1; t <= 2; t++) {
         omp_set_num_threads(t);
-        for (int isa = AG_ISA_NONE; isa <= (int)ag__cpu_isa(); isa++) check_nz((ag__isa)isa, AG_F32, 3, 600000, 99);
+        for (int isa = AG_ISA_GENERIC; isa <= AG_ISA_AVX512; isa++)
+            if (ag__kernels_for((ag__isa)isa)) check_nz((ag__isa)isa, AG_F32, 3, 600000, 99);
     }
 }
 

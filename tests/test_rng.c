@@ -94,7 +94,7 @@ static void test_vector_path_draws_the_reference_uniforms_bit_for_bit(void **sta
     (void)state;
     const char *path = ag__rng_vector_path();
     if (path) print_message("      (the vector path here: %s)\n", path);
-    else print_message("      (no AVX2 or AVX-512 here: both paths are the scalar one)\n");
+    else print_message("      (the generic kernel table: both paths are the scalar one)\n");
     double *a = malloc(4100 * sizeof(double)), *b = malloc(4100 * sizeof(double));
     for (size_t s = 0; s < sizeof SEEDS / sizeof *SEEDS; s++)
         for (size_t c = 0; c < sizeof COUNTERS / sizeof *COUNTERS; c++)
@@ -106,6 +106,15 @@ static void test_vector_path_draws_the_reference_uniforms_bit_for_bit(void **sta
                 if (memcmp(a, b, 4100 * sizeof(double)))
                     fail_msg("seed %llx counter %llx n %lld", (unsigned long long)SEEDS[s],
                              (unsigned long long)COUNTERS[c], (long long)n);
+                for (int isa = AG_ISA_AVX2; isa <= AG_ISA_AVX512; isa++) { /* every vector path the CPU has */
+                    const ag__kernel_table *K = ag__kernels_for((ag__isa)isa);
+                    if (!K || !K->rng_uniform) continue;
+                    for (int i = 0; i < 4100; i++) a[i] = -1;
+                    K->rng_uniform(SEEDS[s], COUNTERS[c], n, a);
+                    if (memcmp(a, b, 4100 * sizeof(double)))
+                        fail_msg("%s: seed %llx counter %llx n %lld", ag__isa_name((ag__isa)isa),
+                                 (unsigned long long)SEEDS[s], (unsigned long long)COUNTERS[c], (long long)n);
+                }
                 if (n > 0) { /* and the public entry (its parallel blocks) draws the same */
                     ag_rng r = {SEEDS[s], COUNTERS[c]};
                     ag_rng_uniform_f64(&r, n, a);
@@ -136,8 +145,10 @@ static void check_keep(uint64_t seed, uint64_t ctr, int64_t first, int64_t n, do
         }
         /* the scalar reference, then every vector path this CPU has, whichever ag__rng_keep takes */
         static const char *const NAMES[] = {"scalar", "AVX2", "AVX-512"};
-        for (int isa = AG_ISA_NONE; isa <= (int)ag__cpu_isa(); isa++) {
-            ag__rng_keep_isa((ag__isa)isa, seed, ctr, first, n, t, at_least, keep, bits);
+        for (int isa = AG_ISA_GENERIC; isa <= AG_ISA_AVX512; isa++) {
+            const ag__kernel_table *K = ag__kernels_for((ag__isa)isa);
+            if (!K) continue;
+            ag__rng_keep_with(K, seed, ctr, first, n, t, at_least, keep, bits);
             if (memcmp(keep, keep_ref, sizeof keep) || memcmp(bits, bits_ref, sizeof bits))
                 fail_msg("%s: seed %llx counter %llx first %lld n %lld v %.17g at_least %d", NAMES[isa],
                          (unsigned long long)seed, (unsigned long long)ctr, (long long)first, (long long)n, v,

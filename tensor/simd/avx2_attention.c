@@ -1,9 +1,9 @@
-/* The fused small-attention kernels (nn/attention/attention_small.h) for AVX2 + FMA: the same math and
- * masking as the AVX-512 kernels of nn/attention/attention_small.c, for up to 64 live keys (a query row
- * in up to 8 vectors) and with dropout; AVX-512 CPUs run them too, for the heads their own
- * kernels do not take. Every product is the unpacked register tile of the GEMM kernel set in
- * use (tensor/gemm_kernels.c: AVX2's 6×16, AVX-512's 8×32 on such a CPU), A read through two
- * strides so that it serves A and Aᵀ:
+/* The fused small-attention kernels (tensor/simd/kernels.h) for AVX2 + FMA: the same math and
+ * masking as the AVX-512 kernels of tensor/simd/avx512_attention.c, for up to 64 live keys (a
+ * query row in up to 8 vectors) and with dropout; the AVX-512 table runs them too, for the heads
+ * its own kernels do not take. Every product is the unpacked register tile of the GEMM kernel
+ * set in use (AVX2's 6×16, AVX-512's 8×32 on such a CPU), A read through two strides so that
+ * it serves A and Aᵀ:
  *   forward   scores = Q Kᵀ (Kᵀ transposed once per head), row softmax, O = Pd V
  *   backward  dV = Pdᵀ dO, dP = dropout'(dO Vᵀ), dS = P*(dP - rowsum(P*dP)), dQ = α dS K,
  *             dK = α dSᵀ Q
@@ -11,16 +11,13 @@
  * 64×64) stay in a stack buffer whose rows are the live keys rounded up to 8; no GEMM call,
  * packing or pass over a (B,H,L,S) buffer beyond writing P. Every sum runs in a fixed order
  * per (b,h), so results do not depend on the thread count. */
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#include "attention_small.h"
-
-#include "../../tensor/fastmath.h"
-#include "../../tensor/gemm_kernels.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "avx2.h"
+#include "expf.h"
+#include "kernels.h"
 
 #define KEYS AG_ATTN_AVX2_KEYS
 
@@ -50,39 +47,13 @@ static inline TARGET __m256 hsum8(__m256 m) {
     return _mm256_add_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
 }
 
-/* ag__expf (tensor/fastmath.h) on 8 lanes, the steps of exp16: 0 below -87.33 (and for -inf) */
-static inline TARGET __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(AG_EXPF_LO), hi = _mm256_set1_ps(AG_EXPF_HI);
-    const __m256 shift = _mm256_set1_ps(AG_EXPF_SHIFT);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    __m256 xc = _mm256_blendv_ps(x, lo, under);
-    xc = _mm256_blendv_ps(xc, hi, _mm256_cmp_ps(xc, hi, _CMP_GT_OQ));
-    __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(AG_EXPF_LOG2E), shift);
-    __m256 n = _mm256_sub_ps(t, shift);
-    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(AG_EXPF_SHIFT_BITS));
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(AG_EXPF_LN2_HI), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(AG_EXPF_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(AG_EXPF_P0);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(AG_EXPF_P5));
-    p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-    __m256i bits = _mm256_slli_epi32(
-        _mm256_and_si256(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), _mm256_set1_epi32(0xFF)), 23);
-    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-    return _mm256_andnot_ps(under, y);
-}
-
 /* out[r][c] = scale·acc (assign) or out[r][c] + scale·acc, acc = Σ_{k<K} A[r·ars + k·aks] ·
  * Y[k·ldy + c], for rows r < R and columns c < D (out: ldo apart): the in-use GEMM set's
- * unpacked register tile (tensor/gemm_kernels.c) over the whole product. Each element sums over
- * k in order. */
+ * unpacked register tile over the whole product. Each element sums over k in order. */
 static void mac(int64_t R, int64_t K, int64_t D, const float *a, int64_t ars, int64_t aks, const float *y,
                 int64_t ldy, float scale, bool assign, float *out, int64_t ldo) {
-    const ag__sgemm_kernels *G = ag__sgemm_kernels_in_use();
-    if (!G) G = &ag__sgemm_avx2; /* AG_GEMM=blas: never called so, but tests may */
+    const ag__sgemm_kernels *G = ag__kernels->sgemm;
+    if (!G) G = &ag__sgemm_avx2; /* AG_ISA=generic: never called so, but tests may */
     for (int64_t c = 0; c < D; c += G->nr)
         for (int64_t r = 0; r < R; r += G->mr)
             G->small_tile(K, a + r * ars, ars, aks, R - r < G->mr ? R - r : G->mr, y + c, ldy,
@@ -161,7 +132,7 @@ static inline TARGET __attribute__((always_inline)) void softmax_rows(const int 
             __m256 sum = zero;
 #pragma GCC unroll 8
             for (int c = 0; c < NV; c++) {
-                x[c] = exp8(_mm256_sub_ps(x[c], mx));
+                x[c] = ag__expf_avx2(_mm256_sub_ps(x[c], mx));
                 sum = _mm256_add_ps(sum, x[c]);
             }
             __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), hsum8(sum));
@@ -241,5 +212,3 @@ TARGET void ag__attn_small_bwd_avx2(const ag__attn_tile *t, const float *p, int6
         zero_rows(dk, lddk, n, assign_S, Dh);
     }
 }
-
-#endif

@@ -1,6 +1,6 @@
-/* The fused small-attention kernels (nn/attention/attention_small.h): the choice of kernels per CPU, and
- * the AVX-512 kernels themselves (the AVX2 ones: nn/attention/attention_small_avx2.c). Layout: the keys
- * of a query row are the 16 lanes of a vector, so
+/* The fused small-attention kernels (tensor/simd/kernels.h) for AVX-512F; the AVX2 ones are
+ * tensor/simd/avx2_attention.c, and tensor/simd/avx512.c says which of the two takes a head.
+ * Layout: the keys of a query row are the 16 lanes of a vector, so
  *   scores  s_i = Σ_d Q[i][d] · Kᵀ[d]        (Kᵀ: K transposed once per head, 16 lanes a row)
  *   softmax over the lanes of s_i            (two horizontal reductions per row)
  *   output  O[i] = Σ_j P[i][j] · V[j]        (V's rows as they lie, 16 columns a vector)
@@ -8,45 +8,15 @@
  * · Vᵀ[d], dS_i in registers, dQ[i] = α Σ_j dS[i][j] K[j], and dK, dV summed over the query
  * rows with one accumulator per key. Every sum runs in a fixed order per (b,h), so results
  * do not depend on the thread count. */
-#include "attention_small.h"
-
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#include "../../tensor/fastmath.h"
-#include "../../tensor/gemm.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "expf.h"
+#include "kernels.h"
 
 #define KEYS AG_ATTN_SMALL_KEYS
 #define RB 8 /* query rows per block */
-
-/* The kernels of the instruction set the GEMM runs (tensor/gemm.h), so AG_GEMM=blas turns them
- * off and AG_GEMM=avx2 picks the AVX2 ones on an AVX-512 CPU, as it does the GEMM's. */
-bool ag__attn_small_available(void) { return ag__sgemm_isa_in_use() != AG_ISA_NONE; }
-
-/* Either ISA takes heads of up to AG_ATTN_AVX2_KEYS keys, with dropout: an AVX-512 CPU runs its
- * own kernels (a row's live keys in one vector, no dropout) where they fit and the AVX2 ones
- * (whose products are the in-use GEMM's tile, AVX-512's there) for the other heads. At
- * (64,8,L,32) forward + backward with a key padding mask, against the GEMM path on Zen 5:
- * L 32 no dropout 4.0 -> 2.6 ms, L 20 and 32 with dropout 1.9 -> 1.25 and 4.4 -> 3.0 ms,
- * L 64 with dropout 13.2 -> 11.5 ms. */
-static bool avx512_takes(const ag__attn_tile *t) {
-    return ag__sgemm_isa_in_use() == AG_ISA_AVX512 && t->n <= KEYS && !t->keep;
-}
-
-void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
-    if (avx512_takes(t)) ag__attn_small_fwd_avx512(t, p, ldp, o, ldo);
-    else ag__attn_small_fwd_avx2(t, p, ldp, o, ldo);
-}
-
-void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
-                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {
-    if (avx512_takes(t))
-        ag__attn_small_bwd_avx512(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
-    else ag__attn_small_bwd_avx2(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
-}
 
 #define TARGET __attribute__((target("avx512f,fma")))
 
@@ -89,31 +59,6 @@ static TARGET void transpose_rows(const float *x, int64_t ld, int64_t n, int64_t
         transpose16(r);
         for (int64_t d = 0; d < 16 && d0 + d < D; d++) _mm512_store_ps(xt + (d0 + d) * 16, r[d]);
     }
-}
-
-/* ag__expf (tensor/fastmath.h) on 16 lanes, the same steps: 0 below -87.33 (and for -inf) */
-static inline TARGET __m512 exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(AG_EXPF_LO), hi = _mm512_set1_ps(AG_EXPF_HI);
-    const __m512 shift = _mm512_set1_ps(AG_EXPF_SHIFT);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    __m512 xc = _mm512_mask_blend_ps(under, x, lo);
-    xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(xc, hi, _CMP_GT_OQ), xc, hi);
-    __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(AG_EXPF_LOG2E), shift);
-    __m512 n = _mm512_sub_ps(t, shift);
-    __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(AG_EXPF_SHIFT_BITS));
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(AG_EXPF_LN2_HI), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(AG_EXPF_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(AG_EXPF_P0);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(AG_EXPF_P5));
-    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-    __m512i bits = _mm512_slli_epi32(_mm512_and_si512(_mm512_add_epi32(ni, _mm512_set1_epi32(127)),
-                                                      _mm512_set1_epi32(0xFF)), 23);
-    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-    return _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
 }
 
 /* Forward, 16 query rows at a time, in transposed form: with Kᵀ and the block's Qᵀ, the
@@ -163,7 +108,7 @@ TARGET void ag__attn_small_fwd_avx512(const ag__attn_tile *t, float *p, int64_t 
         mx = _mm512_mask_mov_ps(mx, none, zero);
         __m512 sum = zero;
         for (int j = 0; j < 16; j++) {
-            x[j] = exp16(_mm512_sub_ps(x[j], mx));
+            x[j] = ag__expf_avx512(_mm512_sub_ps(x[j], mx));
             sum = _mm512_add_ps(sum, x[j]);
         }
         __m512 inv = _mm512_maskz_div_ps((__mmask16)~none, _mm512_set1_ps(1.0f), sum);
@@ -290,11 +235,3 @@ TARGET void ag__attn_small_bwd_avx512(const ag__attn_tile *t, const float *p, in
     }
     if (dk) keys_by_columns(ds, KEYS, 0xFFFF, t->q, t->ldq, L, Dh, n, al, dk, lddk, assign_S);
 }
-
-#else /* no fused kernels on this platform: nn/attention/attention.c never calls them */
-
-bool ag__attn_small_available(void) { return false; }
-void ag__attn_small_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {}
-void ag__attn_small_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo,
-                        float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {}
-#endif
