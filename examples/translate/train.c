@@ -543,10 +543,8 @@ static void run_free(run *r) {
         ag_optim_free(r->opt);
         model_free(r->m);
     }
-    if (r->stage >= RUN_CORPORA) {
-        corpora_free(&r->c);
-        trained_free(&r->resumed);
-    }
+    if (r->stage >= RUN_CORPORA) corpora_free(&r->c);
+    trained_free(&r->resumed); /* zeroed when never loaded */
     free(r->last_path);
     free(r->best_path);
     free(r->curves_path);
