@@ -7,7 +7,7 @@
  * Unset: the CPU's best. A value not in that list, or one the CPU (or a build without vector
  * kernels: -Dsimd=false, or not x86-64) cannot run, is reported once on stderr and the CPU's
  * best is used instead. The kernels of the chosen set are reached through one table
- * (tensor/simd/kernels.h). Internal, not installed. */
+ * (tensor/simd/kernels.h). Installed with op.h (through kernels.h), for op authors. */
 #ifndef AG_CPU_H
 #define AG_CPU_H
 
