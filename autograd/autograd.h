@@ -70,12 +70,7 @@ typedef struct ag_params {
     ag_tensor **list;        /* in the order added */
     ag_tensor *flat;         /* 1-d view of all values (valid after the last add) */
     ag_tensor *flat_grad;    /* 1-d view of all gradients */
-    /* internal */
-    char *data, *grad;
-    int64_t capacity;
-    int cap_list;
-    ag_arena *meta;
-    uint32_t version, grad_version; /* the slabs' version counters (ag_version), one per slab */
+    char *data, *grad;       /* the two slabs (numel elements of dtype each); moved by an add */
 } ag_params;
 
 ag_params *ag_params_new(ag_dtype dt);

@@ -120,7 +120,7 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
     bool prev = ag_set_grad_enabled(false);
     for (size_t i = 0; i < count; i++) {
         ag_node *n = order[base + i]; /* order may move when a nested pass grows it */
-        if (!n->out->grad || n->out->grad_pass != pass) continue; /* no gradient reached it */
+        if (!n->out->grad || ag__state(n->out)->grad_pass != pass) continue; /* no gradient reached it */
         if (n->versions && !versions_unchanged(n)) stopped = true; /* reported: it stops, as torch raises */
         if (stopped) {
             for (; i < count; i++) ag__grad_release(order[base + i]->out);

@@ -5,16 +5,27 @@
 #include "../tensor/op.h"
 #include "autograd.h"
 
+/* An ag_params and what only this file uses: the ag_params * handed out points at pub. */
+typedef struct {
+    ag_params pub;
+    int64_t capacity;               /* elements each slab has room for */
+    int cap_list;                   /* entries pub.list has room for */
+    ag_arena *meta;                 /* the parameters' headers and names (never reset) */
+    uint32_t version, grad_version; /* the slabs' version counters (ag_version), one per slab */
+} params_impl;
+
+static params_impl *impl(const ag_params *p) { return (params_impl *)p; }
+
 ag_params *ag_params_new(ag_dtype dt) {
     if (dt != AG_F32 && dt != AG_F64) {
         ag_error("ag_params_new", "dtype %s: parameters are f32 or f64", ag_dtype_name(dt));
         return NULL;
     }
-    ag_params *p = ag_xmalloc(sizeof *p);
-    memset(p, 0, sizeof *p);
-    p->dtype = dt;
-    p->meta = ag_arena_new(1 << 16);
-    return p;
+    params_impl *q = ag_xmalloc(sizeof *q);
+    memset(q, 0, sizeof *q);
+    q->pub.dtype = dt;
+    q->meta = ag_arena_new(1 << 16);
+    return &q->pub;
 }
 
 void ag_params_free(ag_params *p) {
@@ -22,18 +33,18 @@ void ag_params_free(ag_params *p) {
     ag_xfree(p->data);
     ag_xfree(p->grad);
     ag_xfree(p->list);
-    ag_arena_free(p->meta);
-    ag_xfree(p);
+    ag_arena_free(impl(p)->meta);
+    ag_xfree(impl(p));
 }
 
 /* a view of a slab, sharing the slab's version counter */
 static ag_tensor *slab_tensor(ag_params *p, char *base, uint32_t *version, int64_t offset, int ndim,
                               const int64_t *shape) {
-    ag_arena *prev = ag_arena_use(p->meta);
+    ag_arena *prev = ag_arena_use(impl(p)->meta);
     ag_tensor *t = ag_wrap(p->dtype, ndim, shape, base);
     ag_arena_use(prev);
     t->offset = offset;
-    t->version = version;
+    ag__state(t)->version = version;
     return t;
 }
 
@@ -43,8 +54,8 @@ static void repoint(ag_params *p) {
         p->list[i]->data = p->data;
         p->list[i]->grad->data = p->grad;
     }
-    p->flat = slab_tensor(p, p->data, &p->version, 0, 1, &p->numel);
-    p->flat_grad = slab_tensor(p, p->grad, &p->grad_version, 0, 1, &p->numel);
+    p->flat = slab_tensor(p, p->data, &impl(p)->version, 0, 1, &p->numel);
+    p->flat_grad = slab_tensor(p, p->grad, &impl(p)->grad_version, 0, 1, &p->numel);
 }
 
 ag_tensor *ag_params_find(const ag_params *p, const char *name) {
@@ -74,8 +85,8 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
     /* keep every parameter 64-byte aligned */
     int64_t es = (int64_t)ag_dtype_size(p->dtype), align = 64 / es;
     int64_t offset = (p->numel + align - 1) / align * align;
-    if (offset + n > p->capacity) {
-        int64_t cap = p->capacity ? p->capacity : 1024;
+    if (offset + n > impl(p)->capacity) {
+        int64_t cap = impl(p)->capacity ? impl(p)->capacity : 1024;
         while (cap < offset + n) cap *= 2;
         char *data = ag__try_malloc((size_t)(cap * es)), *grad = data ? ag__try_malloc((size_t)(cap * es)) : NULL;
         if (!grad) {
@@ -94,21 +105,21 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
         ag_xfree(p->grad);
         p->data = data;
         p->grad = grad;
-        p->capacity = cap;
+        impl(p)->capacity = cap;
     }
-    if (p->count == p->cap_list) {
-        int cap = p->cap_list ? 2 * p->cap_list : 64;
+    if (p->count == impl(p)->cap_list) {
+        int cap = impl(p)->cap_list ? 2 * impl(p)->cap_list : 64;
         ag_tensor **list = ag_xmalloc(sizeof *list * (size_t)cap);
         if (p->list) memcpy(list, p->list, sizeof *list * (size_t)p->count);
         ag_xfree(p->list);
         p->list = list;
-        p->cap_list = cap;
+        impl(p)->cap_list = cap;
     }
-    ag_tensor *t = slab_tensor(p, p->data, &p->version, offset, ndim, shape);
-    t->grad = slab_tensor(p, p->grad, &p->grad_version, offset, ndim, shape);
+    ag_tensor *t = slab_tensor(p, p->data, &impl(p)->version, offset, ndim, shape);
+    t->grad = slab_tensor(p, p->grad, &impl(p)->grad_version, offset, ndim, shape);
     t->requires_grad = true;
     size_t len = strlen(name) + 1;
-    char *copy = ag_arena_alloc(p->meta, len);
+    char *copy = ag_arena_alloc(impl(p)->meta, len);
     memcpy(copy, name, len);
     t->name = copy;
     p->list[p->count++] = t;
@@ -119,5 +130,5 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
 
 void ag_params_zero_grad(ag_params *p) {
     if (p->grad) ag__zero(p->grad, (size_t)p->numel * ag_dtype_size(p->dtype));
-    p->grad_version++;
+    impl(p)->grad_version++;
 }

@@ -19,6 +19,9 @@ root, then examples/translate for its programs) and checked against:
   installed  An installed header includes only installed headers (else the installed tree
              does not compile).
   unresolved An include that names no file of the tree.
+  api        The user's headers (every installed header but the op-author ones in OP_AUTHOR, and
+             the headers they include) declare no ag__ name outside comments: what op authors
+             need of the internals is in tensor/op.h.
 
 Tests (tests/) may include anything: they test internals. Prints "include rules: N files ok"
 when every file passes.
@@ -35,6 +38,10 @@ RANK = {"tensor": 0, "autograd": 1, "nn": 2, "attograd.h": 2.5, "examples": 3, "
 EXTRA_INC = {"examples/translate": ["examples/translate"]}
 # installed header -> the header that code outside its top folder reaches it through
 VIA = {"tensor/fastmath.h": "tensor/op.h", "tensor/simd/kernels.h": "tensor/op.h", "tensor/cpu.h": "tensor/op.h"}
+# installed for op authors (ag__ names allowed); every other installed header is the user API
+OP_AUTHOR = {"tensor/op.h", "tensor/fastmath.h", "tensor/cpu.h", "tensor/simd/kernels.h"}
+INTERNAL_NAME = re.compile(r"\bag__\w+")
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_EXT = (".c", ".h", ".inc")
 
@@ -115,6 +122,16 @@ def check_file(src, installed, problems):
             problems.append(f"{where} ({hdr}): an installed header includes one that is not installed")
 
 
+def check_api(header, problems):
+    """An installed user header: no ag__ name in its code (comments may mention them)."""
+    text = open(os.path.join(ROOT, header), encoding="utf-8").read()
+    code = COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    for lineno, line in enumerate(code.split("\n"), 1):
+        for name in INTERNAL_NAME.findall(line):
+            problems.append(f"{header}:{lineno}: declares or uses {name}: a public header holds the API only "
+                            f"(move it to a private header, or to tensor/op.h for op authors)")
+
+
 def main():
     installed = installed_headers() | {"attograd.h"}
     files = ["attograd.h"]
@@ -125,6 +142,8 @@ def main():
     problems = []
     for src in files:
         check_file(src, installed, problems)
+    for header in sorted(installed - OP_AUTHOR):
+        check_api(header, problems)
     for p in problems:
         print(p)
     if problems:

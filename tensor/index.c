@@ -1,5 +1,5 @@
 /* Joining, splitting and indexing. cat/stack copy through ag__copy (any dtype); split/chunk
- * are views. index_select, gather and embedding_lookup are one "take" along an indexed
+ * are views. index_select, gather and the embedding lookup are one "take" along an indexed
  * stride: out[pos] = src[pos·src_stride + index[pos·index_stride] * step]. Their backward is
  * the matching scatter-add, parallel only across destination elements that no two positions
  * can share, so repeated indices sum in a fixed order. */
@@ -377,11 +377,11 @@ static void embedding_plan(const ag_tensor *w, const ag_tensor *ids, take_plan *
 
 static void embedding_plan_node(const ag_tensor *buf, ag_node *n, take_plan *q) { embedding_plan(buf, n->in[1], q); }
 static void embedding_backward(ag_node *n) { scatter_backward(n, embedding_plan_node); }
-static const ag_op EMBEDDING = {"ag_embedding_lookup", embedding_backward, AG_SAVES_INPUT(1)};
+static const ag_op EMBEDDING = {"ag_embedding", embedding_backward, AG_SAVES_INPUT(1)};
 
 /* weight (V, E), ids (…) -> (…, E) */
-ag_tensor *ag_embedding_lookup(ag_tensor *weight, ag_tensor *ids) {
-    const char *op = "ag_embedding_lookup";
+ag_tensor *ag__embedding_lookup(ag_tensor *weight, ag_tensor *ids) {
+    const char *op = "ag_embedding";
     if (!ag__check_not_null(op, weight) || !check_index_dtype(op, "ids", ids)) return NULL;
     char b1[128], b2[128], what[200];
     if (weight->ndim != 2 || ids->ndim >= AG_MAX_DIMS) {

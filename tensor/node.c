@@ -101,7 +101,7 @@ static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
     AG_UNPOISON(chunk + POOL_HEADER, need);
     ag_tensor *g = (ag_tensor *)chunk;
     memset(g, 0, sizeof *g);
-    g->version = &g->own_version;
+    ag__state(g)->version = &ag__state(g)->own_version;
     g->dtype = like->dtype;
     g->ndim = like->ndim;
     memcpy(g->shape, like->shape, sizeof g->shape);
@@ -124,10 +124,10 @@ ag_tensor *ag_grad_buffer(ag_tensor *t) {
     if (!t || !t->requires_grad) return NULL;
     if (!t->node) {
         if (!t->grad) t->grad = ag_zeros(t->dtype, t->ndim, t->shape);
-    } else if (!t->grad || t->grad_pass != ag__grad_pass) {
+    } else if (!t->grad || ag__state(t)->grad_pass != ag__grad_pass) {
         t->grad = pool_get(t, true); /* an earlier pass's buffer was released or belongs to the arena */
     }
-    t->grad_pass = ag__grad_pass;
+    ag__state(t)->grad_pass = ag__grad_pass;
     return t->grad;
 }
 
@@ -137,16 +137,16 @@ ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh) {
     if (!t->node && !t->grad) {
         t->grad = ag__new(t->dtype, t->ndim, t->shape);
         *fresh = true;
-    } else if (t->node && (!t->grad || t->grad_pass != ag__grad_pass)) {
+    } else if (t->node && (!t->grad || ag__state(t)->grad_pass != ag__grad_pass)) {
         t->grad = pool_get(t, false);
         *fresh = true;
     }
-    t->grad_pass = ag__grad_pass;
+    ag__state(t)->grad_pass = ag__grad_pass;
     return t->grad;
 }
 
 void ag__grad_release(ag_tensor *t) {
-    if (!t || !t->node || !t->grad || t->grad_pass != ag__grad_pass) return;
+    if (!t || !t->node || !t->grad || ag__state(t)->grad_pass != ag__grad_pass) return;
     ag_tensor *g = t->grad;
     t->grad = NULL;
     if (t->retains_grad) {

@@ -87,11 +87,6 @@ bool ag_any_requires_grad(int nin, ag_tensor *const *in);
  * or NULL when nothing was recorded. An in-place op has changed its tensor (and moved its
  * version on) before it calls this. */
 ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
-/* Records the node whatever the inputs (ag_finish's second half), for an op that knows its
- * output needs a gradient although no input requires one (ag_recompute: parameters inside). */
-ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
-/* The seq the next recorded node will get: nodes recorded from now on have seq >= it. */
-uint64_t ag__next_seq(void);
 
 /* Gradient buffer of t for the current backward pass, zeroed on first use. NULL if t does not
  * require grad (callers then skip the work). A leaf's buffer comes from the current arena and
@@ -101,20 +96,13 @@ ag_tensor *ag_grad_buffer(ag_tensor *t);
 
 /* The gradient pool: buffers for non-leaf gradients in size classes (4 per power of two),
  * recycled rather than bump-allocated, so a backward pass holds only the gradients not yet
- * consumed and steady-state training reuses the same memory. The engine calls
- * ag__grad_release(t) once t's producing op has run its backward: t->grad goes back to the
- * pool and becomes NULL, or, if t retains its grad, is first copied into the current arena. */
-void ag__grad_release(ag_tensor *t);
+ * consumed and steady-state training reuses the same memory: once an op's backward has run,
+ * the engine gives its output's gradient back (op.h's ag__grad_release). */
 /* Bytes the pool holds (in use or free), for tests and benchmarks. */
 size_t ag_grad_pool_bytes(void);
 /* t->grad += g, where g has t's shape or a shape t broadcasts to (summed back down). Skips
  * NULL t and t that do not require grad. */
 void ag_accum_grad(ag_tensor *t, ag_tensor *g);
-
-/* Engine hooks, set by autograd/: the current pass number, and an anomaly check that runs on
- * every op output (forward) when non-NULL. */
-extern uint32_t ag__grad_pass;
-extern void (*ag__anomaly_hook)(const ag_op *op, const ag_tensor *out, int nin, ag_tensor *const *in);
 
 #ifdef __cplusplus
 }

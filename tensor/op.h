@@ -50,14 +50,31 @@ ag_tensor *ag__alias(const ag_tensor *t);
 ag_tensor *ag__dense(ag_tensor *t);
 /* element pointer of the first element */
 static inline char *ag__ptr(const ag_tensor *t) { return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype); }
+
+/* A header's bookkeeping, kept in ag_tensor's internal words (zero in a header built on the
+ * stack or copied from nothing: no counter, no arena). may_alias: the words are read and
+ * written through this type whatever the header was declared as. */
+typedef struct __attribute__((may_alias)) {
+    uint32_t *version;    /* its storage's counter, shared by every view (see ag_version) */
+    uint32_t own_version; /* the version counter of a tensor made with new storage */
+    uint32_t grad_pass;   /* backward pass in which a non-leaf grad was last written */
+    uint32_t arena_slot;  /* the arena the header was made in (tensor/core.c), 0 for none */
+    uint32_t reserved;
+    uint64_t generation;  /* that arena's generation when the header was made */
+} ag__tensor_state;
+_Static_assert(sizeof(ag__tensor_state) <= sizeof(((ag_tensor *)0)->internal), "ag_tensor.internal too small");
+static inline ag__tensor_state *ag__state(const ag_tensor *t) { return (ag__tensor_state *)(void *)t->internal; }
+
 /* An in-place write into t's existing values through the API: its storage's version moves on
  * (every public function that changes data a caller already holds calls this once). Kernels
  * writing a new result do not. A header without a counter (one built on the stack) is skipped. */
 static inline void ag__bump_version(ag_tensor *t) {
-    if (t->version) ++*t->version;
+    if (t && ag__state(t)->version) ++*ag__state(t)->version;
 }
 /* ag_version, inline for the recording and the check of every node */
-static inline uint32_t ag__version(const ag_tensor *t) { return t && t->version ? *t->version : 0; }
+static inline uint32_t ag__version(const ag_tensor *t) {
+    return t && ag__state(t)->version ? *ag__state(t)->version : 0;
+}
 /* ag_copy_ and ag_fill_ without the version bump, for results being made (a new tensor is at
  * version 0 when handed out). They return false after reporting misuse (shapes, overlap). */
 bool ag__copy(ag_tensor *dst, const ag_tensor *src);
@@ -65,6 +82,22 @@ bool ag__fill(ag_tensor *t, double value);
 /* dst += src, where src has dst's shape, broadcasts to it, or is a broadcast of it (then it is
  * summed down to dst's shape). dst may be a strided view. No grad recorded. */
 void ag__add_into(ag_tensor *dst, const ag_tensor *src);
+
+/* ---- recording and the engine's hooks (tensor/node.c; autograd/ drives them) ------------------ */
+
+/* Records the node whatever the inputs (ag_finish's second half), for an op that knows its
+ * output needs a gradient although no input requires one (ag_recompute: parameters inside). */
+ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
+/* The seq the next recorded node will get: nodes recorded from now on have seq >= it. */
+uint64_t ag__next_seq(void);
+/* The engine calls ag__grad_release(t) once t's producing op has run its backward: t->grad goes
+ * back to the gradient pool (node.h) and becomes NULL, or, if t retains its grad, is first
+ * copied into the current arena. */
+void ag__grad_release(ag_tensor *t);
+/* Engine hooks, set by autograd/: the current pass number, and an anomaly check that runs on
+ * every op output (forward) when non-NULL. */
+extern uint32_t ag__grad_pass;
+extern void (*ag__anomaly_hook)(const ag_op *op, const ag_tensor *out, int nin, ag_tensor *const *in);
 
 /* ---- shapes and checks ---------------------------------------------------------------------- */
 
@@ -104,6 +137,13 @@ void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
 /* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
+
+/* ---- the embedding's row gather (tensor/index.c) ---------------------------------------------- */
+
+/* Rows of weight (V, E) for every id in ids (any shape, AG_I32/AG_I64): ids.shape + (E), its
+ * gradient scattered back into weight's rows; misuse reported as "ag_embedding". The public
+ * entry point is ag_embedding (nn/layers/layers.h), which adds padding_idx. */
+ag_tensor *ag__embedding_lookup(ag_tensor *weight, ag_tensor *ids);
 
 /* ---- the softmax row kernel (tensor/softmax_rows.inc, compiled in reduce.c) -----------------
  *

@@ -157,7 +157,7 @@ static bool check_shape(const char *op, int ndim, const int64_t *shape) {
 static ag_tensor *header(void) {
     ag_tensor *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
     memset(t, 0, sizeof *t);
-    t->version = &t->own_version;
+    ag__state(t)->version = &ag__state(t)->own_version;
     return t;
 }
 
@@ -186,7 +186,7 @@ ag_tensor *ag__alias(const ag_tensor *src) {
     t->dtype = src->dtype;
     memcpy(t->shape, src->shape, sizeof t->shape);
     memcpy(t->stride, src->stride, sizeof t->stride);
-    t->version = src->version;
+    ag__state(t)->version = ag__state(src)->version;
     return t;
 }
 

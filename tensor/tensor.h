@@ -40,10 +40,11 @@ typedef struct ag_tensor {
     bool retains_grad;             /* a non-leaf keeps its grad after backward (ag_retain_grad) */
     struct ag_tensor *grad;        /* same shape and dtype, contiguous; NULL until needed */
     ag_node *node;                 /* op that produced this tensor; NULL for leaves */
-    uint32_t grad_pass;            /* backward pass in which a non-leaf grad was last written */
-    uint32_t own_version;          /* the version counter of a tensor made with new storage */
     const char *name;              /* optional (parameters carry their state_dict name) */
-    uint32_t *version;             /* its storage's counter, shared by every view (see ag_version) */
+    /* The library's bookkeeping of this header (its storage's version counter, the arena
+     * generation it was made in, the backward pass of its gradient): not API. Read it through
+     * ag_version; op authors reach the rest through tensor/op.h. A header copy copies it. */
+    uint64_t internal[4];
 } ag_tensor;
 
 /* Build a shape argument pair: ag_zeros(AG_F32, AG_SHAPE(2, 3)). */
@@ -257,8 +258,6 @@ int ag_chunk(ag_tensor *t, int chunks, int dim, ag_tensor **out, int max);
 ag_tensor *ag_index_select(ag_tensor *t, int dim, ag_tensor *index);
 /* out[i][j] = t[index[i][j]][j] for dim 0, etc. (torch.gather) */
 ag_tensor *ag_gather(ag_tensor *t, int dim, ag_tensor *index);
-/* rows of weight (V, E) for every id in ids (any shape, AG_I32/AG_I64): ids.shape + (E) */
-ag_tensor *ag_embedding_lookup(ag_tensor *weight, ag_tensor *ids);
 ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes);       /* AG_I64 */
 
 #ifdef __cplusplus

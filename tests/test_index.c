@@ -1,7 +1,8 @@
-/* Joining, splitting and indexing: cat, stack, split, chunk, index_select, gather,
- * embedding_lookup, one_hot. Expected values are hand-worked (the gather cases are torch's
- * documented example and were checked against PyTorch 1.13); gradients by hand for repeated
- * indices and by finite differences (ag_gradcheck) otherwise. */
+/* Joining, splitting and indexing: cat, stack, split, chunk, index_select, gather, the
+ * embedding's row gather (ag_embedding without padding_idx), one_hot. Expected values are
+ * hand-worked (the gather cases are torch's documented example and were checked against PyTorch
+ * 1.13); gradients by hand for repeated indices and by finite differences (ag_gradcheck)
+ * otherwise. */
 #include <omp.h>
 #include <string.h>
 
@@ -281,24 +282,24 @@ static void test_gather_errors(void **s) {
 /* rows [0,1,2],[3,4,5],[6,7,8],[9,10,11] */
 static ag_tensor *table(ag_dtype dt) { return ag_view(ag_arange(dt, 0, 12, 1), AG_SHAPE(4, 3)); }
 
-static void test_embedding_lookup_rows_for_ids_of_any_shape(void **s) {
-    ag_tensor *e = ag_embedding_lookup(table(AG_F32), tensor_of(AG_I64, (2, 2), 1, 3, 1, 0));
+static void test_embedding_rows_for_ids_of_any_shape(void **s) {
+    ag_tensor *e = ag_embedding(table(AG_F32), tensor_of(AG_I64, (2, 2), 1, 3, 1, 0), -1);
     tu_assert_shape(e, 2, 2, 3);
     tu_assert_values(e, 0, 3, 4, 5, 9, 10, 11, 3, 4, 5, 0, 1, 2);
-    ag_tensor *v = ag_embedding_lookup(table(AG_F64), ag_scalar(AG_I32, 2));
+    ag_tensor *v = ag_embedding(table(AG_F64), ag_scalar(AG_I32, 2), -1);
     tu_assert_shape(v, 3);
     tu_assert_values(v, 0, 6, 7, 8);
     /* a weight stored transposed, and transposed ids [[1,1],[3,0]] */
     ag_tensor *wt = ag_transpose(ag_contiguous(ag_transpose(table(AG_F64), 0, 1)), 0, 1);
     assert_false(ag_is_contiguous(wt));
     ag_tensor *ids = ag_transpose(tensor_of(AG_I32, (2, 2), 1, 3, 1, 0), 0, 1);
-    tu_assert_values(ag_embedding_lookup(wt, ids), 0, 3, 4, 5, 3, 4, 5, 9, 10, 11, 0, 1, 2);
+    tu_assert_values(ag_embedding(wt, ids, -1), 0, 3, 4, 5, 3, 4, 5, 9, 10, 11, 0, 1, 2);
 }
 
 static void test_embedding_gradient_accumulates_repeated_ids(void **s) {
     ag_tensor *w = table(AG_F64);
     ag_requires_grad_(w, true);
-    ag_backward(ag_sum(ag_embedding_lookup(w, tensor_of(AG_I64, (2, 2), 1, 3, 1, 0)), 0, NULL, false), NULL);
+    ag_backward(ag_sum(ag_embedding(w, tensor_of(AG_I64, (2, 2), 1, 3, 1, 0), -1), 0, NULL, false), NULL);
     tu_assert_values(w->grad, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0, 1, 1, 1);
 }
 
@@ -311,7 +312,7 @@ static void test_embedding_gradient_with_many_repeats_is_exact_across_threads(vo
     for (int i = 0; i < 96; i++) idv[i] = i % 3 == 0 ? 5 : i % 3 == 1 ? 2 : 5;
     ag_tensor *ids = ag_from_buffer(AG_I64, AG_SHAPE(96), idv);
     ag_tensor *g = ag_full(AG_F32, AG_SHAPE(96, 1024), 1.0);
-    backward_with(ag_embedding_lookup(w, ids), g);
+    backward_with(ag_embedding(w, ids, -1), g);
     float *gw = (float *)w->grad->data;
     for (int64_t c = 0; c < 1024; c++) {
         assert_true(gw[5 * 1024 + c] == 64.0f);
@@ -332,7 +333,7 @@ static ag_tensor *embedding_grad(int threads, ag_tensor *ids, ag_tensor *g) {
     ag_requires_grad_(w, true);
     int prev = omp_get_max_threads();
     omp_set_num_threads(threads);
-    backward_with(ag_embedding_lookup(w, ids), g);
+    backward_with(ag_embedding(w, ids, -1), g);
     omp_set_num_threads(prev);
     return w->grad;
 }
@@ -348,14 +349,14 @@ static void test_embedding_gradient_does_not_depend_on_the_thread_count(void **s
 }
 
 static void test_embedding_errors(void **s) {
-    assert_null(ag_embedding_lookup(table(AG_F32), tensor_of(AG_I64, (3), 0, 4, 1)));
-    tu_assert_error("ag_embedding_lookup", "id 4", "weight (4,3)", "size 4");
-    assert_null(ag_embedding_lookup(table(AG_F32), tensor_of(AG_I32, (1), -2)));
-    tu_assert_error("ag_embedding_lookup", "id -2");
-    assert_null(ag_embedding_lookup(ag_zeros(AG_F32, AG_SHAPE(4)), tensor_of(AG_I64, (1), 0)));
-    tu_assert_error("ag_embedding_lookup", "weight (4)", "2-d");
-    assert_null(ag_embedding_lookup(table(AG_F32), tensor_of(AG_F32, (1), 0)));
-    tu_assert_error("ag_embedding_lookup", "ids (1)", "f32");
+    assert_null(ag_embedding(table(AG_F32), tensor_of(AG_I64, (3), 0, 4, 1), -1));
+    tu_assert_error("ag_embedding", "id 4", "weight (4,3)", "size 4");
+    assert_null(ag_embedding(table(AG_F32), tensor_of(AG_I32, (1), -2), -1));
+    tu_assert_error("ag_embedding", "id -2");
+    assert_null(ag_embedding(ag_zeros(AG_F32, AG_SHAPE(4)), tensor_of(AG_I64, (1), 0), -1));
+    tu_assert_error("ag_embedding", "weight (4)", "expected weight (num, dim)");
+    assert_null(ag_embedding(table(AG_F32), tensor_of(AG_F32, (1), 0), -1));
+    tu_assert_error("ag_embedding", "ids (1)", "f32");
 }
 
 /* ---- one_hot ---- */
@@ -404,7 +405,7 @@ static ag_tensor *f_index_select_t(int n, ag_tensor **in, void *ctx) {
     return ag_index_select(ag_transpose(in[0], 0, 1), 0, ctx);
 }
 static ag_tensor *f_gather(int n, ag_tensor **in, void *ctx) { return ag_gather(in[0], 0, ctx); }
-static ag_tensor *f_embedding(int n, ag_tensor **in, void *ctx) { return ag_embedding_lookup(in[0], ctx); }
+static ag_tensor *f_embedding(int n, ag_tensor **in, void *ctx) { return ag_embedding(in[0], ctx, -1); }
 
 static void test_joining_and_splitting_pass_gradcheck(void **s) {
     ag_rng r = ag_rng_new(31);
@@ -445,7 +446,7 @@ int main(void) {
         T(test_gather_picks_along_dim),
         T(test_gather_gradient_sums_repeated_indices),
         T(test_gather_errors),
-        T(test_embedding_lookup_rows_for_ids_of_any_shape),
+        T(test_embedding_rows_for_ids_of_any_shape),
         T(test_embedding_gradient_accumulates_repeated_ids),
         T(test_embedding_gradient_with_many_repeats_is_exact_across_threads),
         T(test_embedding_gradient_does_not_depend_on_the_thread_count),

@@ -62,7 +62,7 @@ static void stage_read(const char *path, stage_t *st, const ag_params *params, c
 static void stage_commit(stage_t *st, ag_params *params, ag_optim *opt, ag_train_state *state) {
     if (params) {
         memcpy(params->data, st->model, st->bytes);
-        params->version++; /* the parameters changed in place (ag_version) */
+        ag__bump_version(params->flat); /* the parameters changed in place (the slab's version) */
     }
     if (opt) {
         for (int k = 0; k < ag_optim_state_count(opt); k++) {

@@ -39,14 +39,14 @@ ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx) 
                  ag_dtype_name(weight->dtype), ag_shape_str(ids, b2), ag_dtype_name(ids->dtype));
         return NULL;
     }
-    if (padding_idx == -1) return ag_embedding_lookup(weight, ids);
+    if (padding_idx == -1) return ag__embedding_lookup(weight, ids);
     if (padding_idx < 0 || padding_idx >= weight->shape[0]) {
         ag_error(op, "padding_idx %lld out of range for weight %s (0..%lld, or -1 for none)", (long long)padding_idx,
                  ag_shape_str(weight, b1), (long long)weight->shape[0] - 1);
         return NULL;
     }
     bool prev = ag_set_grad_enabled(false);
-    ag_tensor *y = ag_embedding_lookup(weight, ids);
+    ag_tensor *y = ag__embedding_lookup(weight, ids);
     ag_set_grad_enabled(prev);
     if (!y) return NULL;
     ag_tensor *idx = ag__new(AG_I64, ids->ndim, ids->shape);

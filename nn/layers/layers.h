@@ -31,7 +31,8 @@ ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features,
 ag_tensor *ag_linear_forward(const ag_linear_t *m, ag_tensor *x);
 
 /* ---- Embedding ---------------------------------------------------------------------------- */
-/* Rows of weight for every id. weight: (V, E)  ids: any shape, i32/i64  ->  ids.shape + (E).
+/* F.embedding(ids, weight, padding_idx), the one embedding lookup: rows of weight for every
+ * id. weight: (V, E)  ids: any shape, i32/i64  ->  ids.shape + (E).
  * Rows equal to padding_idx (0..V-1; -1 for none) are looked up but receive no gradient.
  * Unlike PyTorch, -1 means "no padding", not "the last row". */
 ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx);

@@ -163,7 +163,7 @@ void ag_optim_step(ag_optim *opt) {
         opt->step++; /* PyTorch increments state["step"] before the bias corrections */
         (f32 ? adam_f32 : adam_f64)(opt, opt->numel);
     }
-    opt->params->version++; /* every parameter changed in place (ag_version) */
+    ag__bump_version(opt->params->flat); /* every parameter changed in place (the slab's version) */
 }
 
 /* ---- state access for checkpoints ---- */
@@ -219,7 +219,7 @@ double ag_clip_grad_norm(ag_params *params, double max_norm) {
     bool f32 = params->dtype == AG_F32;
     double norm = sqrt((f32 ? sumsq_f32 : sumsq_f64)(params->grad, params->numel));
     (f32 ? clip_f32 : clip_f64)(params->grad, params->numel, norm, max_norm);
-    params->grad_version++; /* scaled in place, as torch's grad.mul_ */
+    ag__bump_version(params->flat_grad); /* scaled in place, as torch's grad.mul_ */
     return norm;
 }
 
