@@ -9,6 +9,8 @@
 
 /* v != v: true for a NaN, false for integers and bool */
 #define IS_NAN(v) ((v) != (v))
+/* topk of at most this many keeps them by insertion in one pass instead of sorting the row */
+#define TOPK_BY_INSERTION 16
 
 /* The rows of a tensor along one dim: row o (row-major over the other dims) starts at
  * row_offset(r, o) (in elements of the tensor, from its first element) and holds len elements

@@ -163,6 +163,29 @@ static void test_topk_largest_and_smallest(void **s) {
     tu_assert_values(i, 0, 3, 1, 2, 3, 4, 0);
 }
 
+/* topk of a few (kept by insertion) and of many (a sort) give the first k of the stable sort,
+ * values and indices, on long rows full of ties, NaN and a transposed layout */
+static void test_topk_equals_the_first_k_of_the_stable_sort(void **s) {
+    enum { N = 300 };
+    double v[3 * N];
+    for (int k = 0; k < 3 * N; k++) v[k] = k % 97 == 5 ? NAN_ : (double)((k * 7919) % 23);
+    ag_tensor *x = ag_transpose(ag_from_buffer(AG_F32, AG_SHAPE(N, 3), v), 0, 1); /* (3,N), strided rows */
+    for (int largest = 0; largest < 2; largest++) {
+        ag_tensor *si, *sv = ag_sort(x, 1, largest, &si);
+        for (int64_t k = 1; k <= 40; k += 13) {
+            ag_tensor *ti, *tv = ag_topk(x, k, 1, largest, true, &ti);
+            float a[3 * 40], b[3 * 40];
+            int64_t ia[3 * 40], ib[3 * 40];
+            ag_to_buffer(tv, AG_F32, a);
+            ag_to_buffer(ag_narrow(sv, 1, 0, k), AG_F32, b);
+            ag_to_buffer(ti, AG_I64, ia);
+            ag_to_buffer(ag_narrow(si, 1, 0, k), AG_I64, ib);
+            assert_memory_equal(a, b, sizeof(float) * (size_t)(3 * k)); /* NaN bits included */
+            assert_memory_equal(ia, ib, sizeof(int64_t) * (size_t)(3 * k));
+        }
+    }
+}
+
 static void test_topk_edge_sizes_and_gradient(void **s) {
     ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 3, 1, 2, 0, 5, 4));
     ag_tensor *i, *v = ag_topk(x, 0, 1, true, true, &i);
@@ -396,6 +419,7 @@ int main(void) {
         T(test_sort_of_long_rows_with_ties_is_a_stable_permutation),
         T(test_sort_gradient_follows_the_permutation),
         T(test_topk_largest_and_smallest),
+        T(test_topk_equals_the_first_k_of_the_stable_sort),
         T(test_topk_edge_sizes_and_gradient),
         T(test_cumsum_values_dtypes_and_dims),
         T(test_cumsum_of_f32_sums_in_double_as_torch),
