@@ -8,6 +8,9 @@
 
 #include "internal.h"
 
+/* what a p-norm sums: |x|, x², x != 0 or |x|^p */
+enum { TERM_ABS, TERM_SQUARE, TERM_NONZERO, TERM_POW };
+
 #define NORM_FLOAT 1
 #define T float
 #define FN(name) name##_f32

@@ -13,7 +13,11 @@
 
 /* min(max(x, lo), hi) with NaN passed through: torch.clamp, where lo > hi gives hi */
 #define CLAMP_LO(x, lo) ((x) < (lo) ? (lo) : (x))
-#define SIGMOID(x) (1 / (1 + exp(-(x))))
+/* exp for f32 on fastmath.h's vectorisable expf (within 2 ulp of expf), so that the loops of
+ * silu, softplus and elu's backward vectorise (log1p and expm1 stay libm's); inf past that
+ * exp's range, as expf, so that silu's sigmoid there is exactly 0 */
+static inline float expf_vec(float x) { return x > AG_EXPF_HI ? (float)INFINITY : ag__expf(x); }
+#define SIGMOID(x) (1 / (1 + EXP_FAST(-(x))))
 
 /* reads: the values dx reads besides g (ag_op.saves); every row here reads its input x */
 #define READS_IN AG_SAVES_INPUT(0)
@@ -25,11 +29,12 @@
     X(clamp, IN, CLAMP_LO(x, a) > b ? b : CLAMP_LO(x, a), x >= a && x <= b ? g : 0)                               \
     /* a = negative_slope */                                                                                      \
     X(leaky_relu, IN, x > 0 ? x : x * a, x > 0 ? g : g * a)                                                       \
-    X(silu, IN, x / (1 + exp(-x)), g * SIGMOID(x) * (1 + x * (1 - SIGMOID(x))))                                   \
+    X(silu, IN, x * SIGMOID(x), g * SIGMOID(x) * (1 + x * (1 - SIGMOID(x))))                                      \
     /* a = beta, b = threshold: linear where beta·x > threshold */                                                \
-    X(softplus, IN, x * a > b ? x : log1p(exp(x * a)) / a, x * a > b ? g : g * exp(x * a) / (exp(x * a) + 1))     \
+    X(softplus, IN, x * a > b ? x : log1p(EXP_FAST(x * a)) / a,                                                   \
+      x * a > b ? g : g * EXP_FAST(x * a) / (EXP_FAST(x * a) + 1))                                                \
     /* a = alpha */                                                                                               \
-    X(elu, IN, x <= 0 ? expm1(x) * a : x, x <= 0 ? g * a * exp(x) : g)
+    X(elu, IN, x <= 0 ? expm1(x) * a : x, x <= 0 ? g * a * EXP_FAST(x) : g)
 
 typedef enum {
 #define X(name, reads, fwd, bwd) PW_##name,
@@ -43,16 +48,20 @@ typedef struct {
 } pw_params;
 
 #define PW_FLOAT 1
+#define EXP_FAST expf_vec
 #define T float
 #define FN(name) name##_f32
 #include "pointwise_kernels.inc"
 #undef T
 #undef FN
+#undef EXP_FAST
+#define EXP_FAST exp
 #define T double
 #define FN(name) name##_f64
 #include "pointwise_kernels.inc"
 #undef T
 #undef FN
+#undef EXP_FAST
 #undef PW_FLOAT
 #define PW_FLOAT 0
 #define T int32_t
