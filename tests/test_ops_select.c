@@ -30,7 +30,8 @@ static void test_max_and_min_dim_give_the_first_extreme_and_nan_first(void **s) 
         tu_assert_values(i, 0, 3, 1);
     }
     /* the 8-lane path: rows longer than 8, the minimum late and tied */
-    ag_tensor *l = tu_tensor(AG_F64, AG_SHAPE(2, 10), 9, 8, 7, 6, 5, 4, 3, 2, 1, 1, /**/ 5, 5, 5, 5, 5, 5, 5, 5, NAN_, 0);
+    ag_tensor *l = tu_tensor(AG_F64, AG_SHAPE(2, 10), 9, 8, 7, 6, 5, 4, 3, 2, 1, 1, /**/
+                             5, 5, 5, 5, 5, 5, 5, 5, NAN_, 0);
     ag_tensor *i, *v = ag_min_dim(l, 1, false, &i);
     tu_assert_values(v, 0, 1, NAN_);
     tu_assert_values(i, 0, 8, 8);
