@@ -62,7 +62,7 @@ static inline int64_t row_offset(const rows *r, int64_t o) {
 #undef FN
 #undef SORT_FLOAT
 #define SORT_FLOAT 0
-#define TA int64_t
+#define TA uint64_t /* wraps on overflow as torch's int64 sums do, without signed overflow */
 #define TO int64_t
 #define T int32_t
 #define FN(name) name##_i32
