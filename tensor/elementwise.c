@@ -335,10 +335,26 @@ ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b) { return binary("ag_ge", &GE_K, a, 
 ag_tensor *ag_logical_and(ag_tensor *a, ag_tensor *b) { return binary("ag_logical_and", &LAND_K, a, b, AG_BOOL); }
 ag_tensor *ag_logical_or(ag_tensor *a, ag_tensor *b) { return binary("ag_logical_or", &LOR_K, a, b, AG_BOOL); }
 
-ag_tensor *ag_eq_scalar(ag_tensor *a, double s) {
-    if (!ag__check_not_null("ag_eq_scalar", a)) return NULL;
-    return ag_eq(a, ag_scalar(a->dtype, s));
+/* a (any dtype) against the number s as torch compares a tensor with a Python scalar: floats in
+ * their own dtype (s rounded to it); integers and bool exactly, in f64 when their dtype cannot
+ * hold s (a fraction, a value out of its range, NaN) */
+static ag_tensor *compare_scalar(const char *op, const kernels *ks, ag_tensor *a, double s) {
+    if (!ag__check_not_null(op, a)) return NULL;
+    bool holds = a->dtype == AG_F32 || a->dtype == AG_F64 ||
+                 (s == trunc(s) && (a->dtype == AG_I32   ? s >= -2147483648.0 && s <= 2147483647.0
+                                    : a->dtype == AG_I64 ? s >= -9223372036854775808.0 && s < 9223372036854775808.0
+                                                         : s == 0 || s == 1));
+    ag_tensor *x = holds ? a : ag_to(a, AG_F64);
+    return x ? binary(op, ks, x, ag_scalar(x->dtype, s), AG_BOOL) : NULL;
 }
+
+/* torch.eq, ne, lt, le, gt, ge with a scalar (a == s, ...) */
+ag_tensor *ag_eq_scalar(ag_tensor *a, double s) { return compare_scalar("ag_eq_scalar", &EQ_K, a, s); }
+ag_tensor *ag_ne_scalar(ag_tensor *a, double s) { return compare_scalar("ag_ne_scalar", &NE_K, a, s); }
+ag_tensor *ag_lt_scalar(ag_tensor *a, double s) { return compare_scalar("ag_lt_scalar", &LT_K, a, s); }
+ag_tensor *ag_le_scalar(ag_tensor *a, double s) { return compare_scalar("ag_le_scalar", &LE_K, a, s); }
+ag_tensor *ag_gt_scalar(ag_tensor *a, double s) { return compare_scalar("ag_gt_scalar", &GT_K, a, s); }
+ag_tensor *ag_ge_scalar(ag_tensor *a, double s) { return compare_scalar("ag_ge_scalar", &GE_K, a, s); }
 
 ag_tensor *ag_logical_not(ag_tensor *a) {
     if (!ag__check_not_null("ag_logical_not", a)) return NULL;

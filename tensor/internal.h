@@ -38,6 +38,15 @@ void ag__foreach(int ndim, const int64_t *shape, int nops, char *const *base,
 /* dst = src, src as for ag__add_into; false (dst unchanged) when src does not fit */
 bool ag__set_into(ag_tensor *dst, const ag_tensor *src);
 
+/* The dims of a reduction (tensor/reduce.c; norm.c shares them): dims (ndims of them, NULL or
+ * 0: all; a 0-d t accepts 0 and -1) as a bit mask over t's dims, false after reporting through
+ * op; t's shape without the dims in mask, or with them 1 (keepdim), returning the ndim; and g
+ * (the reduced shape, either form) viewed with t's ndim and 1 in the reduced dims, so that it
+ * broadcasts back over t. */
+bool ag__dims_mask(const char *op, const ag_tensor *t, int ndims, const int *dims, unsigned *mask);
+int ag__reduced_shape(const ag_tensor *t, unsigned mask, bool keepdim, int64_t *shape);
+ag_tensor *ag__keepdim_view(ag_tensor *g, const ag_tensor *t, unsigned mask);
+
 /* Under AddressSanitizer, memory the library holds but nobody may use (an arena's free space,
  * a released gradient buffer) is poisoned, so a use after the rewind that forgot it is reported
  * where it happens. */

@@ -1,4 +1,4 @@
-/* Reductions (sum, mean, var, max, argmax), softmax / log_softmax along a dim, and
+/* Reductions (sum, mean, var, max, min, argmax), softmax / log_softmax along a dim, and
  * sum_to_shape (the reverse of broadcasting).
  *
  * Every reduction is planned the same way: the kept dims enumerate output elements in the
@@ -225,7 +225,7 @@ static int wrap_dim(const char *op, const ag_tensor *t, int dim) {
 }
 
 /* dims (ndims of them, NULL or 0: all) as a bit mask over t's dims; false after reporting */
-static bool dims_mask(const char *op, const ag_tensor *t, int ndims, const int *dims, unsigned *mask) {
+bool ag__dims_mask(const char *op, const ag_tensor *t, int ndims, const int *dims, unsigned *mask) {
     char b[128];
     *mask = 0;
     if (ndims == 0 || !dims) {
@@ -250,7 +250,7 @@ static bool dims_mask(const char *op, const ag_tensor *t, int ndims, const int *
 }
 
 /* t's shape with the dims in mask removed or (keepdim) set to 1; returns the ndim */
-static int reduced_shape(const ag_tensor *t, unsigned mask, bool keepdim, int64_t *shape) {
+int ag__reduced_shape(const ag_tensor *t, unsigned mask, bool keepdim, int64_t *shape) {
     int n = 0;
     for (int d = 0; d < t->ndim; d++) {
         if (!(mask >> d & 1)) shape[n++] = t->shape[d];
@@ -261,7 +261,7 @@ static int reduced_shape(const ag_tensor *t, unsigned mask, bool keepdim, int64_
 
 /* g (contiguous, the reduced shape) viewed with t's ndim, reduced dims of size 1, so that it
  * broadcasts back over t */
-static ag_tensor *keepdim_view(ag_tensor *g, const ag_tensor *t, unsigned mask) {
+ag_tensor *ag__keepdim_view(ag_tensor *g, const ag_tensor *t, unsigned mask) {
     ag_tensor *v = ag__alias(ag_contiguous(g));
     v->ndim = t->ndim;
     for (int d = 0; d < t->ndim; d++) v->shape[d] = mask >> d & 1 ? 1 : t->shape[d];
@@ -285,7 +285,7 @@ static ag_tensor *sum_into_new(const ag_tensor *t, unsigned mask, int ndim, cons
 
 /* dx += g broadcast back over the reduced dims */
 static void sum_backward(ag_node *n) {
-    ag_accum_grad(n->in[0], keepdim_view(n->out->grad, n->in[0], (unsigned)n->ctx.i[0]));
+    ag_accum_grad(n->in[0], ag__keepdim_view(n->out->grad, n->in[0], (unsigned)n->ctx.i[0]));
 }
 static const ag_op SUM = {"ag_sum", sum_backward, AG_SAVES_NONE};
 
@@ -293,9 +293,9 @@ static const ag_op SUM = {"ag_sum", sum_backward, AG_SAVES_NONE};
  * integers and bool sum to i64) */
 ag_tensor *ag_sum(ag_tensor *t, int ndims, const int *dims, bool keepdim) {
     unsigned mask;
-    if (!ag__check_not_null("ag_sum", t) || !dims_mask("ag_sum", t, ndims, dims, &mask)) return NULL;
+    if (!ag__check_not_null("ag_sum", t) || !ag__dims_mask("ag_sum", t, ndims, dims, &mask)) return NULL;
     int64_t shape[AG_MAX_DIMS];
-    int nd = reduced_shape(t, mask, keepdim, shape);
+    int nd = ag__reduced_shape(t, mask, keepdim, shape);
     ag_tensor *y = sum_into_new(t, mask, nd, shape);
     if (is_float(t)) {
         ag_node *n = ag_finish(&SUM, y, 1, &t);
@@ -308,7 +308,7 @@ ag_tensor *ag_sum(ag_tensor *t, int ndims, const int *dims, bool keepdim) {
 static void mean_backward(ag_node *n) {
     ag_tensor *x = n->in[0];
     ag_tensor *g = ag_div_scalar(n->out->grad, (double)n->ctx.i[1]);
-    ag_accum_grad(x, keepdim_view(g, x, (unsigned)n->ctx.i[0]));
+    ag_accum_grad(x, ag__keepdim_view(g, x, (unsigned)n->ctx.i[0]));
 }
 static const ag_op MEAN = {"ag_mean", mean_backward, AG_SAVES_NONE};
 
@@ -322,9 +322,9 @@ static int64_t reduced_count(const ag_tensor *t, unsigned mask) {
 /* t: f32/f64, any shape; returns t's shape reduced over dims (NaN where nothing is averaged) */
 ag_tensor *ag_mean(ag_tensor *t, int ndims, const int *dims, bool keepdim) {
     unsigned mask;
-    if (!ag__check_float("ag_mean", t) || !dims_mask("ag_mean", t, ndims, dims, &mask)) return NULL;
+    if (!ag__check_float("ag_mean", t) || !ag__dims_mask("ag_mean", t, ndims, dims, &mask)) return NULL;
     int64_t shape[AG_MAX_DIMS], count = reduced_count(t, mask);
-    int nd = reduced_shape(t, mask, keepdim, shape);
+    int nd = ag__reduced_shape(t, mask, keepdim, shape);
     ag_tensor *y = sum_into_new(t, mask, nd, shape);
     divide(y, (double)count);
     ag_node *n = ag_finish(&MEAN, y, 1, &t);
@@ -338,7 +338,7 @@ ag_tensor *ag_mean(ag_tensor *t, int ndims, const int *dims, bool keepdim) {
 /* dx += g * 2 (x - mean) / divisor */
 static void var_backward(ag_node *n) {
     ag_tensor *x = n->in[0];
-    ag_tensor *g = ag_mul_scalar(keepdim_view(n->out->grad, x, (unsigned)n->ctx.i[0]), 2.0 / n->ctx.d[1]);
+    ag_tensor *g = ag_mul_scalar(ag__keepdim_view(n->out->grad, x, (unsigned)n->ctx.i[0]), 2.0 / n->ctx.d[1]);
     ag_accum_grad(x, ag_mul(g, ag_sub(x, n->saved[0])));
 }
 static const ag_op VAR = {"ag_var", var_backward, AG_SAVES_INPUT(0)};
@@ -346,7 +346,7 @@ static const ag_op VAR = {"ag_var", var_backward, AG_SAVES_INPUT(0)};
 /* t: f32/f64, any shape; returns t's shape reduced over dims: Σ(x - mean)² / max(0, N - correction) */
 ag_tensor *ag_var(ag_tensor *t, int ndims, const int *dims, int correction, bool keepdim) {
     unsigned mask;
-    if (!ag__check_float("ag_var", t) || !dims_mask("ag_var", t, ndims, dims, &mask)) return NULL;
+    if (!ag__check_float("ag_var", t) || !ag__dims_mask("ag_var", t, ndims, dims, &mask)) return NULL;
     if (correction < 0) {
         char b[128];
         ag_error("ag_var", "correction %d for %s: must be 0 (population) or more (1: sample)", correction,
@@ -354,8 +354,8 @@ ag_tensor *ag_var(ag_tensor *t, int ndims, const int *dims, int correction, bool
         return NULL;
     }
     int64_t shape[AG_MAX_DIMS], kshape[AG_MAX_DIMS], count = reduced_count(t, mask);
-    int nd = reduced_shape(t, mask, keepdim, shape);
-    reduced_shape(t, mask, true, kshape);
+    int nd = ag__reduced_shape(t, mask, keepdim, shape);
+    ag__reduced_shape(t, mask, true, kshape);
     /* two passes (mean, then squared deviations) rather than Σx² - N·mean², which cancels */
     ag_tensor *mean = sum_into_new(t, mask, t->ndim, kshape);
     divide(mean, (double)count);
@@ -374,31 +374,59 @@ ag_tensor *ag_var(ag_tensor *t, int ndims, const int *dims, int correction, bool
     return y;
 }
 
-/* ---- max / argmax along one dim ---- */
+/* ---- max / min / argmax along one dim ---- */
 
 /* v != v: true for a NaN, false for integers (a macro, so that GCC does not warn of the
  * self-comparison where T is an integer) */
 #define IS_NAN(v) ((v) != (v))
 #define T float
-#define FN(name) name##_f32
+#define FN(name) max_##name##_f32
+#define BEATS(a, b) ((a) > (b))
 #include "max_rows.inc"
-#undef T
 #undef FN
+#undef BEATS
+#define FN(name) min_##name##_f32
+#define BEATS(a, b) ((a) < (b))
+#include "max_rows.inc"
+#undef FN
+#undef BEATS
+#undef T
 #define T double
-#define FN(name) name##_f64
+#define FN(name) max_##name##_f64
+#define BEATS(a, b) ((a) > (b))
 #include "max_rows.inc"
-#undef T
 #undef FN
+#undef BEATS
+#define FN(name) min_##name##_f64
+#define BEATS(a, b) ((a) < (b))
+#include "max_rows.inc"
+#undef FN
+#undef BEATS
+#undef T
 #define T int32_t
-#define FN(name) name##_i32
+#define FN(name) max_##name##_i32
+#define BEATS(a, b) ((a) > (b))
 #include "max_rows.inc"
-#undef T
 #undef FN
+#undef BEATS
+#define FN(name) min_##name##_i32
+#define BEATS(a, b) ((a) < (b))
+#include "max_rows.inc"
+#undef FN
+#undef BEATS
+#undef T
 #define T int64_t
-#define FN(name) name##_i64
+#define FN(name) max_##name##_i64
+#define BEATS(a, b) ((a) > (b))
 #include "max_rows.inc"
-#undef T
 #undef FN
+#undef BEATS
+#define FN(name) min_##name##_i64
+#define BEATS(a, b) ((a) < (b))
+#include "max_rows.inc"
+#undef FN
+#undef BEATS
+#undef T
 
 /* dx (contiguous, x's shape) at each output's argmax += g */
 static void max_bwd(const plan *p, int64_t s, const int64_t *idx, ag_dtype dt, const void *g, void *dx) {
@@ -411,11 +439,12 @@ static void max_bwd(const plan *p, int64_t s, const int64_t *idx, ag_dtype dt, c
     }
 }
 typedef void (*max_fn)(const plan *p, const void *x, int64_t n, int64_t s, void *vals, int64_t *idx);
-static const max_fn MAX_K[] = {max_f32, max_f64, max_i32, max_i64};
+static const max_fn MAX_K[] = {max_best_along_f32, max_best_along_f64, max_best_along_i32, max_best_along_i64};
+static const max_fn MIN_K[] = {min_best_along_f32, min_best_along_f64, min_best_along_i32, min_best_along_i64};
 
-/* shared by max and argmax: validates, returns the values (NULL if not wanted) and indices */
-static bool max_along(const char *op, ag_tensor *t, int dim, bool keepdim, bool want_values, ag_tensor **vals,
-                      ag_tensor **idx, unsigned *mask_out) {
+/* shared by max, min and argmax: validates, returns the values (NULL if not wanted) and indices */
+static bool max_along(const char *op, const max_fn *ks, ag_tensor *t, int dim, bool keepdim, bool want_values,
+                      ag_tensor **vals, ag_tensor **idx, unsigned *mask_out) {
     char b[128];
     if (!ag__check_not_null(op, t)) return false;
     if (t->dtype == AG_BOOL) {
@@ -427,16 +456,17 @@ static bool max_along(const char *op, ag_tensor *t, int dim, bool keepdim, bool 
     int64_t n = d >= 0 ? t->shape[d] : 1, s = d >= 0 ? t->stride[d] : 0;
     unsigned mask = d >= 0 ? 1u << d : 0;
     if (n == 0) {
-        ag_error(op, "dim %d of %s has size 0: there is no maximum of nothing", dim, ag_shape_str(t, b));
+        ag_error(op, "dim %d of %s has size 0: there is no %s of nothing", dim, ag_shape_str(t, b),
+                 ks == MIN_K ? "minimum" : "maximum");
         return false;
     }
     int64_t shape[AG_MAX_DIMS];
-    int nd = reduced_shape(t, mask, keepdim, shape);
+    int nd = ag__reduced_shape(t, mask, keepdim, shape);
     plan p;
     make_plan(&p, t, mask);
     *vals = want_values ? ag__new(t->dtype, nd, shape) : NULL;
     *idx = ag__new(AG_I64, nd, shape);
-    if (p.nout) MAX_K[t->dtype](&p, ag__ptr(t), n, s, want_values ? (*vals)->data : NULL, (int64_t *)(*idx)->data);
+    if (p.nout) ks[t->dtype](&p, ag__ptr(t), n, s, want_values ? (*vals)->data : NULL, (int64_t *)(*idx)->data);
     *mask_out = mask;
     return true;
 }
@@ -453,21 +483,37 @@ static void max_backward(ag_node *n) {
     const int64_t *idx = (const int64_t *)n->saved[0]->data;
     max_bwd(&p, s, idx, x->dtype, ag__ptr(g), ag__ptr(dx));
 }
-static const ag_op MAX = {"ag_max", max_backward, AG_SAVES_NONE}; /* the argmax is its own */
+/* the argmax is its own (a caller asking for the indices gets a copy) */
+static const ag_op MAX = {"ag_max", max_backward, AG_SAVES_NONE}, MAX_DIM = {"ag_max_dim", max_backward, AG_SAVES_NONE},
+                   MIN_DIM = {"ag_min_dim", max_backward, AG_SAVES_NONE};
 
-/* t: any numeric dtype; returns t's shape without dim (or with it as 1): the maxima */
-ag_tensor *ag_max(ag_tensor *t, int dim, bool keepdim) {
+/* ag_max, ag_max_dim, ag_min_dim: the values, and the indices into *indices when asked */
+static ag_tensor *best_along(const ag_op *op, const max_fn *ks, ag_tensor *t, int dim, bool keepdim,
+                             ag_tensor **indices) {
     ag_tensor *vals, *idx;
     unsigned mask;
-    if (!max_along("ag_max", t, dim, keepdim, true, &vals, &idx, &mask)) return NULL;
-    if (is_float(t)) {
-        ag_node *n = ag_finish(&MAX, vals, 1, &t);
-        if (n) {
-            n->ctx.i[0] = mask;
-            n->saved[0] = idx;
-        }
+    if (indices) *indices = NULL;
+    if (!max_along(op->name, ks, t, dim, keepdim, true, &vals, &idx, &mask)) return NULL;
+    ag_node *n = is_float(t) ? ag_finish(op, vals, 1, &t) : NULL;
+    if (n) {
+        n->ctx.i[0] = mask;
+        n->saved[0] = idx;
     }
+    if (indices) *indices = n ? ag_clone(idx) : idx;
     return vals;
+}
+
+/* t: any numeric dtype; returns t's shape without dim (or with it as 1): the maxima */
+ag_tensor *ag_max(ag_tensor *t, int dim, bool keepdim) { return best_along(&MAX, MAX_K, t, dim, keepdim, NULL); }
+
+/* torch.max(t, dim, keepdim): the maxima as ag_max, and (indices non-NULL) their positions, AG_I64 */
+ag_tensor *ag_max_dim(ag_tensor *t, int dim, bool keepdim, ag_tensor **indices) {
+    return best_along(&MAX_DIM, MAX_K, t, dim, keepdim, indices);
+}
+
+/* torch.min(t, dim, keepdim): the minima (the first one, or the first NaN) and their positions */
+ag_tensor *ag_min_dim(ag_tensor *t, int dim, bool keepdim, ag_tensor **indices) {
+    return best_along(&MIN_DIM, MIN_K, t, dim, keepdim, indices);
 }
 
 /* t: any numeric dtype; returns t's shape without dim (or with it as 1), AG_I64: the index of
@@ -475,7 +521,7 @@ ag_tensor *ag_max(ag_tensor *t, int dim, bool keepdim) {
 ag_tensor *ag_argmax(ag_tensor *t, int dim, bool keepdim) {
     ag_tensor *vals, *idx;
     unsigned mask;
-    if (!max_along("ag_argmax", t, dim, keepdim, false, &vals, &idx, &mask)) return NULL;
+    if (!max_along("ag_argmax", MAX_K, t, dim, keepdim, false, &vals, &idx, &mask)) return NULL;
     return idx;
 }
 

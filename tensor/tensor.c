@@ -215,6 +215,14 @@ ag_tensor *ag_full(ag_dtype dt, int ndim, const int64_t *shape, double value) {
 ag_tensor *ag_ones(ag_dtype dt, int ndim, const int64_t *shape) { return ag_full(dt, ndim, shape, 1.0); }
 ag_tensor *ag_empty_like(const ag_tensor *t) { return ag__new(t->dtype, t->ndim, t->shape); }
 ag_tensor *ag_zeros_like(const ag_tensor *t) { return ag_zeros(t->dtype, t->ndim, t->shape); }
+ag_tensor *ag_full_like(const ag_tensor *t, double value) {
+    if (!ag__check_not_null("ag_full_like", t)) return NULL;
+    return ag_full(t->dtype, t->ndim, t->shape, value);
+}
+ag_tensor *ag_ones_like(const ag_tensor *t) {
+    if (!ag__check_not_null("ag_ones_like", t)) return NULL;
+    return ag_full(t->dtype, t->ndim, t->shape, 1.0);
+}
 ag_tensor *ag_scalar(ag_dtype dt, double value) { return ag_full(dt, 0, NULL, value); }
 
 static void store(char *p, ag_dtype dt, double v);

@@ -119,6 +119,9 @@ ag_tensor *ag_ones(ag_dtype dt, int ndim, const int64_t *shape);
 ag_tensor *ag_full(ag_dtype dt, int ndim, const int64_t *shape, double value);
 ag_tensor *ag_empty_like(const ag_tensor *t);
 ag_tensor *ag_zeros_like(const ag_tensor *t);
+/* torch.full_like / torch.ones_like: t's shape and dtype, not t's strides, no grad */
+ag_tensor *ag_full_like(const ag_tensor *t, double value);
+ag_tensor *ag_ones_like(const ag_tensor *t);
 ag_tensor *ag_scalar(ag_dtype dt, double value);                   /* 0-d tensor */
 ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step);
 /* copy a row-major buffer of dtype dt */
@@ -211,6 +214,24 @@ ag_tensor *ag_sigmoid(ag_tensor *a);
 ag_tensor *ag_relu(ag_tensor *a);
 ag_tensor *ag_gelu(ag_tensor *a);        /* exact: x/2 (1 + erf(x/√2)) */
 ag_tensor *ag_gelu_tanh(ag_tensor *a);   /* tanh approximation, torch's approximate='tanh' */
+/* More math (tensor/pointwise.c), f32/f64, each named by its PyTorch counterpart. */
+ag_tensor *ag_sin(ag_tensor *a);         /* torch.sin */
+ag_tensor *ag_cos(ag_tensor *a);         /* torch.cos */
+/* torch.clamp(a, min, max): -INFINITY / INFINITY for an absent bound; min > max gives max
+ * everywhere; NaN stays NaN; the gradient passes where min <= a <= max (bounds included) */
+ag_tensor *ag_clamp(ag_tensor *a, double min, double max);
+/* torch.nn.functional.leaky_relu(a, negative_slope) (torch's default slope: 0.01) */
+ag_tensor *ag_leaky_relu(ag_tensor *a, double negative_slope);
+ag_tensor *ag_silu(ag_tensor *a);        /* torch.nn.functional.silu: a * sigmoid(a) */
+/* torch.nn.functional.softplus(a, beta, threshold): log(1 + exp(beta a)) / beta, and a itself
+ * where beta a > threshold (torch's defaults: 1, 20) */
+ag_tensor *ag_softplus(ag_tensor *a, double beta, double threshold);
+/* torch.nn.functional.elu(a, alpha): a > 0 ? a : alpha (exp(a) - 1) (torch's default alpha: 1) */
+ag_tensor *ag_elu(ag_tensor *a, double alpha);
+/* torch.maximum / torch.minimum: elementwise, broadcast, any dtype (both one); NaN wins; on a
+ * tie each operand gets half the gradient (torch) */
+ag_tensor *ag_maximum(ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_minimum(ag_tensor *a, ag_tensor *b);
 /* cond ? a : b, all three broadcast together; cond is AG_BOOL */
 ag_tensor *ag_where(ag_tensor *cond, ag_tensor *a, ag_tensor *b);
 /* a with value wherever mask (AG_BOOL, broadcastable to a) is true */
@@ -223,6 +244,13 @@ ag_tensor *ag_le(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_gt(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_ge(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_eq_scalar(ag_tensor *a, double s);
+/* a != s, a < s, a <= s, a > s, a >= s (torch.ne, lt, le, gt, ge with a number): as torch,
+ * floats compare in their dtype, integers and bool exactly (2 < 2.5 is true) */
+ag_tensor *ag_ne_scalar(ag_tensor *a, double s);
+ag_tensor *ag_lt_scalar(ag_tensor *a, double s);
+ag_tensor *ag_le_scalar(ag_tensor *a, double s);
+ag_tensor *ag_gt_scalar(ag_tensor *a, double s);
+ag_tensor *ag_ge_scalar(ag_tensor *a, double s);
 ag_tensor *ag_logical_not(ag_tensor *a);
 ag_tensor *ag_logical_and(ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_logical_or(ag_tensor *a, ag_tensor *b);
@@ -236,6 +264,29 @@ ag_tensor *ag_mean(ag_tensor *t, int ndims, const int *dims, bool keepdim);
 ag_tensor *ag_var(ag_tensor *t, int ndims, const int *dims, int correction, bool keepdim);
 ag_tensor *ag_max(ag_tensor *t, int dim, bool keepdim);      /* values; grad to the first argmax */
 ag_tensor *ag_argmax(ag_tensor *t, int dim, bool keepdim);   /* AG_I64, first maximum */
+/* torch.max(t, dim, keepdim) / torch.min(t, dim, keepdim): the values as ag_max (the first
+ * maximum or minimum, a NaN before anything; grad to that element) and, when indices is not
+ * NULL, their positions into *indices (AG_I64, the values' shape) */
+ag_tensor *ag_max_dim(ag_tensor *t, int dim, bool keepdim, ag_tensor **indices);
+ag_tensor *ag_min_dim(ag_tensor *t, int dim, bool keepdim, ag_tensor **indices);
+/* torch.sort(t, dim, descending, stable=True): any dtype; t's shape, sorted along dim, NaN
+ * greatest; equal elements keep their order. Positions into *indices (AG_I64) when not NULL. */
+ag_tensor *ag_sort(ag_tensor *t, int dim, bool descending, ag_tensor **indices);
+/* torch.topk(t, k, dim, largest, sorted): the k largest (or smallest) along dim, always in
+ * sorted order (torch leaves the order to the implementation when sorted is false), ties in
+ * index order; positions into *indices (AG_I64) when not NULL */
+ag_tensor *ag_topk(ag_tensor *t, int64_t k, int dim, bool largest, bool sorted, ag_tensor **indices);
+/* torch.cumsum(t, dim): running sums along dim; f32/f64 keep their dtype (f32 summed in
+ * double, as torch), integers and bool give AG_I64 */
+ag_tensor *ag_cumsum(ag_tensor *t, int dim);
+/* torch.linalg.vector_norm(t, ord=p, dim=dims, keepdim), f32/f64: (Σ|t|^p)^(1/p) over dims, p = 0
+ * the count of non-zeros, p = ±INFINITY the largest / smallest |t|. torch's gradient: zero
+ * where the norm is 0, and for ±inf split evenly among the elements that give the norm. */
+ag_tensor *ag_norm(ag_tensor *t, double p, int ndims, const int *dims, bool keepdim);
+/* torch.any / torch.all over dims: AG_BOOL, any dtype (NaN counts as true); over nothing
+ * any is false and all true */
+ag_tensor *ag_any(ag_tensor *t, int ndims, const int *dims, bool keepdim);
+ag_tensor *ag_all(ag_tensor *t, int ndims, const int *dims, bool keepdim);
 ag_tensor *ag_softmax(ag_tensor *t, int dim);
 ag_tensor *ag_log_softmax(ag_tensor *t, int dim);
 /* sum g (broadcast shape) down to shape ndim/shape (the reverse of broadcasting) */
