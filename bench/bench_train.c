@@ -84,8 +84,10 @@ static ag_tensor *loss_of(const model *m, ag_tensor *src, ag_tensor *tin, ag_ten
                              .training = training};
     ag_tensor *h = ag_transformer_forward(&m->tf, embed(m, &m->src_emb, src), embed(m, &m->tgt_emb, tin), &a);
     ag_tensor *logits = ag_linear_forward(&m->generator, h);
-    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, c->vocab)), ag_reshape(tout, AG_SHAPE(-1)), PAD, 0.1,
-                            AG_REDUCTION_MEAN);
+    ag_loss_config lc = ag_loss_defaults();
+    lc.ignore_index = PAD;
+    lc.label_smoothing = 0.1;
+    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, c->vocab)), ag_reshape(tout, AG_SHAPE(-1)), &lc);
 }
 
 int main(int argc, char **argv) {
@@ -128,7 +130,11 @@ int main(int argc, char **argv) {
     ag_tensor *src = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids);
     ag_tensor *tin = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + n);
     ag_tensor *tout = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + 2 * n);
-    ag_optim *opt = ag_adam_new(p, 1e-4, 0.9, 0.98, 1e-9, 0);
+    ag_adam_config adam = ag_adam_defaults();
+    adam.lr = 1e-4;
+    adam.betas[1] = 0.98;
+    adam.eps = 1e-9;
+    ag_optim *opt = ag_adam_new(p, &adam);
 
     ag_arena_use(step);
     bool prev = ag_set_grad_enabled(false);

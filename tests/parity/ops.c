@@ -75,6 +75,15 @@ static ag_reduction reduction(parity_case *c) {
     return strcmp(r, "sum") == 0 ? AG_REDUCTION_SUM : strcmp(r, "none") == 0 ? AG_REDUCTION_NONE : AG_REDUCTION_MEAN;
 }
 
+/* reduction and ignore_index from the case's attributes, the weight from input 2 when present */
+static ag_loss_config loss_config(parity_case *c) {
+    ag_loss_config lc = ag_loss_defaults();
+    lc.reduction = reduction(c);
+    lc.ignore_index = pc_int(c, "ignore_index", -100);
+    lc.weight = c->nin > 2 ? c->in[2] : NULL;
+    return lc;
+}
+
 static int linear(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
     ag_linear_t m = ag_linear_new(pc_params(c), "", pc_int(c, "in_features", 0), pc_int(c, "out_features", 0),
@@ -123,18 +132,21 @@ static int mul_scalar_(parity_case *c, ag_tensor **out) {
 }
 
 static int cross_entropy(parity_case *c, ag_tensor **out) {
-    out[0] = ag_cross_entropy(pc_in(c, 0), pc_in(c, 1), pc_int(c, "ignore_index", -100),
-                              pc_double(c, "label_smoothing", 0), reduction(c));
+    ag_loss_config lc = loss_config(c);
+    lc.label_smoothing = pc_double(c, "label_smoothing", 0);
+    out[0] = ag_cross_entropy(pc_in(c, 0), pc_in(c, 1), &lc);
     return 1;
 }
 
 static int nll_loss(parity_case *c, ag_tensor **out) {
-    out[0] = ag_nll_loss(pc_in(c, 0), pc_in(c, 1), pc_int(c, "ignore_index", -100), reduction(c));
+    ag_loss_config lc = loss_config(c);
+    out[0] = ag_nll_loss(pc_in(c, 0), pc_in(c, 1), &lc);
     return 1;
 }
 
 static int mse_loss(parity_case *c, ag_tensor **out) {
-    out[0] = ag_mse_loss(pc_in(c, 0), pc_in(c, 1), reduction(c));
+    ag_loss_config lc = loss_config(c);
+    out[0] = ag_mse_loss(pc_in(c, 0), pc_in(c, 1), &lc);
     return 1;
 }
 
@@ -183,11 +195,15 @@ static int optim(parity_case *c, ag_tensor **out) {
     if (!pc_load_params(c)) return -1;
     double lr = pc_double(c, "lr", 1e-3), wd = pc_double(c, "weight_decay", 0);
     ag_optim *o = NULL;
-    if (strcmp(kind, "sgd") == 0)
-        o = ag_sgd_new(p, lr, pc_double(c, "momentum", 0), pc_double(c, "dampening", 0), wd, pc_bool(c, "nesterov", 0));
-    else if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0)
-        o = (kind[4] ? ag_adamw_new : ag_adam_new)(p, lr, pc_double(c, "beta1", 0.9), pc_double(c, "beta2", 0.999),
-                                                   pc_double(c, "eps", 1e-8), wd);
+    if (strcmp(kind, "sgd") == 0) {
+        ag_sgd_config sc = {.lr = lr, .momentum = pc_double(c, "momentum", 0), .dampening = pc_double(c, "dampening", 0),
+                            .weight_decay = wd, .nesterov = pc_bool(c, "nesterov", 0)};
+        o = ag_sgd_new(p, &sc);
+    } else if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0) {
+        ag_adam_config ac = {.lr = lr, .betas = {pc_double(c, "beta1", 0.9), pc_double(c, "beta2", 0.999)},
+                             .eps = pc_double(c, "eps", 1e-8), .weight_decay = wd, .amsgrad = pc_bool(c, "amsgrad", 0)};
+        o = (kind[4] ? ag_adamw_new : ag_adam_new)(p, &ac);
+    }
     if (!o) {
         snprintf(c->msg, sizeof c->msg, "unknown optimizer '%s'", kind);
         return -1;
@@ -237,4 +253,5 @@ const parity_op parity_tensor_ops[] = {
 };
 
 const parity_op *const parity_tables[] = {parity_tensor_ops, parity_nn_ops, parity_transformer_ops, parity_gru_ops,
-                                          parity_more_ops, NULL};
+                                          parity_more_ops, parity_nn_more_ops,
+                                          NULL};
