@@ -44,19 +44,9 @@ ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w
     return y ? ag_select(y, 0, 0) : NULL;
 }
 
-static ag_gru_cell_t cell_of(ag_tensor *const w[4], int64_t in, int64_t H) {
-    return (ag_gru_cell_t){w[0], w[1], w[2], w[3], in, H};
-}
-
 ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
                               ag_rng *rng) {
-    ag_tensor *w[4] = {NULL};
-    if (!p || input_size <= 0 || hidden_size <= 0)
-        ag_error("ag_gru_cell_new", "'%s': needs a parameter set and input_size %lld, hidden_size %lld > 0",
-                 prefix ? prefix : "", (long long)input_size, (long long)hidden_size);
-    else
-        ag__rnn_params(p, "ag_gru_cell_new", prefix, "", 3, input_size, hidden_size, bias, rng, w);
-    return cell_of(w, input_size, hidden_size);
+    return ag__rnn_cell_new(p, "ag_gru_cell_new", prefix, "", 3, input_size, hidden_size, bias, rng);
 }
 
 ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *h) {
@@ -74,41 +64,24 @@ ag_gru_config ag_gru_defaults(int64_t input_size, int64_t hidden_size) {
 }
 
 static ag__rnn_shape shape_of(const ag_gru_config *c) {
-    return (ag__rnn_shape){c->input_size, c->hidden_size, c->num_layers, c->bias, c->batch_first, c->bidirectional,
-                           c->dropout};
+    return c ? (ag__rnn_shape){c->input_size, c->hidden_size, c->num_layers, c->bias, c->batch_first,
+                               c->bidirectional, c->dropout}
+             : (ag__rnn_shape){0};
 }
 
 ag_gru_t ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng) {
-    ag_gru_t m;
-    memset(&m, 0, sizeof m);
-    ag_tensor *w[AG__RNN_MAX_LAYERS][2][4];
-    ag__rnn_shape s = cfg ? shape_of(cfg) : (ag__rnn_shape){0};
-    if (!ag__rnn_stack_new(p, "ag_gru_new", prefix, cfg ? &s : NULL, 3, rng, w)) return m;
-    m.cfg = *cfg;
-    int D = cfg->bidirectional ? 2 : 1;
-    for (int l = 0; l < cfg->num_layers; l++)
-        for (int d = 0; d < D; d++)
-            m.layer[l][d] = cell_of(w[l][d], l == 0 ? cfg->input_size : D * cfg->hidden_size, cfg->hidden_size);
+    ag_gru_t m = {.cfg = cfg ? *cfg : (ag_gru_config){0}};
+    ag__rnn_shape s = shape_of(cfg);
+    ag__rnn_stack_new(p, "ag_gru_new", prefix, cfg ? &s : NULL, 3, rng, m.layer);
     return m;
 }
 
 ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n) {
-    const char *op = "ag_gru_forward";
     ag_gru_args none = {0};
     const ag_gru_args *a = args ? args : &none;
-    if (h_n) *h_n = NULL;
-    if (!m || !m->layer[0][0].weight_ih) {
-        ag_error(op, "module is NULL or was not created (ag_gru_new failed?)");
-        return NULL;
-    }
-    ag_tensor *w[AG__RNN_MAX_LAYERS][2][4];
-    for (int l = 0; l < m->cfg.num_layers; l++)
-        for (int d = 0; d < (m->cfg.bidirectional ? 2 : 1); d++) {
-            const ag_gru_cell_t *c = &m->layer[l][d];
-            w[l][d][0] = c->weight_ih, w[l][d][1] = c->weight_hh, w[l][d][2] = c->bias_ih, w[l][d][3] = c->bias_hh;
-        }
-    ag__rnn_shape s = shape_of(&m->cfg);
-    return ag__rnn_forward(&GRU, op, &s, w, x, a->h0, NULL, a->lengths, a->training, a->rng, h_n, NULL);
+    ag__rnn_shape s = shape_of(m ? &m->cfg : NULL);
+    return ag__rnn_forward(&GRU, "ag_gru_forward", "ag_gru_new", &s, m ? m->layer : NULL, x, a->h0, NULL, a->lengths,
+                           a->training, a->rng, h_n, NULL);
 }
 
 /* ==== attention ================================================================================= */

@@ -12,6 +12,7 @@
 #define AG_NN_GRU_H
 #include "../attention/attention.h"
 #include "../layers/layers.h"
+#include "recurrent.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,11 +24,8 @@ extern "C" {
 ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
                        ag_tensor *b_hh);
 
-typedef struct {
-    ag_tensor *weight_ih, *weight_hh; /* (3H,in), (3H,H); rows stacked r, z, n */
-    ag_tensor *bias_ih, *bias_hh;     /* (3H) each, or NULL without bias */
-    int64_t input_size, hidden_size;
-} ag_gru_cell_t;
+/* weight_ih (3H,in), weight_hh (3H,H), rows stacked r, z, n; bias_ih, bias_hh (3H) or NULL */
+typedef ag_recurrent_cell_t ag_gru_cell_t;
 /* nn.GRUCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
 ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
                               ag_rng *rng);

@@ -217,31 +217,34 @@ static ag_tensor *sequence(const ag__rnn_kind *k, ag_tensor *gi, ag_tensor *h0, 
 
 /* ==== parameters and the layer stack ============================================================ */
 
-bool ag__rnn_params(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates, int64_t in,
-                    int64_t H, bool bias, ag_rng *rng, ag_tensor *w[4]) {
+ag_recurrent_cell_t ag__rnn_cell_new(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates,
+                                     int64_t in, int64_t H, bool bias, ag_rng *rng) {
+    ag_recurrent_cell_t c = {NULL, NULL, NULL, NULL, in, H};
+    if (!p || in <= 0 || H <= 0) {
+        ag_error(op, "'%s': needs a parameter set and input_size %lld, hidden_size %lld > 0", prefix ? prefix : "",
+                 (long long)in, (long long)H);
+        return c;
+    }
     char leaf[128], name[512];
     const char *kinds[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    ag_tensor *w[4] = {NULL};
     int64_t GH = gates * H;
-    for (int i = 0; i < 4; i++) w[i] = NULL;
     for (int i = 0; i < (bias ? 4 : 2); i++) {
         snprintf(leaf, sizeof leaf, "%s%s", kinds[i], suffix);
         ag__param_name(name, sizeof name, op, prefix, leaf);
         w[i] = i == 0 ? ag_params_add(p, name, AG_SHAPE(GH, in))
              : i == 1 ? ag_params_add(p, name, AG_SHAPE(GH, H))
                       : ag_params_add(p, name, AG_SHAPE(GH));
-        if (!w[i]) {
-            for (int j = 0; j < 4; j++) w[j] = NULL;
-            return false;
-        }
+        if (!w[i]) return c;
         /* RNNBase.reset_parameters: every parameter U(-1/√H, 1/√H) */
-        double bound = H > 0 ? 1.0 / sqrt((double)H) : 0.0;
-        ag_uniform_(rng, w[i], -bound, bound);
+        ag_uniform_(rng, w[i], -1.0 / sqrt((double)H), 1.0 / sqrt((double)H));
     }
-    return true;
+    return (ag_recurrent_cell_t){w[0], w[1], w[2], w[3], in, H};
 }
 
 bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag__rnn_shape *s, int gates,
-                       ag_rng *rng, ag_tensor *w[AG__RNN_MAX_LAYERS][2][4]) {
+                       ag_rng *rng, ag_recurrent_cell_t layer[AG__RNN_MAX_LAYERS][2]) {
+    memset(layer, 0, sizeof(ag_recurrent_cell_t) * AG__RNN_MAX_LAYERS * 2);
     if (!p || !s || s->input_size <= 0 || s->hidden_size <= 0 || s->num_layers < 1 ||
         s->num_layers > AG__RNN_MAX_LAYERS || !(s->dropout >= 0 && s->dropout <= 1)) {
         ag_error(op, "'%s': input_size %lld, hidden_size %lld, num_layers %d, dropout %g: expected a parameter set, "
@@ -256,9 +259,11 @@ bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const a
         for (int d = 0; d < D; d++) {
             char suffix[32];
             snprintf(suffix, sizeof suffix, "_l%d%s", l, d ? "_reverse" : "");
-            if (!ag__rnn_params(p, op, prefix, suffix, gates, l == 0 ? s->input_size : D * H, H, s->bias, rng,
-                                w[l][d]))
+            layer[l][d] = ag__rnn_cell_new(p, op, prefix, suffix, gates, l == 0 ? s->input_size : D * H, H, s->bias, rng);
+            if (!layer[l][d].weight_ih || (s->bias && !layer[l][d].bias_hh)) {
+                memset(&layer[0][0], 0, sizeof layer[0][0]);
                 return false;
+            }
         }
     return true;
 }
@@ -330,11 +335,17 @@ static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag__rnn_sh
     return true;
 }
 
-ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const ag__rnn_shape *s,
-                           ag_tensor *const w[AG__RNN_MAX_LAYERS][2][4], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
+ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag__rnn_shape *s,
+                           const ag_recurrent_cell_t (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
                            ag_tensor *lengths, bool training, ag_rng *rng, ag_tensor **h_n, ag_tensor **c_n) {
+    if (h_n) *h_n = NULL;
+    if (c_n) *c_n = NULL;
+    if (!layer || !layer[0][0].weight_ih) {
+        ag_error(op, "module is NULL or was not created (%s failed?)", new_op);
+        return NULL;
+    }
     ag_tensor *st[2] = {h0, c0};
-    if (!check_inputs(k, op, s, w[0][0][0], x, st, lengths)) return NULL;
+    if (!check_inputs(k, op, s, layer[0][0].weight_ih, x, st, lengths)) return NULL;
     int D = s->bidirectional ? 2 : 1, NL = s->num_layers;
     bool unbatched = x->ndim == 2;
     ag_tensor *xs = unbatched ? ag_unsqueeze(x, 1) : s->batch_first ? ag_transpose(x, 0, 1) : x; /* (L,N,in) */
@@ -349,10 +360,11 @@ ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const ag__rnn_
     for (int l = 0; l < NL; l++) {
         ag_tensor *outs[2];
         for (int d = 0; d < D; d++) {
-            ag_tensor *const *cw = w[l][d];
-            ag_tensor *gi = ag_linear(in, cw[0], cw[2]);
+            const ag_recurrent_cell_t *cw = &layer[l][d];
+            ag_tensor *gi = ag_linear(in, cw->weight_ih, cw->bias_ih);
             ag_tensor *seq = gi ? sequence(k, gi, st[0] ? ag_select(st[0], 0, l * D + d) : NULL,
-                                           st[1] ? ag_select(st[1], 0, l * D + d) : NULL, cw[1], cw[3], active, d == 1)
+                                           st[1] ? ag_select(st[1], 0, l * D + d) : NULL, cw->weight_hh, cw->bias_hh, active,
+                                           d == 1)
                                 : NULL;
             if (!seq) return NULL;
             outs[d] = ag_narrow(seq, 0, 0, L);

@@ -12,6 +12,7 @@
 #define AG_RECURRENT_INTERNAL_H
 #include "../../tensor/op.h"
 #include "../layers/layers.h"
+#include "recurrent.h"
 
 #define AG__RNN_MAX_LAYERS 8
 
@@ -56,10 +57,10 @@ ag_tensor *ag__rnn_cell(const ag__rnn_kind *k, const char *op, ag_tensor *x, ag_
                         ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih, ag_tensor *b_hh);
 
 /* "weight_ih<suffix>", "weight_hh<suffix>" and with bias "bias_ih<suffix>", "bias_hh<suffix>"
- * under prefix into w[0..3] (G·H rows), all U(-1/√H, 1/√H) as RNNBase.reset_parameters. False
- * (w NULLs) when the parameter set refused one. */
-bool ag__rnn_params(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates, int64_t in,
-                    int64_t H, bool bias, ag_rng *rng, ag_tensor *w[4]);
+ * under prefix (G·H rows), all U(-1/√H, 1/√H) as RNNBase.reset_parameters. Misuse (no set,
+ * sizes <= 0) is reported through op; then, or when the set refused one, the weights are NULL. */
+ag_recurrent_cell_t ag__rnn_cell_new(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates,
+                                     int64_t in, int64_t H, bool bias, ag_rng *rng);
 
 /* what a stack of layers is */
 typedef struct {
@@ -69,14 +70,15 @@ typedef struct {
     double dropout;
 } ag__rnn_shape;
 
-/* w[layer][direction][weight_ih, weight_hh, bias_ih, bias_hh], weights of layer k > 0 reading
- * D·H; the config checked first (reported through op). False after reporting. */
+/* layer[layer][direction], the weights of layer k > 0 reading D·H; the config checked first
+ * (reported through op). False after reporting, with layer[0][0] empty. */
 bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag__rnn_shape *s, int gates,
-                       ag_rng *rng, ag_tensor *w[AG__RNN_MAX_LAYERS][2][4]);
+                       ag_rng *rng, ag_recurrent_cell_t layer[AG__RNN_MAX_LAYERS][2]);
 
-/* nn.GRU / nn.LSTM / nn.RNN forward over a stack (the contract in gru.h's ag_gru_forward); c0
- * and c_n only for two states. NULL after reporting through op. */
-ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const ag__rnn_shape *s,
-                           ag_tensor *const w[AG__RNN_MAX_LAYERS][2][4], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
+/* nn.GRU / nn.LSTM / nn.RNN forward over a stack made by the function named new_op (the
+ * contract in gru.h's ag_gru_forward); c0 and c_n only for two states. *h_n, *c_n (may be NULL)
+ * are set NULL first. NULL after reporting through op. */
+ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag__rnn_shape *s,
+                           const ag_recurrent_cell_t (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
                            ag_tensor *lengths, bool training, ag_rng *rng, ag_tensor **h_n, ag_tensor **c_n);
 #endif

@@ -237,4 +237,4 @@ const parity_op parity_tensor_ops[] = {
 };
 
 const parity_op *const parity_tables[] = {parity_tensor_ops, parity_nn_ops, parity_transformer_ops, parity_gru_ops,
-                                          NULL};
+                                          parity_lstm_ops, NULL};
