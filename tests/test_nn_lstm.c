@@ -10,18 +10,6 @@
 
 #include "test_util.h"
 
-static void fill_params(ag_params *p) {
-    for (int k = 0; k < p->count; k++) {
-        ag_tensor *t = p->list[k];
-        ag_copy_(t, ag_mul_scalar(tu_seq(t->dtype, t->ndim, t->shape, 0.3 + 0.1 * k, 0.1 * k), 0.5));
-    }
-}
-
-static ag_tensor *leaf(ag_tensor *t) {
-    ag_requires_grad_(t, true);
-    return t;
-}
-
 static ag_tensor *ids_of(int ndim, const int64_t *shape, const int64_t *v) {
     return ag_from_buffer(AG_I64, ndim, shape, v);
 }
@@ -30,16 +18,6 @@ static double *values(const ag_tensor *t) {
     double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(ag_numel(t) + 1));
     ag_to_buffer(t, AG_F64, v);
     return v;
-}
-
-static void assert_same(const ag_tensor *a, const ag_tensor *b, double tol) {
-    assert_int_equal(ag_numel(a), ag_numel(b));
-    tu_assert_values_(__FILE__, __LINE__, a, values(b), ag_numel(b), tol);
-}
-
-static void assert_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **in) {
-    ag_gradcheck_result r = ag_gradcheck(f, ctx, n, in, NULL);
-    if (!r.ok) fail_msg("%s", r.message);
 }
 
 static int with_params(ag_tensor **in, int n, const ag_params *p) {
@@ -91,8 +69,8 @@ static void test_lstm_and_rnn_parameters_match_torch_state_dict_order_and_shapes
     tu_assert_shape(rc.w.bias_hh, 4);
     ag_rnn_config rcfg = ag_rnn_defaults(3, 4);
     assert_int_equal(rcfg.nonlinearity, AG_RNN_TANH);
-    rcfg.bias = false;
-    rcfg.bidirectional = true;
+    rcfg.layers.bias = false;
+    rcfg.layers.bidirectional = true;
     ag_rnn_new(p, "rnn", &rcfg, NULL);
     assert_int_equal(p->count, 10);
     assert_string_equal(p->list[9]->name, "rnn.weight_hh_l0_reverse");
@@ -112,7 +90,7 @@ static void test_lstm_cell_matches_torch_on_transposed_input(void **s) {
         double tol = dt == AG_F32 ? 1e-6 : 1e-11;
         ag_params *p = ag_params_new(dt);
         ag_lstm_cell_t m = ag_lstm_cell_new(p, "", 3, 2, true, NULL);
-        fill_params(p);
+        tu_fill_params(p);
         ag_tensor *x = ag_transpose(tu_seq(dt, AG_SHAPE(3, 2), 0.5, 0), 0, 1), *c1;
         ag_tensor *h0 = tu_seq(dt, AG_SHAPE(2, 2), 0.8, 0.5), *c0 = tu_seq(dt, AG_SHAPE(2, 2), 0.65, 0.25);
         ag_tensor *h1 = ag_lstm_cell_forward(&m, x, h0, c0, &c1);
@@ -153,7 +131,7 @@ static void test_lstm_bidirectional_with_lengths_matches_pack_padded_sequence(vo
         ag_lstm_config cfg = ag_lstm_defaults(2, 3);
         cfg.bidirectional = true;
         ag_lstm_t m = ag_lstm_new(p, "", &cfg, NULL);
-        fill_params(p);
+        tu_fill_params(p);
         ag_tensor *x = tu_seq(dt, AG_SHAPE(3, 2, 2), 0.6, 0.2), *hn = NULL, *cn = NULL;
         ag_lstm_args a = {.h0 = tu_seq(dt, AG_SHAPE(2, 2, 3), 0.45, 0.7), .c0 = tu_seq(dt, AG_SHAPE(2, 2, 3), 0.55, 0.3),
                           .lengths = ids_of(AG_SHAPE(2), (int64_t[]){3, 1})};
@@ -168,7 +146,7 @@ static void test_lstm_bidirectional_with_lengths_matches_pack_padded_sequence(vo
         m.cfg.batch_first = true;
         ag_tensor *yb = ag_lstm_forward(&m, ag_transpose(x, 0, 1), &a, &hn, &cn);
         tu_assert_shape(yb, 2, 3, 6);
-        assert_same(ag_transpose(yb, 0, 1), y, 0);
+        tu_assert_same(ag_transpose(yb, 0, 1), y, 0);
         tu_assert_array(cn, want_cn, tol);
         ag_params_free(p);
     }
@@ -188,10 +166,10 @@ static void test_rnn_cells_and_relu_rnn_with_lengths_match_torch(void **s) {
                                      0,             1.84035106002, 0.771640632162, 0};
     ag_params *p = ag_params_new(AG_F64);
     ag_rnn_cell_t t = ag_rnn_cell_new(p, "", 3, 2, true, AG_RNN_TANH, NULL);
-    fill_params(p);
+    tu_fill_params(p);
     ag_params *q = ag_params_new(AG_F64);
     ag_rnn_cell_t r = ag_rnn_cell_new(q, "", 3, 2, true, AG_RNN_RELU, NULL);
-    fill_params(q);
+    tu_fill_params(q);
     ag_tensor *x = ag_transpose(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0), 0, 1), *h = tu_seq(AG_F64, AG_SHAPE(2, 2), 0.8, 0.5);
     tu_assert_array(ag_rnn_cell_forward(&t, x, h), tanh_h, 1e-11);
     tu_assert_array(ag_rnn_cell_forward(&r, x, h), relu_h, 1e-11);
@@ -200,10 +178,10 @@ static void test_rnn_cells_and_relu_rnn_with_lengths_match_torch(void **s) {
     ag_params_free(q);
     p = ag_params_new(AG_F64);
     ag_rnn_config cfg = ag_rnn_defaults(2, 3);
-    cfg.num_layers = 2;
+    cfg.layers.num_layers = 2;
     cfg.nonlinearity = AG_RNN_RELU;
     ag_rnn_t m = ag_rnn_new(p, "", &cfg, NULL);
-    fill_params(p);
+    tu_fill_params(p);
     ag_tensor *hn, *y = ag_rnn_forward(&m, tu_seq(AG_F64, AG_SHAPE(3, 2, 2), 0.6, 0.2),
                                        &(ag_rnn_args){.h0 = tu_seq(AG_F64, AG_SHAPE(2, 2, 3), 0.45, 0.7),
                                                       .lengths = ids_of(AG_SHAPE(2), (int64_t[]){3, 1})},
@@ -233,14 +211,14 @@ static void test_lstm_padded_sequence_equals_the_sequence_run_alone(void **s) {
             ag_tensor *xa = ag_narrow(ag_narrow(x, 1, b, 1), 0, 0, len[b]), *ha, *ca;
             ag_lstm_args a = {.h0 = ag_narrow(h0, 1, b, 1), .c0 = ag_narrow(c0, 1, b, 1)};
             ag_tensor *ya = ag_lstm_forward(&m, xa, &a, &ha, &ca);
-            assert_same(ag_narrow(yb, 0, 0, len[b]), ya, 1e-14);
-            assert_same(ag_select(hn, 1, b), ha, 1e-14);
-            assert_same(ag_select(cn, 1, b), ca, 1e-14);
+            tu_assert_same(ag_narrow(yb, 0, 0, len[b]), ya, 1e-14);
+            tu_assert_same(ag_select(hn, 1, b), ha, 1e-14);
+            tu_assert_same(ag_select(cn, 1, b), ca, 1e-14);
         } else {
-            assert_same(ag_select(hn, 1, b), ag_select(h0, 1, b), 0);
-            assert_same(ag_select(cn, 1, b), ag_select(c0, 1, b), 0);
+            tu_assert_same(ag_select(hn, 1, b), ag_select(h0, 1, b), 0);
+            tu_assert_same(ag_select(cn, 1, b), ag_select(c0, 1, b), 0);
         }
-        for (int64_t t = len[b]; t < 5; t++) assert_same(ag_select(yb, 0, t), ag_zeros(AG_F64, AG_SHAPE(8)), 0);
+        for (int64_t t = len[b]; t < 5; t++) tu_assert_same(ag_select(yb, 0, t), ag_zeros(AG_F64, AG_SHAPE(8)), 0);
     }
     ag_params_free(p);
 }
@@ -253,15 +231,15 @@ static ag_tensor *f_lstm_cell(int n, ag_tensor **in, void *ctx) {
 }
 
 static void test_lstm_cell_passes_gradcheck(void **s) {
-    ag_tensor *in[7] = {leaf(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0)), leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.8, 0.5)),
-                        leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.65, 0.25)),
-                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 3), 0.7, 0.1), 0.6)),
-                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 3), 1.3, 0.2), 0.6)),
-                        leaf(tu_seq(AG_F64, AG_SHAPE(12), 0.9, 0.3)), leaf(tu_seq(AG_F64, AG_SHAPE(12), 1.1, 0.4))};
-    assert_gradcheck(f_lstm_cell, NULL, 7, in);
+    ag_tensor *in[7] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.8, 0.5)),
+                        tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.65, 0.25)),
+                        tu_leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 3), 0.7, 0.1), 0.6)),
+                        tu_leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 3), 1.3, 0.2), 0.6)),
+                        tu_leaf(tu_seq(AG_F64, AG_SHAPE(12), 0.9, 0.3)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(12), 1.1, 0.4))};
+    tu_assert_gradcheck(f_lstm_cell, NULL, 7, in);
     in[1] = in[2] = NULL; /* zero states, no biases */
     in[5] = in[6] = NULL;
-    assert_gradcheck(f_lstm_cell, NULL, 7, in);
+    tu_assert_gradcheck(f_lstm_cell, NULL, 7, in);
 }
 
 static ag_tensor *f_rnn_cells(int n, ag_tensor **in, void *ctx) { /* tanh and relu of the same weights */
@@ -271,17 +249,17 @@ static ag_tensor *f_rnn_cells(int n, ag_tensor **in, void *ctx) { /* tanh and re
 }
 
 static void test_rnn_cells_pass_gradcheck(void **s) {
-    ag_tensor *in[6] = {leaf(tu_seq(AG_F64, AG_SHAPE(3, 4), 0.5, 0)), leaf(tu_seq(AG_F64, AG_SHAPE(4, 3), 0.8, 0.5)),
-                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(3, 3), 0.7, 0.1), 0.6)),
-                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(3, 3), 1.3, 0.2), 0.6)),
-                        leaf(tu_seq(AG_F64, AG_SHAPE(3), 0.9, 0.3)), leaf(tu_seq(AG_F64, AG_SHAPE(3), 1.1, 0.4))};
+    ag_tensor *in[6] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 4), 0.5, 0)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 3), 0.8, 0.5)),
+                        tu_leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(3, 3), 0.7, 0.1), 0.6)),
+                        tu_leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(3, 3), 1.3, 0.2), 0.6)),
+                        tu_leaf(tu_seq(AG_F64, AG_SHAPE(3), 0.9, 0.3)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(3), 1.1, 0.4))};
     /* some relu pre-activations are negative (zero output and gradient), none near the kink */
     ag_tensor *pre = ag_add(ag_linear(ag_transpose(in[0], 0, 1), in[2], in[4]), ag_linear(in[1], in[3], in[5]));
     double *v = values(pre), least = 1;
     int negative = 0;
     for (int64_t i = 0; i < ag_numel(pre); i++) least = fmin(least, fabs(v[i])), negative += v[i] < 0;
     assert_true(negative > 0 && least > 1e-3);
-    assert_gradcheck(f_rnn_cells, NULL, 6, in);
+    tu_assert_gradcheck(f_rnn_cells, NULL, 6, in);
 }
 
 typedef struct {
@@ -305,10 +283,10 @@ static void test_lstm_two_layers_bidirectional_with_lengths_passes_gradcheck(voi
     cfg.bidirectional = true;
     cfg.batch_first = true;
     seq_ctx c = {.lstm = ag_lstm_new(p, "", &cfg, NULL), .lengths = ids_of(AG_SHAPE(2), (int64_t[]){1, 3})};
-    ag_tensor *in[64] = {leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 2), 0.6, 0.2)), leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.45, 0.7)),
-                         leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.55, 0.3))};
+    ag_tensor *in[64] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 2), 0.6, 0.2)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.45, 0.7)),
+                         tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.55, 0.3))};
     int n = with_params(in, 3, p);
-    assert_gradcheck(f_lstm, &c, n, in);
+    tu_assert_gradcheck(f_lstm, &c, n, in);
     ag_params_free(p);
 }
 
@@ -322,15 +300,15 @@ static void test_rnn_two_layers_bidirectional_with_lengths_passes_gradcheck(void
     for (int k = 0; k < 2; k++) {
         ag_params *p = ag_params_new(AG_F64);
         ag_rnn_config cfg = ag_rnn_defaults(2, 3);
-        cfg.num_layers = 2;
-        cfg.bidirectional = k == 0;
+        cfg.layers.num_layers = 2;
+        cfg.layers.bidirectional = k == 0;
         cfg.nonlinearity = k ? AG_RNN_RELU : AG_RNN_TANH;
         seq_ctx c = {.rnn = ag_rnn_new(p, "", &cfg, NULL), .lengths = ids_of(AG_SHAPE(2), (int64_t[]){3, 2})};
-        fill_params(p);
-        ag_tensor *in[64] = {leaf(tu_seq(AG_F64, AG_SHAPE(3, 2, 2), 0.6, 0.2)),
-                             leaf(tu_seq(AG_F64, AG_SHAPE(2 * (k ? 1 : 2), 2, 3), 0.45, 0.7))};
+        tu_fill_params(p);
+        ag_tensor *in[64] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 2, 2), 0.6, 0.2)),
+                             tu_leaf(tu_seq(AG_F64, AG_SHAPE(2 * (k ? 1 : 2), 2, 3), 0.45, 0.7))};
         int n = with_params(in, 2, p);
-        assert_gradcheck(f_rnn, &c, n, in);
+        tu_assert_gradcheck(f_rnn, &c, n, in);
         ag_params_free(p);
     }
 }

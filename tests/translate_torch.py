@@ -12,31 +12,19 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "parity"))
 try:
     import torch
     from torch import nn
 
     import checkpoint_torch as ct
+    from gen_gru import AdditiveAttention  # attograd's ag_additive_attention_t
 except (ImportError, SystemExit) as e:
     print(f"translate_torch: skipped, cannot import torch or h5py ({e})", file=sys.stderr)
     sys.exit(77)
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SENTENCES = ["a b c", "f", "e e d a", "c d e f a b c", "b b b b"]
-
-
-class Attention(nn.Module):
-    """Bahdanau: score(s, h_j) = v^T tanh(W1 h_j + W2 s), attograd's ag_additive_attention_t"""
-
-    def __init__(self, query_size, key_size, attn_size):
-        super().__init__()
-        self.W1 = nn.Linear(key_size, attn_size, bias=False)
-        self.W2 = nn.Linear(query_size, attn_size, bias=False)
-        self.v = nn.Linear(attn_size, 1, bias=False)
-
-    def forward(self, query, keys):
-        w = torch.softmax(self.v(torch.tanh(self.W1(keys) + self.W2(query).unsqueeze(1))).squeeze(-1), -1)
-        return torch.bmm(w.unsqueeze(1), keys).squeeze(1)
 
 
 class Seq2Seq(nn.Module):
@@ -50,7 +38,7 @@ class Seq2Seq(nn.Module):
         rnn = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}[kind]
         self.encoder = rnn(E, H, num_layers=layers, bidirectional=True, batch_first=True)
         self.bridge = nn.Linear(2 * H, H)
-        self.attention = Attention(H, 2 * H, H)
+        self.attention = AdditiveAttention(H, 2 * H, H)
         self.decoder = {"gru": nn.GRUCell, "lstm": nn.LSTMCell, "rnn": nn.RNNCell}[kind](E + 2 * H, H)
         self.generator = nn.Linear(3 * H, tgt_vocab)
 
@@ -63,7 +51,7 @@ class Seq2Seq(nn.Module):
         c = torch.zeros_like(h)
         ids, out = torch.tensor([BOS]), []
         for _ in range(2 * len(src) + 8):
-            ctx = self.attention(h, keys)
+            ctx = self.attention(h, keys)[0]
             x = torch.cat([self.tgt_embed(ids), ctx], -1)
             if self.kind == "lstm":
                 h, c = self.decoder(x, (h, c))

@@ -84,20 +84,14 @@ static ag_transformer_config tf_config(const model_config *c) {
 /* the encoder, bridge, attention, decoder and generator of a recurrent kind, in that order */
 static void recurrent_new(model *m, const model_config *cfg, ag_rng *r) {
     int64_t E = cfg->d_model, H = cfg->hidden;
-    int layers = (int)cfg->enc_layers;
-    if (cfg->kind == MODEL_GRU) {
-        ag_gru_config c = {.input_size = E, .hidden_size = H, .num_layers = layers, .bias = true, .batch_first = true,
-                           .dropout = cfg->dropout, .bidirectional = true};
-        m->encoder = ag_gru_new(m->params, "encoder", &c, r);
-    } else if (cfg->kind == MODEL_LSTM) {
-        ag_lstm_config c = {.input_size = E, .hidden_size = H, .num_layers = layers, .bias = true, .batch_first = true,
-                            .dropout = cfg->dropout, .bidirectional = true};
-        m->lstm_encoder = ag_lstm_new(m->params, "encoder", &c, r);
-    } else {
-        ag_rnn_config c = {.input_size = E, .hidden_size = H, .num_layers = layers, .nonlinearity = AG_RNN_TANH,
-                           .bias = true, .batch_first = true, .dropout = cfg->dropout, .bidirectional = true};
-        m->rnn_encoder = ag_rnn_new(m->params, "encoder", &c, r);
-    }
+    ag_recurrent_config c = ag_recurrent_defaults(E, H);
+    c.num_layers = (int)cfg->enc_layers;
+    c.bidirectional = true;
+    c.batch_first = true;
+    c.dropout = cfg->dropout;
+    if (cfg->kind == MODEL_GRU) m->encoder = ag_gru_new(m->params, "encoder", &c, r);
+    else if (cfg->kind == MODEL_LSTM) m->lstm_encoder = ag_lstm_new(m->params, "encoder", &c, r);
+    else m->rnn_encoder = ag_rnn_new(m->params, "encoder", &(ag_rnn_config){c, AG_RNN_TANH}, r);
     m->bridge = ag_linear_new(m->params, "bridge", 2 * H, H, true, r);
     m->attention = ag_additive_attention_new(m->params, "attention", H, 2 * H, H, r);
     if (cfg->kind == MODEL_GRU) m->decoder = ag_gru_cell_new(m->params, "decoder", E + 2 * H, H, true, r);

@@ -60,27 +60,19 @@ ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *
 /* ==== GRU ======================================================================================= */
 
 ag_gru_config ag_gru_defaults(int64_t input_size, int64_t hidden_size) {
-    return (ag_gru_config){.input_size = input_size, .hidden_size = hidden_size, .num_layers = 1, .bias = true};
-}
-
-static ag__rnn_shape shape_of(const ag_gru_config *c) {
-    return c ? (ag__rnn_shape){c->input_size, c->hidden_size, c->num_layers, c->bias, c->batch_first,
-                               c->bidirectional, c->dropout}
-             : (ag__rnn_shape){0};
+    return ag_recurrent_defaults(input_size, hidden_size);
 }
 
 ag_gru_t ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng) {
     ag_gru_t m = {.cfg = cfg ? *cfg : (ag_gru_config){0}};
-    ag__rnn_shape s = shape_of(cfg);
-    ag__rnn_stack_new(p, "ag_gru_new", prefix, cfg ? &s : NULL, 3, rng, m.layer);
+    ag__rnn_stack_new(p, "ag_gru_new", prefix, cfg, 3, rng, m.layer);
     return m;
 }
 
 ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n) {
     ag_gru_args none = {0};
     const ag_gru_args *a = args ? args : &none;
-    ag__rnn_shape s = shape_of(m ? &m->cfg : NULL);
-    return ag__rnn_forward(&GRU, "ag_gru_forward", "ag_gru_new", &s, m ? m->layer : NULL, x, a->h0, NULL, a->lengths,
+    return ag__rnn_forward(&GRU, "ag_gru_forward", "ag_gru_new", m ? &m->cfg : NULL, m ? m->layer : NULL, x, a->h0, NULL, a->lengths,
                            a->training, a->rng, h_n, NULL);
 }
 

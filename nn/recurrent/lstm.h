@@ -34,16 +34,10 @@ ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_t *m, ag_tensor *x, ag_tensor
                                 ag_tensor **c_next);
 
 /* ---- LSTM ------------------------------------------------------------------------------- */
-#define AG_LSTM_MAX_LAYERS 8
+#define AG_LSTM_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
 
-typedef struct {
-    int64_t input_size, hidden_size;
-    int num_layers;     /* 1.. AG_LSTM_MAX_LAYERS */
-    bool bias;          /* bias_ih_l*, bias_hh_l* */
-    bool batch_first;   /* input/output (N,L,*) instead of (L,N,*); not h0/c0/h_n/c_n */
-    double dropout;     /* on every layer's output but the last, in training mode */
-    bool bidirectional; /* D = 2 directions, layer k > 0 reads both (concatenated) */
-} ag_lstm_config;
+/* input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional */
+typedef ag_recurrent_config ag_lstm_config;
 
 /* what nn.LSTM(input_size, hidden_size) defaults to */
 ag_lstm_config ag_lstm_defaults(int64_t input_size, int64_t hidden_size);

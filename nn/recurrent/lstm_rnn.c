@@ -75,19 +75,12 @@ ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_t *m, ag_tensor *x, ag_tensor
 }
 
 ag_lstm_config ag_lstm_defaults(int64_t input_size, int64_t hidden_size) {
-    return (ag_lstm_config){.input_size = input_size, .hidden_size = hidden_size, .num_layers = 1, .bias = true};
-}
-
-static ag__rnn_shape lstm_shape(const ag_lstm_config *c) {
-    return c ? (ag__rnn_shape){c->input_size, c->hidden_size, c->num_layers, c->bias, c->batch_first,
-                               c->bidirectional, c->dropout}
-             : (ag__rnn_shape){0};
+    return ag_recurrent_defaults(input_size, hidden_size);
 }
 
 ag_lstm_t ag_lstm_new(ag_params *p, const char *prefix, const ag_lstm_config *cfg, ag_rng *rng) {
     ag_lstm_t m = {.cfg = cfg ? *cfg : (ag_lstm_config){0}};
-    ag__rnn_shape s = lstm_shape(cfg);
-    ag__rnn_stack_new(p, "ag_lstm_new", prefix, cfg ? &s : NULL, 4, rng, m.layer);
+    ag__rnn_stack_new(p, "ag_lstm_new", prefix, cfg, 4, rng, m.layer);
     return m;
 }
 
@@ -95,8 +88,7 @@ ag_tensor *ag_lstm_forward(const ag_lstm_t *m, ag_tensor *x, const ag_lstm_args 
                            ag_tensor **c_n) {
     ag_lstm_args none = {0};
     const ag_lstm_args *a = args ? args : &none;
-    ag__rnn_shape s = lstm_shape(m ? &m->cfg : NULL);
-    return ag__rnn_forward(&LSTM, "ag_lstm_forward", "ag_lstm_new", &s, m ? m->layer : NULL, x, a->h0, a->c0,
+    return ag__rnn_forward(&LSTM, "ag_lstm_forward", "ag_lstm_new", m ? &m->cfg : NULL, m ? m->layer : NULL, x, a->h0, a->c0,
                            a->lengths, a->training, a->rng, h_n, c_n);
 }
 
@@ -138,27 +130,20 @@ ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_t *m, ag_tensor *x, ag_tensor *
 }
 
 ag_rnn_config ag_rnn_defaults(int64_t input_size, int64_t hidden_size) {
-    return (ag_rnn_config){.input_size = input_size, .hidden_size = hidden_size, .num_layers = 1, .bias = true};
-}
-
-static ag__rnn_shape rnn_shape(const ag_rnn_config *c) {
-    return c ? (ag__rnn_shape){c->input_size, c->hidden_size, c->num_layers, c->bias, c->batch_first,
-                               c->bidirectional, c->dropout}
-             : (ag__rnn_shape){0};
+    return (ag_rnn_config){ag_recurrent_defaults(input_size, hidden_size), AG_RNN_TANH};
 }
 
 ag_rnn_t ag_rnn_new(ag_params *p, const char *prefix, const ag_rnn_config *cfg, ag_rng *rng) {
-    ag_rnn_t m = {.cfg = cfg ? *cfg : (ag_rnn_config){0}};
-    ag__rnn_shape s = rnn_shape(cfg);
+    ag_rnn_t m = {.cfg = cfg ? *cfg : (ag_rnn_config){{0}, AG_RNN_TANH}};
     if (!cfg || nonlinearity_ok("ag_rnn_new", prefix, cfg->nonlinearity))
-        ag__rnn_stack_new(p, "ag_rnn_new", prefix, cfg ? &s : NULL, 1, rng, m.layer);
+        ag__rnn_stack_new(p, "ag_rnn_new", prefix, cfg ? &cfg->layers : NULL, 1, rng, m.layer);
     return m;
 }
 
 ag_tensor *ag_rnn_forward(const ag_rnn_t *m, ag_tensor *x, const ag_rnn_args *args, ag_tensor **h_n) {
     ag_rnn_args none = {0};
     const ag_rnn_args *a = args ? args : &none;
-    ag__rnn_shape s = rnn_shape(m ? &m->cfg : NULL);
-    return ag__rnn_forward(rnn_kind(m ? m->cfg.nonlinearity : AG_RNN_TANH), "ag_rnn_forward", "ag_rnn_new", &s,
+    return ag__rnn_forward(rnn_kind(m ? m->cfg.nonlinearity : AG_RNN_TANH), "ag_rnn_forward", "ag_rnn_new",
+                           m ? &m->cfg.layers : NULL,
                            m ? m->layer : NULL, x, a->h0, NULL, a->lengths, a->training, a->rng, h_n, NULL);
 }

@@ -34,6 +34,10 @@ static int di(ag_dtype dt) { return dt == AG_F32 ? 0 : 1; }
 static const void *ptr_or_null(const ag_tensor *t) { return t ? ag__ptr(t) : NULL; }
 static void *ptr_at(const ag_tensor *t, int64_t elems) { return ag__ptr(t) + (size_t)elems * ag_dtype_size(t->dtype); }
 
+ag_recurrent_config ag_recurrent_defaults(int64_t input_size, int64_t hidden_size) {
+    return (ag_recurrent_config){.input_size = input_size, .hidden_size = hidden_size, .num_layers = 1, .bias = true};
+}
+
 bool ag__rnn_same_dtype(const char *op, const ag_tensor *ref, int n, ag_tensor *const *ts, const char *const *names) {
     for (int i = 0; i < n; i++)
         if (ts[i] && ts[i]->dtype != ref->dtype) {
@@ -242,15 +246,15 @@ ag_recurrent_cell_t ag__rnn_cell_new(ag_params *p, const char *op, const char *p
     return (ag_recurrent_cell_t){w[0], w[1], w[2], w[3], in, H};
 }
 
-bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag__rnn_shape *s, int gates,
-                       ag_rng *rng, ag_recurrent_cell_t layer[AG__RNN_MAX_LAYERS][2]) {
-    memset(layer, 0, sizeof(ag_recurrent_cell_t) * AG__RNN_MAX_LAYERS * 2);
+bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag_recurrent_config *s, int gates,
+                       ag_rng *rng, ag_recurrent_cell_t layer[AG_RECURRENT_MAX_LAYERS][2]) {
+    memset(layer, 0, sizeof(ag_recurrent_cell_t) * AG_RECURRENT_MAX_LAYERS * 2);
     if (!p || !s || s->input_size <= 0 || s->hidden_size <= 0 || s->num_layers < 1 ||
-        s->num_layers > AG__RNN_MAX_LAYERS || !(s->dropout >= 0 && s->dropout <= 1)) {
+        s->num_layers > AG_RECURRENT_MAX_LAYERS || !(s->dropout >= 0 && s->dropout <= 1)) {
         ag_error(op, "'%s': input_size %lld, hidden_size %lld, num_layers %d, dropout %g: expected a parameter set, "
                      "sizes > 0, 1..%d layers and dropout in [0,1]",
                  prefix ? prefix : "", s ? (long long)s->input_size : 0LL, s ? (long long)s->hidden_size : 0LL,
-                 s ? s->num_layers : 0, s ? s->dropout : 0.0, AG__RNN_MAX_LAYERS);
+                 s ? s->num_layers : 0, s ? s->dropout : 0.0, AG_RECURRENT_MAX_LAYERS);
         return false;
     }
     int D = s->bidirectional ? 2 : 1;
@@ -297,7 +301,7 @@ static const uint8_t *active_mask(const char *op, const ag_tensor *lengths, int6
 }
 
 /* input x and initial states h0, c0 (those given) against s; reported through op */
-static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag__rnn_shape *s, ag_tensor *w0, ag_tensor *x,
+static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag_recurrent_config *s, ag_tensor *w0, ag_tensor *x,
                          ag_tensor *const st[2], ag_tensor *lengths) {
     const char *names[2] = {"h0", "c0"};
     if (!ag__check_float(op, x)) return false;
@@ -335,7 +339,7 @@ static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag__rnn_sh
     return true;
 }
 
-ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag__rnn_shape *s,
+ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag_recurrent_config *s,
                            const ag_recurrent_cell_t (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
                            ag_tensor *lengths, bool training, ag_rng *rng, ag_tensor **h_n, ag_tensor **c_n) {
     if (h_n) *h_n = NULL;
@@ -356,7 +360,7 @@ ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *ne
     const uint8_t *active = active_mask(op, lengths, L, N, &bad);
     if (bad) return NULL;
 
-    ag_tensor *in = xs, *fin[2][2 * AG__RNN_MAX_LAYERS];
+    ag_tensor *in = xs, *fin[2][2 * AG_RECURRENT_MAX_LAYERS];
     for (int l = 0; l < NL; l++) {
         ag_tensor *outs[2];
         for (int d = 0; d < D; d++) {

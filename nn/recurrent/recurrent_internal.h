@@ -14,8 +14,6 @@
 #include "../layers/layers.h"
 #include "recurrent.h"
 
-#define AG__RNN_MAX_LAYERS 8
-
 /* One time step for N rows. gi: rows gis apart, (G·H) = W_i· x (+ b_ih if bih); gh: N×G·H =
  * W_h· h without b_hh; bhh (G·H) or NULL; h, c: N×H (c NULL for a one-state kind) -> hout,
  * cout (may alias h, c); y (optional, N×H) gets hout, 0 where inactive. Inactive rows keep h
@@ -62,23 +60,15 @@ ag_tensor *ag__rnn_cell(const ag__rnn_kind *k, const char *op, ag_tensor *x, ag_
 ag_recurrent_cell_t ag__rnn_cell_new(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates,
                                      int64_t in, int64_t H, bool bias, ag_rng *rng);
 
-/* what a stack of layers is */
-typedef struct {
-    int64_t input_size, hidden_size;
-    int num_layers;
-    bool bias, batch_first, bidirectional;
-    double dropout;
-} ag__rnn_shape;
-
 /* layer[layer][direction], the weights of layer k > 0 reading D·H; the config checked first
  * (reported through op). False after reporting, with layer[0][0] empty. */
-bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag__rnn_shape *s, int gates,
-                       ag_rng *rng, ag_recurrent_cell_t layer[AG__RNN_MAX_LAYERS][2]);
+bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag_recurrent_config *s, int gates,
+                       ag_rng *rng, ag_recurrent_cell_t layer[AG_RECURRENT_MAX_LAYERS][2]);
 
 /* nn.GRU / nn.LSTM / nn.RNN forward over a stack made by the function named new_op (the
  * contract in gru.h's ag_gru_forward); c0 and c_n only for two states. *h_n, *c_n (may be NULL)
  * are set NULL first. NULL after reporting through op. */
-ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag__rnn_shape *s,
+ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag_recurrent_config *s,
                            const ag_recurrent_cell_t (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
                            ag_tensor *lengths, bool training, ag_rng *rng, ag_tensor **h_n, ag_tensor **c_n);
 #endif

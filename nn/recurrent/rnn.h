@@ -31,16 +31,11 @@ ag_rnn_cell_t ag_rnn_cell_new(ag_params *p, const char *prefix, int64_t input_si
 ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_t *m, ag_tensor *x, ag_tensor *h);
 
 /* ---- RNN -------------------------------------------------------------------------------- */
-#define AG_RNN_MAX_LAYERS 8
+#define AG_RNN_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
 
 typedef struct {
-    int64_t input_size, hidden_size;
-    int num_layers; /* 1.. AG_RNN_MAX_LAYERS */
+    ag_recurrent_config layers; /* input_size, hidden_size, num_layers, bias, batch_first, ... */
     ag_rnn_nonlinearity nonlinearity;
-    bool bias;          /* bias_ih_l*, bias_hh_l* */
-    bool batch_first;   /* input/output (N,L,*) instead of (L,N,*); not h0/h_n */
-    double dropout;     /* on every layer's output but the last, in training mode */
-    bool bidirectional; /* D = 2 directions, layer k > 0 reads both (concatenated) */
 } ag_rnn_config;
 
 /* what nn.RNN(input_size, hidden_size) defaults to (tanh) */

@@ -26,14 +26,20 @@ static int rnn_cell(parity_case *c, ag_tensor **out) {
     return 1;
 }
 
-/* in0 input, in1 h0, in2 c0, in3 lengths (each but the input may be absent); outputs output,
- * h_n, c_n */
-static int lstm(parity_case *c, ag_tensor **out) {
-    ag_lstm_config cfg = ag_lstm_defaults(pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0));
+/* attrs input_size, hidden_size, num_layers, bias, batch_first, bidirectional */
+static ag_recurrent_config layers_config(parity_case *c) {
+    ag_recurrent_config cfg = ag_recurrent_defaults(pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0));
     cfg.num_layers = (int)pc_int(c, "num_layers", 1);
     cfg.bias = pc_bool(c, "bias", true);
     cfg.batch_first = pc_bool(c, "batch_first", false);
     cfg.bidirectional = pc_bool(c, "bidirectional", false);
+    return cfg;
+}
+
+/* in0 input, in1 h0, in2 c0, in3 lengths (each but the input may be absent); outputs output,
+ * h_n, c_n */
+static int lstm(parity_case *c, ag_tensor **out) {
+    ag_lstm_config cfg = layers_config(c);
     ag_rng r = ag_rng_new(0);
     ag_lstm_t m = ag_lstm_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
@@ -44,12 +50,7 @@ static int lstm(parity_case *c, ag_tensor **out) {
 
 /* in0 input, in1 h0, in2 lengths (each of the last two may be absent); outputs output, h_n */
 static int rnn(parity_case *c, ag_tensor **out) {
-    ag_rnn_config cfg = ag_rnn_defaults(pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0));
-    cfg.num_layers = (int)pc_int(c, "num_layers", 1);
-    cfg.nonlinearity = pc_bool(c, "nonlinearity", false) ? AG_RNN_RELU : AG_RNN_TANH;
-    cfg.bias = pc_bool(c, "bias", true);
-    cfg.batch_first = pc_bool(c, "batch_first", false);
-    cfg.bidirectional = pc_bool(c, "bidirectional", false);
+    ag_rnn_config cfg = {layers_config(c), pc_bool(c, "nonlinearity", false) ? AG_RNN_RELU : AG_RNN_TANH};
     ag_rng r = ag_rng_new(0);
     ag_rnn_t m = ag_rnn_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
