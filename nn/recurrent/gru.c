@@ -72,8 +72,8 @@ ag_gru_t ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, 
 ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n) {
     ag_gru_args none = {0};
     const ag_gru_args *a = args ? args : &none;
-    return ag__rnn_forward(&GRU, "ag_gru_forward", "ag_gru_new", m ? &m->cfg : NULL, m ? m->layer : NULL, x, a->h0, NULL, a->lengths,
-                           a->training, a->rng, h_n, NULL);
+    return ag__rnn_forward(&GRU, "ag_gru_forward", "ag_gru_new", m ? &m->cfg : NULL, m ? m->layer : NULL, x, a->h0,
+                           NULL, a->lengths, a->training, a->rng, h_n, NULL);
 }
 
 /* ==== attention ================================================================================= */

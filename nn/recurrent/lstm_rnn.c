@@ -88,8 +88,8 @@ ag_tensor *ag_lstm_forward(const ag_lstm_t *m, ag_tensor *x, const ag_lstm_args 
                            ag_tensor **c_n) {
     ag_lstm_args none = {0};
     const ag_lstm_args *a = args ? args : &none;
-    return ag__rnn_forward(&LSTM, "ag_lstm_forward", "ag_lstm_new", m ? &m->cfg : NULL, m ? m->layer : NULL, x, a->h0, a->c0,
-                           a->lengths, a->training, a->rng, h_n, c_n);
+    return ag__rnn_forward(&LSTM, "ag_lstm_forward", "ag_lstm_new", m ? &m->cfg : NULL, m ? m->layer : NULL, x,
+                           a->h0, a->c0, a->lengths, a->training, a->rng, h_n, c_n);
 }
 
 /* ==== RNN ======================================================================================= */

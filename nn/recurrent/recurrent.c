@@ -101,8 +101,8 @@ ag_tensor *ag__rnn_cell(const ag__rnn_kind *k, const char *op, ag_tensor *x, ag_
         ok = ok && (!st[i] || (st[i]->ndim == x->ndim && st[i]->shape[st[i]->ndim - 1] == H &&
                                (unbatched || st[i]->shape[0] == N)));
     if (!ok) {
-        ag_error(op, "input %s, hx %s%s%s, weight_ih %s, weight_hh %s, bias_ih %s, bias_hh %s: expected input (N,in) or "
-                     "(in), hx%s like (N,H), weight_ih (%dH,in), weight_hh (%dH,H), biases (%dH)",
+        ag_error(op, "input %s, hx %s%s%s, weight_ih %s, weight_hh %s, bias_ih %s, bias_hh %s: expected input "
+                     "(N,in) or (in), hx%s like (N,H), weight_ih (%dH,in), weight_hh (%dH,H), biases (%dH)",
                  ag_shape_str(x, b1), h ? ag_shape_str(h, b2) : "none", k->states == 2 || c ? ", cx " : "",
                  k->states == 2 || c ? (c ? ag_shape_str(c, b7) : "none") : "", ag_shape_str(w_ih, b3),
                  ag_shape_str(w_hh, b4), b_ih ? ag_shape_str(b_ih, b5) : "none", b_hh ? ag_shape_str(b_hh, b6) : "none",
@@ -263,7 +263,8 @@ bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const a
         for (int d = 0; d < D; d++) {
             char suffix[32];
             snprintf(suffix, sizeof suffix, "_l%d%s", l, d ? "_reverse" : "");
-            layer[l][d] = ag__rnn_cell_new(p, op, prefix, suffix, gates, l == 0 ? s->input_size : D * H, H, s->bias, rng);
+            int64_t in = l == 0 ? s->input_size : D * H;
+            layer[l][d] = ag__rnn_cell_new(p, op, prefix, suffix, gates, in, H, s->bias, rng);
             if (!layer[l][d].weight_ih || (s->bias && !layer[l][d].bias_hh)) {
                 memset(&layer[0][0], 0, sizeof layer[0][0]);
                 return false;
@@ -301,8 +302,8 @@ static const uint8_t *active_mask(const char *op, const ag_tensor *lengths, int6
 }
 
 /* input x and initial states h0, c0 (those given) against s; reported through op */
-static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag_recurrent_config *s, ag_tensor *w0, ag_tensor *x,
-                         ag_tensor *const st[2], ag_tensor *lengths) {
+static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag_recurrent_config *s, ag_tensor *w0,
+                         ag_tensor *x, ag_tensor *const st[2], ag_tensor *lengths) {
     const char *names[2] = {"h0", "c0"};
     if (!ag__check_float(op, x)) return false;
     for (int i = 0; i < 2; i++)
@@ -366,10 +367,9 @@ ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *ne
         for (int d = 0; d < D; d++) {
             const ag_recurrent_cell_t *cw = &layer[l][d];
             ag_tensor *gi = ag_linear(in, cw->weight_ih, cw->bias_ih);
-            ag_tensor *seq = gi ? sequence(k, gi, st[0] ? ag_select(st[0], 0, l * D + d) : NULL,
-                                           st[1] ? ag_select(st[1], 0, l * D + d) : NULL, cw->weight_hh, cw->bias_hh, active,
-                                           d == 1)
-                                : NULL;
+            ag_tensor *h_init = st[0] ? ag_select(st[0], 0, l * D + d) : NULL;
+            ag_tensor *c_init = st[1] ? ag_select(st[1], 0, l * D + d) : NULL;
+            ag_tensor *seq = gi ? sequence(k, gi, h_init, c_init, cw->weight_hh, cw->bias_hh, active, d == 1) : NULL;
             if (!seq) return NULL;
             outs[d] = ag_narrow(seq, 0, 0, L);
             for (int i = 0; i < k->states; i++) fin[i][l * D + d] = ag_select(seq, 0, L + i);
