@@ -16,6 +16,8 @@
 #include "attention/mha.h"
 #include "transformer/transformer.h"
 #include "recurrent/gru.h"
+#include "recurrent/lstm.h"
+#include "recurrent/rnn.h"
 #include "training/optim.h"
 #include "checkpoint/checkpoint.h"
 #endif

@@ -21,18 +21,6 @@
 
 
 
-static void fill_params(ag_params *p) {
-    for (int k = 0; k < p->count; k++) {
-        ag_tensor *t = p->list[k];
-        ag_copy_(t, ag_mul_scalar(tu_seq(t->dtype, t->ndim, t->shape, 0.3 + 0.1 * k, 0.1 * k), 0.5));
-    }
-}
-
-static ag_tensor *leaf(ag_tensor *t) {
-    ag_requires_grad_(t, true);
-    return t;
-}
-
 static ag_tensor *ids_of(int ndim, const int64_t *shape, const int64_t *v) {
     return ag_from_buffer(AG_I64, ndim, shape, v);
 }
@@ -47,16 +35,6 @@ static double *values(const ag_tensor *t) {
     double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(ag_numel(t) + 1));
     ag_to_buffer(t, AG_F64, v);
     return v;
-}
-
-static void assert_same(const ag_tensor *a, const ag_tensor *b, double tol) {
-    assert_int_equal(ag_numel(a), ag_numel(b));
-    tu_assert_values_(__FILE__, __LINE__, a, values(b), ag_numel(b), tol);
-}
-
-static void assert_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **in) {
-    ag_gradcheck_result r = ag_gradcheck(f, ctx, n, in, NULL);
-    if (!r.ok) fail_msg("%s", r.message);
 }
 
 /* every parameter of p after the n given tensors, for gradcheck */
@@ -133,7 +111,7 @@ static void test_gru_cell_matches_torch_on_transposed_input(void **s) {
         ag_dtype dt = k ? AG_F32 : AG_F64;
         ag_params *p = ag_params_new(dt);
         ag_gru_cell_t m = ag_gru_cell_new(p, "", 3, 2, true, NULL);
-        fill_params(p);
+        tu_fill_params(p);
         ag_tensor *x = ag_transpose(tu_seq(dt, AG_SHAPE(3, 2), 0.5, 0), 0, 1);
         ag_tensor *y = ag_gru_cell_forward(&m, x, tu_seq(dt, AG_SHAPE(2, 2), 0.8, 0.5));
         tu_assert_shape(y, 2, 2);
@@ -167,7 +145,7 @@ static void test_gru_bidirectional_with_lengths_matches_pack_padded_sequence(voi
         ag_gru_config cfg = ag_gru_defaults(2, 3);
         cfg.bidirectional = true;
         ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
-        fill_params(p);
+        tu_fill_params(p);
         ag_tensor *x = tu_seq(dt, AG_SHAPE(3, 2, 2), 0.6, 0.2), *hn = NULL;
         ag_gru_args a = {.h0 = tu_seq(dt, AG_SHAPE(2, 2, 3), 0.45, 0.7), .lengths = ids_of(AG_SHAPE(2), (int64_t[]){3, 1})};
         ag_tensor *y = ag_gru_forward(&m, x, &a, &hn);
@@ -179,7 +157,7 @@ static void test_gru_bidirectional_with_lengths_matches_pack_padded_sequence(voi
         m.cfg.batch_first = true;
         ag_tensor *yb = ag_gru_forward(&m, ag_transpose(x, 0, 1), &a, &hn);
         tu_assert_shape(yb, 2, 3, 6);
-        assert_same(ag_transpose(yb, 0, 1), y, 0);
+        tu_assert_same(ag_transpose(yb, 0, 1), y, 0);
         tu_assert_array(hn, want_hn, tol);
         ag_params_free(p);
     }
@@ -201,21 +179,21 @@ static void test_gru_padded_sequence_equals_the_sequence_run_alone(void **s) {
         if (len[b] > 0) {
             ag_tensor *xa = ag_narrow(ag_narrow(x, 1, b, 1), 0, 0, len[b]), *ha;
             ag_tensor *ya = ag_gru_forward(&m, xa, &(ag_gru_args){.h0 = ag_narrow(h0, 1, b, 1)}, &ha);
-            assert_same(ag_narrow(yb, 0, 0, len[b]), ya, 1e-14);
-            assert_same(hb, ha, 1e-14);
+            tu_assert_same(ag_narrow(yb, 0, 0, len[b]), ya, 1e-14);
+            tu_assert_same(hb, ha, 1e-14);
         } else { /* length 0: h_n is h0 */
-            assert_same(hb, ag_select(h0, 1, b), 0);
+            tu_assert_same(hb, ag_select(h0, 1, b), 0);
         }
         for (int64_t t = len[b]; t < 5; t++) /* padded steps output zeros */
-            assert_same(ag_select(yb, 0, t), ag_zeros(AG_F64, AG_SHAPE(8)), 0);
+            tu_assert_same(ag_select(yb, 0, t), ag_zeros(AG_F64, AG_SHAPE(8)), 0);
     }
     /* an expanded (stride-0) h0 reads as its materialised copy */
     ag_tensor *hx = ag_expand(ag_narrow(h0, 1, 0, 1), AG_SHAPE(4, 3, 4)), *hn2;
     ag_tensor *y1 = ag_gru_forward(&m, x, &(ag_gru_args){.h0 = hx, .lengths = ids_of(AG_SHAPE(3), len)}, &hn);
     ag_tensor *y2 = ag_gru_forward(&m, x, &(ag_gru_args){.h0 = ag_contiguous(hx), .lengths = ids_of(AG_SHAPE(3), len)},
                                    &hn2);
-    assert_same(y1, y2, 0);
-    assert_same(hn, hn2, 0);
+    tu_assert_same(y1, y2, 0);
+    tu_assert_same(hn, hn2, 0);
     ag_params_free(p);
 }
 
@@ -229,8 +207,8 @@ static void test_gru_unbatched_input_equals_a_batch_of_one(void **s) {
     ag_tensor *yb = ag_gru_forward(&m, ag_unsqueeze(x, 1), &(ag_gru_args){.h0 = ag_unsqueeze(h0, 1)}, &hb);
     tu_assert_shape(y, 4, 4);
     tu_assert_shape(hn, 2, 2);
-    assert_same(y, yb, 0);
-    assert_same(hn, hb, 0);
+    tu_assert_same(y, yb, 0);
+    tu_assert_same(hn, hb, 0);
     ag_params_free(p);
 }
 
@@ -244,14 +222,14 @@ static void test_gru_dropout_applies_between_layers_only_in_training(void **s) {
     ag_tensor *eval = ag_gru_forward(&m, x, NULL, NULL);
     ag_gru_t m0 = m;
     m0.cfg.dropout = 0;
-    assert_same(eval, ag_gru_forward(&m0, x, NULL, NULL), 0);
+    tu_assert_same(eval, ag_gru_forward(&m0, x, NULL, NULL), 0);
     ag_tensor *train = ag_gru_forward(&m, x, &(ag_gru_args){.training = true}, &hn);
     /* witness: layer 1 alone on a zero input */
     ag_gru_t top = m;
     top.cfg.num_layers = 1;
     top.cfg.input_size = 4;
     top.layer[0][0] = m.layer[1][0];
-    assert_same(train, ag_gru_forward(&top, ag_zeros(AG_F64, AG_SHAPE(3, 2, 4)), NULL, NULL), 1e-15);
+    tu_assert_same(train, ag_gru_forward(&top, ag_zeros(AG_F64, AG_SHAPE(3, 2, 4)), NULL, NULL), 1e-15);
     ag_params_free(p);
 }
 
@@ -260,7 +238,7 @@ static void test_gru_results_do_not_depend_on_thread_count(void **s) {
     ag_gru_config cfg = ag_gru_defaults(8, 96);
     cfg.bidirectional = true;
     ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
-    ag_tensor *x = leaf(tu_seq(AG_F32, AG_SHAPE(3, 64, 8), 0.37, 0.1));
+    ag_tensor *x = tu_leaf(tu_seq(AG_F32, AG_SHAPE(3, 64, 8), 0.37, 0.1));
     ag_tensor *out[2];
     double *g[2];
     int threads = omp_get_max_threads();
@@ -274,7 +252,7 @@ static void test_gru_results_do_not_depend_on_thread_count(void **s) {
         g[k] = values(x->grad);
     }
     omp_set_num_threads(threads);
-    assert_same(out[0], out[1], 0);
+    tu_assert_same(out[0], out[1], 0);
     tu_assert_values_(__FILE__, __LINE__, x->grad, g[0], ag_numel(x), 0);
     (void)g[1];
     ag_params_free(p);
@@ -300,7 +278,7 @@ static void test_additive_attention_matches_torch_with_padding_mask(void **s) {
         assert_string_equal(p->list[0]->name, "attn.W1.weight");
         assert_string_equal(p->list[2]->name, "attn.v.weight");
         tu_assert_shape(m.v.weight, 1, 2);
-        fill_params(p);
+        tu_fill_params(p);
         ag_tensor *keys = att_keys(dt), *wt;
         ag_tensor *c = ag_additive_attention_forward(&m, tu_seq(dt, AG_SHAPE(2, 2), 1.1, 0.2), keys, NULL, att_mask(), &wt);
         tu_assert_shape(c, 2, 3);
@@ -309,7 +287,7 @@ static void test_additive_attention_matches_torch_with_padding_mask(void **s) {
         /* precomputed key projection gives the same */
         ag_tensor *c2 = ag_additive_attention_forward(&m, tu_seq(dt, AG_SHAPE(2, 2), 1.1, 0.2), keys,
                                                       ag_additive_attention_keys(&m, keys), att_mask(), NULL);
-        assert_same(c2, c, 0);
+        tu_assert_same(c2, c, 0);
         ag_params_free(p);
     }
 }
@@ -328,7 +306,7 @@ static void test_dot_attention_matches_torch_plain_and_general(void **s) {
     ag_dot_attention_t gen = ag_dot_attention_new(p, "luong", 2, 3, true, NULL);
     assert_string_equal(p->list[0]->name, "luong.W.weight");
     tu_assert_shape(gen.weight, 2, 3);
-    fill_params(p);
+    tu_fill_params(p);
     ag_tensor *wt;
     ag_tensor *c = ag_dot_attention_forward(&dot, tu_seq(AG_F64, AG_SHAPE(2, 3), 1.1, 0.2), att_keys(AG_F64), att_mask(), &wt);
     tu_assert_array(c, ctx, 1e-11);
@@ -342,14 +320,14 @@ static void test_dot_attention_matches_torch_plain_and_general(void **s) {
 static void test_attention_fully_padded_row_gives_zero_context_and_grad(void **s) {
     ag_params *p = ag_params_new(AG_F64);
     ag_additive_attention_t m = ag_additive_attention_new(p, "", 2, 3, 2, NULL);
-    ag_tensor *q = leaf(tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), *keys = leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 3), 0.7, 0.3));
+    ag_tensor *q = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), *keys = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 3), 0.7, 0.3));
     ag_tensor *mask = bool_of(AG_SHAPE(2, 3), (int[]){1, 1, 1, 0, 1, 0}), *w;
     ag_tensor *c = ag_additive_attention_forward(&m, q, keys, NULL, mask, &w);
     ag_backward(ag_sum(c, 0, NULL, false), NULL);
     tu_assert_values(ag_select(c, 0, 0), 0, 0, 0, 0);
     tu_assert_values(ag_select(w, 0, 0), 0, 0, 0, 0);
     tu_assert_values(ag_select(q->grad, 0, 0), 0, 0, 0);
-    assert_same(ag_select(keys->grad, 0, 0), ag_zeros(AG_F64, AG_SHAPE(3, 3)), 0);
+    tu_assert_same(ag_select(keys->grad, 0, 0), ag_zeros(AG_F64, AG_SHAPE(3, 3)), 0);
     ag_dot_attention_t d = ag_dot_attention_new(NULL, "", 3, 3, false, NULL);
     c = ag_dot_attention_forward(&d, ag_select(keys, 1, 0), keys, mask, &w);
     tu_assert_values(ag_select(c, 0, 0), 0, 0, 0, 0);
@@ -363,14 +341,14 @@ static ag_tensor *f_cell(int n, ag_tensor **in, void *ctx) {
 }
 
 static void test_gru_cell_passes_gradcheck(void **s) {
-    ag_tensor *in[6] = {leaf(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0)), leaf(tu_seq(AG_F64, AG_SHAPE(2, 4), 0.8, 0.5)),
-                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 3), 0.7, 0.1), 0.6)),
-                        leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 4), 1.3, 0.2), 0.6)),
-                        leaf(tu_seq(AG_F64, AG_SHAPE(12), 0.9, 0.3)), leaf(tu_seq(AG_F64, AG_SHAPE(12), 1.1, 0.4))};
-    assert_gradcheck(f_cell, NULL, 6, in);
+    ag_tensor *in[6] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 4), 0.8, 0.5)),
+                        tu_leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 3), 0.7, 0.1), 0.6)),
+                        tu_leaf(ag_mul_scalar(tu_seq(AG_F64, AG_SHAPE(12, 4), 1.3, 0.2), 0.6)),
+                        tu_leaf(tu_seq(AG_F64, AG_SHAPE(12), 0.9, 0.3)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(12), 1.1, 0.4))};
+    tu_assert_gradcheck(f_cell, NULL, 6, in);
     in[1] = NULL; /* zero hx, no biases */
     in[4] = in[5] = NULL;
-    assert_gradcheck(f_cell, NULL, 6, in);
+    tu_assert_gradcheck(f_cell, NULL, 6, in);
 }
 
 typedef struct {
@@ -392,9 +370,9 @@ static void test_gru_two_layers_bidirectional_with_lengths_passes_gradcheck(void
     cfg.bidirectional = true;
     cfg.batch_first = true;
     gru_ctx c = {ag_gru_new(p, "", &cfg, NULL), ids_of(AG_SHAPE(2), (int64_t[]){1, 3})};
-    ag_tensor *in[64] = {leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 2), 0.6, 0.2)), leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.45, 0.7))};
+    ag_tensor *in[64] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 2), 0.6, 0.2)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.45, 0.7))};
     int n = with_params(in, 2, p);
-    assert_gradcheck(f_gru, &c, n, in);
+    tu_assert_gradcheck(f_gru, &c, n, in);
     ag_params_free(p);
 }
 
@@ -422,14 +400,14 @@ static void test_additive_and_dot_attention_pass_gradcheck_with_padding_mask(voi
     ag_params *p = ag_params_new(AG_F64);
     att_ctx c = {ag_additive_attention_new(p, "add", 2, 3, 4, NULL), ag_dot_attention_new(p, "dot", 2, 3, true, NULL),
                  bool_of(AG_SHAPE(2, 4), (int[]){0, 0, 1, 0, 1, 1, 1, 1})}; /* row 1 fully padded */
-    ag_tensor *in[8] = {leaf(tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.7, 0.3))};
+    ag_tensor *in[8] = {tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), tu_leaf(tu_seq(AG_F64, AG_SHAPE(4, 2, 3), 0.7, 0.3))};
     in[2] = c.add.W1.weight, in[3] = c.add.W2.weight, in[4] = c.add.v.weight;
-    assert_gradcheck(f_additive, &c, 5, in);
+    tu_assert_gradcheck(f_additive, &c, 5, in);
     in[2] = c.dot.weight;
-    assert_gradcheck(f_dot, &c, 3, in);
+    tu_assert_gradcheck(f_dot, &c, 3, in);
     c.dot = ag_dot_attention_new(NULL, "", 3, 3, false, NULL);
-    in[0] = leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.4, 0.9));
-    assert_gradcheck(f_dot, &c, 2, in);
+    in[0] = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3), 0.4, 0.9));
+    tu_assert_gradcheck(f_dot, &c, 2, in);
     ag_params_free(p);
 }
 
@@ -491,7 +469,7 @@ static void test_gru_attention_seq2seq_passes_gradcheck_over_all_parameters(void
     assert_true(p->numel > 400);
     ag_tensor *loss = f_seq2seq(n, in, &m);
     assert_true(isfinite(ag_item(loss)) && ag_item(loss) > 0);
-    assert_gradcheck(f_seq2seq, &m, n, in);
+    tu_assert_gradcheck(f_seq2seq, &m, n, in);
     ag_params_free(p);
 }
 

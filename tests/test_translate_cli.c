@@ -26,7 +26,7 @@ static const char *bin;     /* AG_TRANSLATE_BIN */
 static char dir[256];       /* this run's temporary directory */
 static char *out_text, *err_text; /* stdout and stderr of the last finished run */
 static char *unk_run_stdout;      /* what the run of unk_run() printed */
-static char *trained_log[2][2];   /* stdout and stderr of trained_run("transformer"), ("gru") */
+static char *trained_log[4][2];   /* stdout and stderr of trained_run(kind), by kind_slot */
 
 /* a model small enough that a run takes a fraction of a second, and the data options the
  * assertions count on (not the defaults, which may change) */
@@ -228,17 +228,25 @@ static const char *toy(void) {
     return p;
 }
 
-/* out dir of a finished 6-step run of kind ("transformer" or "gru") */
+/* "transformer", "gru", "lstm", "rnn" -> 0..3 */
+static int kind_slot(const char *kind) {
+    const char *kinds[] = {"transformer", "gru", "lstm", "rnn"};
+    int k = 0;
+    while (k < 3 && strcmp(kind, kinds[k]) != 0) k++;
+    return k;
+}
+
+/* out dir of a finished 6-step run of kind ("transformer", "gru", "lstm" or "rnn") */
 static const char *trained_run(const char *kind) {
-    static char paths[2][512];
-    char *p = paths[strcmp(kind, "gru") == 0];
+    static char paths[4][512];
+    char *p = paths[kind_slot(kind)];
     if (p[0]) return p;
     snprintf(p, sizeof paths[0], "%s/run-%s", dir, kind);
     int st = RUN("train", "--train", toy(), "--out", p, "--model", kind, TINY, "--steps", "6", "--eval-every", "3",
                  "--save-every", "3");
     assert_status(st, 0);
-    trained_log[strcmp(kind, "gru") == 0][0] = strdup(out_text);
-    trained_log[strcmp(kind, "gru") == 0][1] = strdup(err_text);
+    trained_log[kind_slot(kind)][0] = strdup(out_text);
+    trained_log[kind_slot(kind)][1] = strdup(err_text);
     return p;
 }
 
@@ -454,8 +462,8 @@ static char *eval_lines(const char *log) {
 
 static void check_training_run(const char *kind) {
     const char *out = trained_run(kind);
-    const char *stdout_text = trained_log[strcmp(kind, "gru") == 0][0];
-    const char *stderr_text = trained_log[strcmp(kind, "gru") == 0][1];
+    const char *stdout_text = trained_log[kind_slot(kind)][0];
+    const char *stderr_text = trained_log[kind_slot(kind)][1];
     char p[600];
     const char *files[] = {"last.h5", "best.h5", "curves.svg", "attention.svg"};
     for (int i = 0; i < 4; i++) {
@@ -489,6 +497,11 @@ static void test_train_transformer_writes_checkpoints_curves_and_attention(void 
 }
 
 static void test_train_gru_writes_checkpoints_curves_and_attention(void **state) { check_training_run("gru"); }
+
+static void test_train_lstm_and_rnn_write_checkpoints_curves_and_attention(void **state) {
+    check_training_run("lstm");
+    check_training_run("rnn");
+}
 
 static void test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_test(void **state) {
     write_toy_corpus(in_dir("dev.tsv"), 6, 777);
@@ -529,9 +542,9 @@ static void check_eval_output(const char *data, int pairs, const char *search) {
 }
 
 static void test_eval_prints_exact_match_and_bleu_greedy_and_beam(void **state) {
-    const char *kinds[] = {"transformer", "gru"}, *few = in_dir("few.tsv");
+    const char *kinds[] = {"transformer", "gru", "lstm"}, *few = in_dir("few.tsv");
     write_toy_corpus(few, 8, 4242);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         trained_run(kinds[k]);
         assert_status(RUN("eval", "--checkpoint", ckpt_of(kinds[k], "best"), "--data", toy()), 0);
         check_eval_output(toy(), 40, "greedy");
@@ -582,8 +595,8 @@ static int split_lines(char *text, char **lines, int max) {
 }
 
 static void test_translate_from_arguments_and_stdin_gives_one_line_per_sentence(void **state) {
-    const char *kinds[] = {"transformer", "gru"}, *beams[] = {"1", "3"};
-    for (int k = 0; k < 2; k++)
+    const char *kinds[] = {"transformer", "gru", "lstm"}, *beams[] = {"1", "3"};
+    for (int k = 0; k < 3; k++)
         for (int b = 0; b < 2; b++) {
             trained_run(kinds[k]);
             const char *ck = ckpt_of(kinds[k], "best");
@@ -675,9 +688,9 @@ static void check_attention(const char *ck, const char *sentence, int maps, bool
 static void test_a_translation_does_not_depend_on_the_sentences_translated_with_it(void **state) {
     /* the short sentence is padded to the long one's length in a batch; the 6-step
      * Transformer does not stop by itself, so this checks where it is cut off too */
-    const char *kinds[] = {"transformer", "transformer", "gru"}, *beams[] = {"1", "3", "1"};
+    const char *kinds[] = {"transformer", "transformer", "gru", "lstm"}, *beams[] = {"1", "3", "1", "3"};
     const char *shorter = "f", *longer = "c d e f a b c";
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         trained_run(kinds[k]);
         const char *ck = ckpt_of(kinds[k], "best");
         assert_status(RUN("translate", "--checkpoint", ck, "--beam", beams[k], shorter, longer), 0);
@@ -698,6 +711,8 @@ static void test_attention_writes_well_formed_svg_labelled_with_source_and_trans
     check_attention(ckpt_of("transformer", "best"), "a b c", 2, true); /* 1 layer, 2 heads */
     trained_run("gru");
     check_attention(ckpt_of("gru", "best"), "d a f e", 1, true);
+    trained_run("lstm");
+    check_attention(ckpt_of("lstm", "best"), "d a f e", 1, true);
 }
 
 /* A model that writes <unk>: with --min-count 1000 the target vocabulary is the 4 specials, so
@@ -1076,7 +1091,8 @@ static void test_bad_options_are_usage_errors_with_status_2(void **state) {
                        "option --steps: '12abc' is not a valid integer", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--lr", "fast"),
                        "option --lr: 'fast' is not a valid number", U);
-    assert_usage_error(RUN("train", "--train", T, "--out", O, "--model", "lstm"), "--model is transformer or gru", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--model", "lstm2"),
+                       "--model is transformer, gru, lstm or rnn", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--d-model", "15", "--heads", "2"),
                        "--d-model must be a multiple of --heads", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "0"),
@@ -1418,6 +1434,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         TEST(test_train_transformer_writes_checkpoints_curves_and_attention),
         TEST(test_train_gru_writes_checkpoints_curves_and_attention),
+        TEST(test_train_lstm_and_rnn_write_checkpoints_curves_and_attention),
         TEST(test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_test),
         TEST(test_eval_prints_exact_match_and_bleu_greedy_and_beam),
         TEST(test_eval_on_words_the_model_never_saw_still_reports),

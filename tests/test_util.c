@@ -119,6 +119,23 @@ ag_tensor *tu_leaf(ag_tensor *t) {
     return t;
 }
 
+void tu_fill_params(ag_params *p) {
+    for (int k = 0; k < p->count; k++) {
+        ag_tensor *t = p->list[k];
+        ag_copy_(t, ag_mul_scalar(tu_seq(t->dtype, t->ndim, t->shape, 0.3 + 0.1 * k, 0.1 * k), 0.5));
+    }
+}
+
+void tu_assert_same_(const char *file, int line, const ag_tensor *a, const ag_tensor *b, double tol) {
+    if (ag_numel(a) != ag_numel(b)) {
+        print_error("%s:%d: %lld elements, expected %lld\n", file, line, (long long)ag_numel(a), (long long)ag_numel(b));
+        fail();
+    }
+    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(ag_numel(b) + 1));
+    ag_to_buffer(b, AG_F64, v);
+    tu_assert_values_(file, line, a, v, ag_numel(b), tol);
+}
+
 void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n, ag_tensor **in) {
     ag_gradcheck_result r = ag_gradcheck(f, ctx, n, in, NULL);
     if (!r.ok) {

@@ -49,6 +49,13 @@ ag_tensor *tu_seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double 
 
 /* t, marked as requiring grad */
 ag_tensor *tu_leaf(ag_tensor *t);
+/* Parameter k of p (in its order) := tu_seq(its shape, 0.3 + 0.1k, 0.1k) * 0.5, what
+ * `for k, (n, p) in enumerate(m.named_parameters()): p.copy_(tu_seq(p.shape, ...) * 0.5)` gives
+ * a torch module: the recurrent tests' witness values use it. */
+void tu_fill_params(ag_params *p);
+/* Fails unless a and b have as many elements and those are within tol, in row-major order. */
+#define tu_assert_same(a, b, tol) tu_assert_same_(__FILE__, __LINE__, (a), (b), (tol))
+void tu_assert_same_(const char *file, int line, const ag_tensor *a, const ag_tensor *b, double tol);
 /* Fails with gradcheck's message unless ag_gradcheck (PyTorch's defaults) passes. */
 #define tu_assert_gradcheck(f, ctx, n, in) tu_assert_gradcheck_(__FILE__, __LINE__, (f), (ctx), (n), (in))
 void tu_assert_gradcheck_(const char *file, int line, ag_fn f, void *ctx, int n, ag_tensor **in);

@@ -38,7 +38,7 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
     for (int i = 0; i < S; i++) sl[i] = t->src.token[src[i]];
     for (int i = 0; i < T; i++) tl[i] = i + 1 < T ? t->tgt.token[tgt[i + 1]] : "<eos>";
     const model_config *c = model_cfg(t->m);
-    int layers = c->kind == MODEL_GRU ? 1 : (int)c->dec_layers, heads = maps / layers;
+    int layers = model_kind_recurrent(c->kind) ? 1 : (int)c->dec_layers, heads = maps / layers;
     char title[600], err[TR_ERR_SIZE];
     snprintf(title, sizeof title, "%s  ->  %s", sentence, out);
     bool ok = tr_svg_attention(path, title, layers, heads, T, S, w, sl, tl, err, sizeof err) == 0;

@@ -138,7 +138,7 @@ static char *load_text(const ag_train_state *st, const char *name) {
 
 bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src, const tr_vocab *tgt,
                   tr_tok_mode mode, int64_t max_len, char *msg, size_t msgsize) {
-    bool ok = ag_config_set_string(st, "model", c->kind == MODEL_GRU ? "gru" : "transformer") &&
+    bool ok = ag_config_set_string(st, "model", model_kind_name(c->kind)) &&
               ag_config_set_int(st, "d_model", c->d_model) && ag_config_set_int(st, "nhead", c->nhead) &&
               ag_config_set_int(st, "dim_feedforward", c->ff) && ag_config_set_int(st, "encoder_layers", c->enc_layers) &&
               ag_config_set_int(st, "decoder_layers", c->dec_layers) && ag_config_set_int(st, "hidden", c->hidden) &&
@@ -162,7 +162,7 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
 /* A damaged configuration must not reach model_new (whose layers refuse impossible sizes) nor
  * the decoding buffers sized by max_len: false with msg naming the field, its value and range. */
 static bool check_config(const char *path, const model_config *c, int64_t max_len, char *msg, size_t msgsize) {
-    int64_t max_layers = c->kind == MODEL_GRU ? AG_GRU_MAX_LAYERS : AG_TRANSFORMER_MAX_LAYERS;
+    int64_t max_layers = model_kind_recurrent(c->kind) ? AG_GRU_MAX_LAYERS : AG_TRANSFORMER_MAX_LAYERS;
     const struct {
         const char *key;
         int64_t v, lo, hi;
@@ -199,8 +199,7 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     if (st != AG_CKPT_OK) goto fail;
     const char *kind = ag_config_get_string(&t->state, "model"), *tokens = ag_config_get_string(&t->state, "tokens");
     model_config c = {0};
-    bool ok = kind && tokens && (strcmp(kind, "transformer") == 0 || strcmp(kind, "gru") == 0);
-    c.kind = kind && strcmp(kind, "gru") == 0 ? MODEL_GRU : MODEL_TRANSFORMER;
+    bool ok = tokens && model_kind_parse(kind, &c.kind);
     ok = ok && ag_config_get_int(&t->state, "d_model", &c.d_model) && ag_config_get_int(&t->state, "nhead", &c.nhead) &&
          ag_config_get_int(&t->state, "dim_feedforward", &c.ff) &&
          ag_config_get_int(&t->state, "encoder_layers", &c.enc_layers) &&
@@ -228,10 +227,10 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     c.tgt_vocab = t->tgt.size;
     /* the model must fit in the file that holds its parameters, 4 bytes each: at least the
      * embeddings, and per layer the attention's four d_model x d_model projections (Transformer)
-     * or the 3 hidden x hidden recurrent weights (GRU) */
+     * or the 3, 4 or 1 hidden x hidden recurrent weights (GRU, LSTM, RNN) */
     double layers = (double)(c.enc_layers + c.dec_layers), d = (double)c.d_model, h = (double)c.hidden;
     double least = 4 * (((double)c.src_vocab + (double)c.tgt_vocab) * d +
-                        layers * (c.kind == MODEL_GRU ? 3 * h * h : 4 * d * d));
+                        layers * (model_kind_recurrent(c.kind) ? model_kind_gates(c.kind) * h * h : 4 * d * d));
     struct stat fs;
     if (stat(path, &fs) == 0 && least > (double)fs.st_size) {
         snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld, hidden %lld, %lld+%lld layers and "

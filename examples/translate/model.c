@@ -1,13 +1,14 @@
 /* The translation models.
  * Transformer: embeddings scaled by √d plus sinusoidal positions, an nn.Transformer (post-norm,
  * batch-first), a Linear "generator" to the target vocabulary.
- * GRU: a bidirectional GRU encoder; its last states through a tanh Linear "bridge" start a
- * GRUCell decoder that reads [previous word; context] where the context is additive (Bahdanau)
- * attention over the encoder outputs with the previous decoder state as query; the generator
- * reads [state; context].
+ * GRU, LSTM, RNN: a bidirectional GRU (LSTM, tanh RNN) encoder; its last hidden states
+ * through a tanh Linear "bridge" start a GRUCell (LSTMCell, RNNCell) decoder that reads
+ * [previous word; context] where the context is additive (Bahdanau) attention over the encoder
+ * outputs with the previous decoder state as query; the generator reads [state; context]. The
+ * LSTM decoder's cell state starts at zero.
  * Both are an encode step and a teacher-forced decode step, which training and the attention
  * pictures share; translation decodes one position at a time from an incremental state (the
- * Transformer decoder's key/value cache, the GRU's hidden state). */
+ * Transformer decoder's key/value cache, the recurrent decoder's state). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -26,25 +27,46 @@ struct model {
     /* Transformer */
     ag_transformer_t tf;
     ag_tensor *pos;     /* (max_len, d) */
-    /* GRU */
+    /* recurrent: the encoder and decoder of the kind, the rest shared */
     ag_gru_t encoder;
+    ag_lstm_t lstm_encoder;
+    ag_rnn_t rnn_encoder;
     ag_linear_t bridge;
     ag_additive_attention_t attention;
     ag_gru_cell_t decoder;
+    ag_lstm_cell_t lstm_decoder;
+    ag_rnn_cell_t rnn_decoder;
 };
 
 /* what decoding needs from the source */
 typedef struct {
-    ag_tensor *memory;    /* (B,S,d) Transformer, (B,S,2H) GRU */
+    ag_tensor *memory;    /* (B,S,d) Transformer, (B,S,2H) recurrent */
     ag_tensor *src_pad;   /* (B,S) bool */
-    ag_tensor *h0;        /* GRU: (B,H) */
-    ag_tensor *keys_proj; /* GRU: W1·memory, (B,S,H) */
+    ag_tensor *h0;        /* recurrent: (B,H) */
+    ag_tensor *keys_proj; /* recurrent: W1·memory, (B,S,H) */
 } encoded;
+
+static const char *const kind_names[] = {"transformer", "gru", "lstm", "rnn"};
+
+const char *model_kind_name(model_kind kind) { return kind_names[kind]; }
+
+bool model_kind_parse(const char *name, model_kind *kind) {
+    for (int k = 0; name && k < (int)(sizeof kind_names / sizeof *kind_names); k++)
+        if (strcmp(name, kind_names[k]) == 0) {
+            *kind = (model_kind)k;
+            return true;
+        }
+    return false;
+}
+
+bool model_kind_recurrent(model_kind kind) { return kind != MODEL_TRANSFORMER; }
+
+int model_kind_gates(model_kind kind) { return kind == MODEL_GRU ? 3 : kind == MODEL_LSTM ? 4 : kind == MODEL_RNN; }
 
 model_config model_defaults(model_kind kind, int64_t src_vocab, int64_t tgt_vocab) {
     model_config c = {.kind = kind, .src_vocab = src_vocab, .tgt_vocab = tgt_vocab, .d_model = 128, .nhead = 4,
                       .ff = 512, .enc_layers = 2, .dec_layers = 2, .hidden = 128, .dropout = 0.1, .max_len = 256};
-    if (kind == MODEL_GRU) c.enc_layers = c.dec_layers = 1;
+    if (model_kind_recurrent(kind)) c.enc_layers = c.dec_layers = 1;
     return c;
 }
 
@@ -59,6 +81,25 @@ static ag_transformer_config tf_config(const model_config *c) {
     return t;
 }
 
+/* the encoder, bridge, attention, decoder and generator of a recurrent kind, in that order */
+static void recurrent_new(model *m, const model_config *cfg, ag_rng *r) {
+    int64_t E = cfg->d_model, H = cfg->hidden;
+    ag_recurrent_config c = ag_recurrent_defaults(E, H);
+    c.num_layers = (int)cfg->enc_layers;
+    c.bidirectional = true;
+    c.batch_first = true;
+    c.dropout = cfg->dropout;
+    if (cfg->kind == MODEL_GRU) m->encoder = ag_gru_new(m->params, "encoder", &c, r);
+    else if (cfg->kind == MODEL_LSTM) m->lstm_encoder = ag_lstm_new(m->params, "encoder", &c, r);
+    else m->rnn_encoder = ag_rnn_new(m->params, "encoder", &(ag_rnn_config){c, AG_RNN_TANH}, r);
+    m->bridge = ag_linear_new(m->params, "bridge", 2 * H, H, true, r);
+    m->attention = ag_additive_attention_new(m->params, "attention", H, 2 * H, H, r);
+    if (cfg->kind == MODEL_GRU) m->decoder = ag_gru_cell_new(m->params, "decoder", E + 2 * H, H, true, r);
+    else if (cfg->kind == MODEL_LSTM) m->lstm_decoder = ag_lstm_cell_new(m->params, "decoder", E + 2 * H, H, true, r);
+    else m->rnn_decoder = ag_rnn_cell_new(m->params, "decoder", E + 2 * H, H, true, AG_RNN_TANH, r);
+    m->generator = ag_linear_new(m->params, "generator", 3 * H, cfg->tgt_vocab, true, r);
+}
+
 model *model_new(const model_config *cfg, ag_dtype dt, uint64_t seed) {
     model *m = calloc(1, sizeof *m);
     m->cfg = *cfg;
@@ -67,7 +108,7 @@ model *model_new(const model_config *cfg, ag_dtype dt, uint64_t seed) {
     m->consts = ag_arena_new(1 << 16);
     m->init_rng = ag_rng_new(seed);
     ag_rng *r = &m->init_rng;
-    int64_t E = cfg->d_model, H = cfg->hidden;
+    int64_t E = cfg->d_model;
     m->src_embed = ag_embedding_new(m->params, "src_embed", cfg->src_vocab, E, PAD_ID, r);
     m->tgt_embed = ag_embedding_new(m->params, "tgt_embed", cfg->tgt_vocab, E, PAD_ID, r);
     if (cfg->kind == MODEL_TRANSFORMER) { /* N(0, 1/d) as fairseq: scaled by √d they have unit variance,
@@ -83,16 +124,7 @@ model *model_new(const model_config *cfg, ag_dtype dt, uint64_t seed) {
         m->tf = ag_transformer_new(m->params, "transformer", &tc, (int)cfg->enc_layers, (int)cfg->dec_layers, r);
         m->generator = ag_linear_new(m->params, "generator", E, cfg->tgt_vocab, true, r);
     } else {
-        ag_gru_config gc = ag_gru_defaults(E, H);
-        gc.num_layers = (int)cfg->enc_layers;
-        gc.bidirectional = true;
-        gc.batch_first = true;
-        gc.dropout = cfg->dropout;
-        m->encoder = ag_gru_new(m->params, "encoder", &gc, r);
-        m->bridge = ag_linear_new(m->params, "bridge", 2 * H, H, true, r);
-        m->attention = ag_additive_attention_new(m->params, "attention", H, 2 * H, H, r);
-        m->decoder = ag_gru_cell_new(m->params, "decoder", E + 2 * H, H, true, r);
-        m->generator = ag_linear_new(m->params, "generator", 3 * H, cfg->tgt_vocab, true, r);
+        recurrent_new(m, cfg, r);
     }
     ag_arena *prev = ag_arena_use(m->consts);
     m->pos = ag_sinusoidal_positions(cfg->max_len, cfg->d_model, dt);
@@ -131,9 +163,18 @@ static encoded encode(model *m, ag_tensor *src, bool training, ag_rng *rng) {
     int64_t B = src->shape[0], H = m->cfg.hidden;
     ag_tensor *x = ag_dropout(ag_embedding_forward(&m->src_embed, src), m->cfg.dropout, training, rng);
     ag_tensor *lengths = ag_sum(ag_logical_not(e.src_pad), 1, (int[]){1}, false); /* (B) i64 */
-    ag_gru_args ga = {.lengths = lengths, .training = training, .rng = rng};
     ag_tensor *h_n = NULL;
-    e.memory = ag_gru_forward(&m->encoder, x, &ga, &h_n); /* (B,S,2H); h_n (layers*2, B, H) */
+    /* (B,S,2H); h_n (layers*2, B, H) */
+    if (m->cfg.kind == MODEL_GRU) {
+        ag_gru_args a = {.lengths = lengths, .training = training, .rng = rng};
+        e.memory = ag_gru_forward(&m->encoder, x, &a, &h_n);
+    } else if (m->cfg.kind == MODEL_LSTM) {
+        ag_lstm_args a = {.lengths = lengths, .training = training, .rng = rng};
+        e.memory = ag_lstm_forward(&m->lstm_encoder, x, &a, &h_n, NULL);
+    } else {
+        ag_rnn_args a = {.lengths = lengths, .training = training, .rng = rng};
+        e.memory = ag_rnn_forward(&m->rnn_encoder, x, &a, &h_n);
+    }
     int64_t last = h_n->shape[0] - 2;                   /* the last layer's two directions */
     ag_tensor *both = ag_reshape(ag_transpose(ag_narrow(h_n, 0, last, 2), 0, 1), AG_SHAPE(B, 2 * H));
     e.h0 = ag_tanh(ag_linear_forward(&m->bridge, both));
@@ -141,20 +182,23 @@ static encoded encode(model *m, ag_tensor *src, bool training, ag_rng *rng) {
     return e;
 }
 
-/* One GRU decoder step: ids (B) → logits (B,V); *h (B,H) moves on; *w (optional) receives the
- * (B,S) attention weights */
-static ag_tensor *gru_step(model *m, const encoded *e, ag_tensor **h, ag_tensor *ids, bool training, ag_rng *rng,
-                           ag_tensor **w) {
+/* One recurrent decoder step: ids (B) → logits (B,V); *h (B,H) and the LSTM's *c (B,H), NULL
+ * for zeros, move on; *w (optional) receives the (B,S) attention weights */
+static ag_tensor *rnn_step(model *m, const encoded *e, ag_tensor **h, ag_tensor **c, ag_tensor *ids, bool training,
+                           ag_rng *rng, ag_tensor **w) {
     ag_tensor *ctx = ag_additive_attention_forward(&m->attention, *h, e->memory, e->keys_proj, e->src_pad, w);
     ag_tensor *emb = ag_dropout(ag_embedding_forward(&m->tgt_embed, ids), m->cfg.dropout, training, rng);
-    *h = ag_gru_cell_forward(&m->decoder, ag_cat(2, (ag_tensor *[]){emb, ctx}, 1), *h);
+    ag_tensor *in = ag_cat(2, (ag_tensor *[]){emb, ctx}, 1);
+    if (m->cfg.kind == MODEL_GRU) *h = ag_gru_cell_forward(&m->decoder, in, *h);
+    else if (m->cfg.kind == MODEL_LSTM) *h = ag_lstm_cell_forward(&m->lstm_decoder, in, *h, *c, c);
+    else *h = ag_rnn_cell_forward(&m->rnn_decoder, in, *h);
     ag_tensor *out = ag_dropout(ag_cat(2, (ag_tensor *[]){*h, ctx}, 1), m->cfg.dropout, training, rng);
     return ag_linear_forward(&m->generator, out);
 }
 
-/* Teacher-forced logits (B,T,V) for tgt_in (B,T). GRU: with probability 1 - teacher_forcing a
+/* Teacher-forced logits (B,T,V) for tgt_in (B,T). Recurrent: with probability 1 - teacher_forcing a
  * step reads the model's own previous prediction instead of the reference (drawn from rng, one
- * draw per step); attn (optional, GRU) receives the (B,T,S) attention weights. */
+ * draw per step); attn (optional, recurrent) receives the (B,T,S) attention weights. */
 static ag_tensor *decode(model *m, const encoded *e, ag_tensor *tgt_in, bool training, double teacher_forcing,
                          ag_rng *rng, ag_tensor **attn) {
     if (m->cfg.kind == MODEL_TRANSFORMER) {
@@ -170,7 +214,7 @@ static ag_tensor *decode(model *m, const encoded *e, ag_tensor *tgt_in, bool tra
     int64_t T = tgt_in->shape[1];
     ag_tensor **logits = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)T);
     ag_tensor **ws = attn ? ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)T) : NULL;
-    ag_tensor *h = e->h0, *prev = NULL;
+    ag_tensor *h = e->h0, *c = NULL, *prev = NULL;
     for (int64_t t = 0; t < T; t++) {
         ag_tensor *ids = ag_select(tgt_in, 1, t);
         if (t > 0 && teacher_forcing < 1.0) {
@@ -179,7 +223,7 @@ static ag_tensor *decode(model *m, const encoded *e, ag_tensor *tgt_in, bool tra
             if (u >= teacher_forcing) ids = ag_argmax(prev, -1, false); /* its own guess: no gradient */
         }
         ag_tensor *w = NULL;
-        logits[t] = prev = gru_step(m, e, &h, ids, training, rng, &w);
+        logits[t] = prev = rnn_step(m, e, &h, &c, ids, training, rng, &w);
         if (ws) ws[t] = w;
     }
     if (attn) *attn = ag_stack((int)T, ws, 1);
@@ -208,12 +252,12 @@ ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smooth
 
 /* ---- decoding ---- */
 
-/* Decoding one position at a time: the Transformer decoder's key/value cache, or the GRU's
- * hidden state. Rows are sentences (or beams). */
+/* Decoding one position at a time: the Transformer decoder's key/value cache, or the recurrent
+ * decoder's state. Rows are sentences (or beams). */
 typedef struct {
     encoded e;
     ag_decoder_cache *cache; /* Transformer */
-    ag_tensor *h;            /* GRU: (R,H) */
+    ag_tensor *h, *c;        /* recurrent: (R,H); the LSTM's c, NULL before the first step */
     int64_t t;               /* positions fed */
 } stepper;
 
@@ -231,7 +275,7 @@ static void stepper_next(model *m, stepper *st, ag_tensor *ids, double *out) {
         ag_tensor *x = embed(m, &m->tgt_embed, ag_unsqueeze(ids, 1), st->t, false, NULL); /* (R,1,d) */
         logits = ag_linear_forward(&m->generator, ag_decoder_step(&m->tf.decoder, st->cache, ag_squeeze(x, 1)));
     } else {
-        logits = gru_step(m, &st->e, &st->h, ids, false, NULL, NULL);
+        logits = rnn_step(m, &st->e, &st->h, &st->c, ids, false, NULL, NULL);
     }
     st->t++;
     ag_to_buffer(ag_log_softmax(logits, -1), AG_F64, out);
@@ -242,8 +286,13 @@ static void stepper_end_step(model *m, stepper *st, ag_tensor *rows, ag_arena *a
     if (m->cfg.kind == MODEL_TRANSFORMER) {
         if (rows) ag_decoder_cache_reorder(st->cache, rows);
         ag_arena_rewind(arena, mark);
-    } else { /* the state survives the rewind, moved down to the mark */
+    } else if (!st->c) { /* the state survives the rewind, moved down to the mark */
         st->h = ag_arena_rewind_keep(arena, mark, rows ? ag_index_select(st->h, 0, rows) : st->h);
+    } else { /* h and c kept as one (2,R,H) tensor */
+        ag_tensor *hc = ag_stack(2, (ag_tensor *[]){st->h, st->c}, 0);
+        hc = ag_arena_rewind_keep(arena, mark, rows ? ag_index_select(hc, 1, rows) : hc);
+        st->h = ag_select(hc, 0, 0);
+        st->c = ag_select(hc, 0, 1);
     }
 }
 
@@ -396,12 +445,12 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
 
 const double *model_attention(model *m, ag_tensor *src, ag_tensor *tgt_in, int *maps) {
     bool grad = ag_set_grad_enabled(false);
-    bool gru = m->cfg.kind == MODEL_GRU;
-    int L = gru ? 1 : (int)m->cfg.dec_layers;
-    int64_t H = gru ? 1 : m->cfg.nhead, T = tgt_in->shape[1], S = src->shape[1];
+    bool rec = model_kind_recurrent(m->cfg.kind);
+    int L = rec ? 1 : (int)m->cfg.dec_layers;
+    int64_t H = rec ? 1 : m->cfg.nhead, T = tgt_in->shape[1], S = src->shape[1];
     ag_tensor **w = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)L);
     encoded e = encode(m, src, false, NULL);
-    if (gru) {
+    if (rec) {
         ag_tensor *a = NULL;
         decode(m, &e, tgt_in, false, 1.0, NULL, &a);
         w[0] = ag_unsqueeze(a, 1); /* (1,1,T,S) */

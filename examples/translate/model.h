@@ -1,27 +1,36 @@
-/* The translation models: a Transformer seq2seq and a GRU encoder-decoder with additive
- * attention, as modules over one ag_params slab with PyTorch state_dict names (so a checkpoint
+/* The translation models: a Transformer seq2seq and a recurrent (GRU, LSTM or RNN)
+ * encoder-decoder with additive attention, as modules over one ag_params slab with PyTorch state_dict names (so a checkpoint
  * loads into bench/torch_translate.py's equivalent torch model). Token id 0 is <pad>. */
 #ifndef TRANSLATE_MODEL_H
 #define TRANSLATE_MODEL_H
 
 #include "attograd.h"
 
-typedef enum { MODEL_TRANSFORMER = 0, MODEL_GRU = 1 } model_kind;
+typedef enum { MODEL_TRANSFORMER = 0, MODEL_GRU = 1, MODEL_LSTM = 2, MODEL_RNN = 3 } model_kind;
+
+/* "transformer", "gru", "lstm", "rnn": the --model values and the checkpoints' "model" */
+const char *model_kind_name(model_kind kind);
+/* the kind of that name: true and *kind set, else false */
+bool model_kind_parse(const char *name, model_kind *kind);
+/* the recurrent encoder-decoders (one attention map, at most AG_GRU_MAX_LAYERS layers) */
+bool model_kind_recurrent(model_kind kind);
+/* hidden x hidden recurrent weights per layer and direction: 3 (GRU), 4 (LSTM), 1 (RNN), 0 */
+int model_kind_gates(model_kind kind);
 
 typedef struct {
     model_kind kind;
     int64_t src_vocab, tgt_vocab;
-    int64_t d_model;         /* embedding size (Transformer d_model, GRU embedding size) */
+    int64_t d_model;         /* embedding size (Transformer d_model, recurrent embedding size) */
     int64_t nhead, ff;       /* Transformer */
     int64_t enc_layers, dec_layers;
-    int64_t hidden;          /* GRU hidden size */
+    int64_t hidden;          /* recurrent hidden size */
     double dropout;
     int64_t max_len;         /* longest sequence the positional table covers */
     bool recompute;          /* Transformer: attention recomputed in backward (not saved in checkpoints) */
     bool keep_ff;            /* Transformer: feed-forward activation kept for backward (not saved either) */
 } model_config;
 
-/* the defaults of `attograd-translate train --model transformer|gru` */
+/* the defaults of `attograd-translate train --model transformer|gru|lstm|rnn` */
 model_config model_defaults(model_kind kind, int64_t src_vocab, int64_t tgt_vocab);
 
 typedef struct model model;
@@ -33,7 +42,7 @@ ag_params *model_params(model *m);
 const model_config *model_cfg(const model *m);
 
 /* Teacher-forced logits: src (B,S), tgt_in (B,T) I64 ids (0 = pad) -> (B,T,tgt_vocab).
- * teacher_forcing < 1 (GRU only) feeds the model's own previous prediction instead of the
+ * teacher_forcing < 1 (recurrent only) feeds the model's own previous prediction instead of the
  * reference with probability 1 - teacher_forcing at each step, drawn from rng. */
 ag_tensor *model_forward(model *m, ag_tensor *src, ag_tensor *tgt_in, bool training, double teacher_forcing,
                          ag_rng *rng);
@@ -49,7 +58,7 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
 
 /* Cross-attention weights while the model reads src (1,S) and is fed tgt_in (1,T) (<bos> and
  * its translation): *maps maps of (T,S) doubles, row-major, layer by layer and head by head
- * within a layer (GRU: one map), from the current arena. */
+ * within a layer (recurrent: one map), from the current arena. */
 const double *model_attention(model *m, ag_tensor *src, ag_tensor *tgt_in, int *maps);
 
 #define BOS_ID 1

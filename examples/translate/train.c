@@ -29,7 +29,8 @@ typedef struct {
 /* What is wrong with o (one sentence), or NULL */
 static const char *train_opts_problem(const train_opts *o) {
     if (!o->train) return "--train FILE is required";
-    if (strcmp(o->model, "transformer") != 0 && strcmp(o->model, "gru") != 0) return "--model is transformer or gru";
+    model_kind kind;
+    if (!model_kind_parse(o->model, &kind)) return "--model is transformer, gru, lstm or rnn";
     if (o->steps < 1 || o->batch < 1 || o->d_model < 1 || o->heads < 1 || o->layers < 0 || o->ff < 1 ||
         o->hidden < 1 || o->max_len < 2 || o->min_count < 1 || o->eval_every < 1 || o->save_every < 1 ||
         o->warmup < 1 || o->samples < 0 || o->threads < 0 || o->max_eval < 0)
@@ -303,8 +304,9 @@ static bool resume_options(run *r) {
 static bool setup_model(run *r) {
     const train_opts *o = &r->o;
     char msg[2048];
-    model_config cfg = model_defaults(strcmp(o->model, "gru") == 0 ? MODEL_GRU : MODEL_TRANSFORMER, r->c.src.size,
-                                      r->c.tgt.size);
+    model_kind kind = MODEL_TRANSFORMER;
+    model_kind_parse(o->model, &kind);
+    model_config cfg = model_defaults(kind, r->c.src.size, r->c.tgt.size);
     cfg.d_model = o->d_model;
     cfg.nhead = o->heads;
     cfg.ff = o->ff;
@@ -350,7 +352,7 @@ static bool setup_model(run *r) {
     }
     fprintf(stderr, "attograd-translate: %s model, %lld parameters; %lld training pairs, %lld dev pairs; vocabularies "
                     "%d and %d tokens\n",
-            cfg.kind == MODEL_GRU ? "gru" : "transformer", /* when resuming, what the checkpoint holds */
+            model_kind_name(cfg.kind), /* when resuming, what the checkpoint holds */
             (long long)model_params(r->m)->numel, (long long)r->c.train.n, (long long)r->c.dev.n, r->c.src.size,
             r->c.tgt.size);
     return true;
@@ -588,20 +590,20 @@ int cmd_train(int argc, char **argv) {
         {"--heldout", OPT_DOUBLE, &o.heldout, "F     fraction held out for development when no --dev (0.05)"},
         {"--test", OPT_STRING, &o.test, "FILE  corpus evaluated with the best checkpoint at the end"},
         {"--out", OPT_STRING, &o.out, "DIR   where checkpoints and pictures go (runs/translate)"},
-        {"--model", OPT_STRING, &o.model, "NAME  transformer or gru (transformer)"},
+        {"--model", OPT_STRING, &o.model, "NAME  transformer, gru, lstm or rnn (transformer)"},
         {"--steps", OPT_INT, &o.steps, "N     optimizer steps (2000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
         {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
         {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (400)"},
         {"--d-model", OPT_INT, &o.d_model, "N     embedding / model size (128)"},
         {"--heads", OPT_INT, &o.heads, "N     attention heads (4)"},
-        {"--layers", OPT_INT, &o.layers, "N     encoder and decoder layers each (Transformer 2, GRU 1)"},
+        {"--layers", OPT_INT, &o.layers, "N     encoder and decoder layers each (Transformer 2, recurrent 1)"},
         {"--ff", OPT_INT, &o.ff, "N     feed-forward size (512)"},
-        {"--hidden", OPT_INT, &o.hidden, "N     GRU hidden size (128)"},
+        {"--hidden", OPT_INT, &o.hidden, "N     GRU, LSTM, RNN hidden size (128)"},
         {"--dropout", OPT_DOUBLE, &o.dropout, "P     dropout (0.1)"},
         {"--label-smoothing", OPT_DOUBLE, &o.label_smoothing, "E     (0.1)"},
         {"--clip", OPT_DOUBLE, &o.clip, "X     clip the gradient norm (1.0; 0 = off)"},
-        {"--teacher-forcing", OPT_DOUBLE, &o.teacher_forcing, "R     GRU: probability of feeding the reference (1.0)"},
+        {"--teacher-forcing", OPT_DOUBLE, &o.teacher_forcing, "R     recurrent: probability of feeding the reference (1.0)"},
         {"--max-len", OPT_INT, &o.max_len, "N     drop pairs with a side longer than N tokens (64)"},
         {"--min-count", OPT_INT, &o.min_count, "N     vocabulary: tokens seen at least N times (1)"},
         {"--chars", OPT_FLAG, &o.chars, "      character-level tokens instead of words"},

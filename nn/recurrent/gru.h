@@ -12,6 +12,7 @@
 #define AG_NN_GRU_H
 #include "../attention/attention.h"
 #include "../layers/layers.h"
+#include "recurrent.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,11 +24,8 @@ extern "C" {
 ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
                        ag_tensor *b_hh);
 
-typedef struct {
-    ag_tensor *weight_ih, *weight_hh; /* (3H,in), (3H,H); rows stacked r, z, n */
-    ag_tensor *bias_ih, *bias_hh;     /* (3H) each, or NULL without bias */
-    int64_t input_size, hidden_size;
-} ag_gru_cell_t;
+/* weight_ih (3H,in), weight_hh (3H,H), rows stacked r, z, n; bias_ih, bias_hh (3H) or NULL */
+typedef ag_recurrent_cell_t ag_gru_cell_t;
 /* nn.GRUCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
 ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
                               ag_rng *rng);
@@ -35,16 +33,10 @@ ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_si
 ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *h);
 
 /* ---- GRU -------------------------------------------------------------------------------- */
-#define AG_GRU_MAX_LAYERS 8
+#define AG_GRU_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
 
-typedef struct {
-    int64_t input_size, hidden_size;
-    int num_layers;     /* 1.. AG_GRU_MAX_LAYERS */
-    bool bias;          /* bias_ih_l*, bias_hh_l* */
-    bool batch_first;   /* input/output (N,L,*) instead of (L,N,*); not h0/h_n */
-    double dropout;     /* on every layer's output but the last, in training mode */
-    bool bidirectional; /* D = 2 directions, layer k > 0 reads both (concatenated) */
-} ag_gru_config;
+/* input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional */
+typedef ag_recurrent_config ag_gru_config;
 
 /* what nn.GRU(input_size, hidden_size) defaults to */
 ag_gru_config ag_gru_defaults(int64_t input_size, int64_t hidden_size);

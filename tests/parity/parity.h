@@ -45,6 +45,7 @@ typedef struct {
 extern const parity_op parity_tensor_ops[], parity_nn_ops[], parity_transformer_ops[], parity_gru_ops[];
 extern const parity_op parity_more_ops[];
 extern const parity_op parity_nn_more_ops[];
+extern const parity_op parity_lstm_ops[];
 extern const parity_op *const parity_tables[];
 
 #endif
