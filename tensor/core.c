@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "threads_internal.h"
 
 /* ---- errors ---- */
 
@@ -194,6 +195,7 @@ void ag_arena_reset(ag_arena *a) {
     a->first->used = 0;
     a->cur = a->first;
     a->total_used = 0;
+    ag__threads_between_steps(); /* a step ends: the thread count may follow the load */
 }
 
 void *ag_arena_alloc(ag_arena *a, size_t asked) {

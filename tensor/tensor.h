@@ -99,6 +99,28 @@ uint64_t ag_alloc_count(void);
 void *ag_xmalloc(size_t bytes);
 void ag_xfree(void *p);
 
+/* ---- threads ------------------------------------------------------------------------- */
+/* Threads for attograd's parallel work, as torch.set_num_threads: its OpenMP loops, its GEMM's
+ * blocks and the products it hands to OpenBLAS, which it splits into blocks by shape over the
+ * same threads (OpenBLAS itself runs single-threaded inside them, so OPENBLAS_NUM_THREADS does
+ * not apply; attograd sets OpenBLAS back to 1 thread if the program raised it). n >= 1, else
+ * the error handler. Process-wide: the calling thread uses it at once, other threads from
+ * their next ag_arena_reset. Results are the same bits at every count.
+ * The default is OMP_NUM_THREADS when set; else the CPUs of the process's affinity mask, and
+ * under mpirun no more than the CPUs / the ranks on this machine (OMPI_COMM_WORLD_LOCAL_SIZE,
+ * or MPI_LOCALNRANKS). A thread whose OpenMP count the program sets itself
+ * (omp_set_num_threads) keeps that count until ag_set_num_threads. */
+void ag_set_num_threads(int n);
+/* the count set by ag_set_num_threads, or the default */
+int ag_get_num_threads(void);
+/* Following the load (on by default; AG_FOLLOW_LOAD=0 in the environment starts it off):
+ * between steps (ag_arena_reset, at most every 200 ms) attograd measures the CPU time other
+ * processes take on its CPUs, and its parallel work uses no more threads than the CPUs left
+ * free, at least 1 and at most ag_get_num_threads(): a region waits for its slowest thread,
+ * so a thread sharing a core with a busy process slows every region. Returns the previous
+ * setting. */
+bool ag_set_follow_load(bool on);
+
 /* ---- random numbers (Philox4x32-10, counter based: value i depends only on seed and i) ---- */
 /* counter counts draws (53-bit uniforms); two draws share one Philox block, and a dropout mask
  * of n elements takes (n + 1) / 2 draws, a 32-bit word each (tensor/rng.c) */
