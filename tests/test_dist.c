@@ -3,6 +3,7 @@
  * others. The witness for each distributed result is the same computation in one process. */
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,11 +223,34 @@ static void test_agree_and_same_name_the_failing_rank(void) {
     if (rank == 0) printf("ok agreement: '%s'\n", msg);
 }
 
+/* `test_dist die signal|exit|exit0`: the last rank dies (SIGKILL), exits 3, or exits 0
+ * without ag_dist_finalize in the middle of training while the others wait for its gradients;
+ * tests/dist_cli.sh checks that mpirun stops them all promptly and names it */
+static int die(const char *how) {
+    mlp m = mlp_new(5);
+    ag_dist *d = ag_dist_new(m.p, NULL);
+    for (int step = 0;; step++) {
+        make_batch(step);
+        int64_t first, n;
+        my_rows(&first, &n);
+        ag_params_zero_grad(m.p);
+        ag_backward(mlp_loss(&m, first, n), NULL);
+        if (step == 3 && rank == size - 1) {
+            fprintf(stderr, "rank %d: dying (%s)\n", rank, how);
+            if (strcmp(how, "signal") == 0) raise(SIGKILL);
+            exit(strcmp(how, "exit") == 0 ? 3 : 0);
+        }
+        ag_dist_sync_grads(d);
+        ag_arena_reset(ag_arena_current());
+    }
+}
+
 int main(int argc, char **argv) {
     if (!ag_dist_init(&argc, &argv)) return 1;
     rank = ag_dist_rank();
     size = ag_dist_size();
     CHECK(size >= 2, "run under mpirun -np 2 (or more)");
+    if (argc > 2 && strcmp(argv[1], "die") == 0) return die(argv[2]);
     test_broadcast_gives_every_rank_rank0s_parameters();
     test_averaged_gradient_equals_single_process_gradient();
     test_buckets_completing_out_of_order_give_the_right_gradient();
