@@ -14,6 +14,9 @@
  *     instead of recomputing it (keep_ff_activation); the row is then train_<config>_keepff
  *   --no-skip-padding: compute the padded positions too (skip_padding off; on by default, as
  *     attograd-translate trains: the loss ignores them); the row is then train_<config>_padded
+ *   --dist: data-parallel under mpirun (nn/dist/dist.h): each of the ranks takes its share of
+ *     the batch's rows (the same global batch); rank 0 prints the row train_<config>_np<ranks>
+ *     (bench_train.py --ddp is PyTorch's DistributedDataParallel on the same split)
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the
  * last step: equal for every thread count), allocs (heap allocations during the timed steps). */
 
@@ -90,14 +93,26 @@ static ag_tensor *loss_of(const model *m, ag_tensor *src, ag_tensor *tin, ag_ten
 
 int main(int argc, char **argv) {
     const config *c = &CONFIGS[0];
-    bool rss = false, recompute = false, keep_ff = false, skip_padding = true;
+    bool rss = false, recompute = false, keep_ff = false, skip_padding = true, dist = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) c = !strcmp(argv[++i], "large") ? &CONFIGS[1] : &CONFIGS[0];
         if (!strcmp(argv[i], "--rss")) rss = true;
         if (!strcmp(argv[i], "--recompute")) recompute = true;
         if (!strcmp(argv[i], "--keep-ff")) keep_ff = true;
         if (!strcmp(argv[i], "--no-skip-padding")) skip_padding = false;
+        if (!strcmp(argv[i], "--dist")) dist = true;
     }
+    int rank = 0, ranks = 1;
+#ifdef AG_HAVE_MPI
+    if (dist && !ag_dist_init(&argc, &argv)) return 1;
+    rank = dist ? ag_dist_rank() : 0;
+    ranks = dist ? ag_dist_size() : 1;
+#else
+    if (dist) {
+        fprintf(stderr, "bench_train: --dist needs a build with MPI\n");
+        return 1;
+    }
+#endif
     int reps = rss ? 3 : bench_reps(argc, argv, c->reps), threads = bench_threads(), warm = rss ? 2 : 3;
     ag_arena *persist = ag_arena_new(1 << 20), *step = ag_arena_new(64 << 20);
     ag_arena_use(persist);
@@ -125,10 +140,16 @@ int main(int argc, char **argv) {
     int64_t n = (int64_t)c->batch * c->len;
     int64_t *ids = malloc(sizeof(int64_t) * 3 * (size_t)n);
     make_batch(c, ids, ids + n, ids + 2 * n);
-    ag_tensor *src = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids);
-    ag_tensor *tin = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + n);
-    ag_tensor *tout = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + 2 * n);
+    /* this rank's rows (all of them in one process): each half holds every length class alike,
+     * so the ranks' mean losses average to the batch's */
+    int64_t r0 = (int64_t)c->batch * rank / ranks, rows = (int64_t)c->batch * (rank + 1) / ranks - r0;
+    ag_tensor *src = ag_from_buffer(AG_I64, AG_SHAPE(rows, c->len), ids + r0 * c->len);
+    ag_tensor *tin = ag_from_buffer(AG_I64, AG_SHAPE(rows, c->len), ids + n + r0 * c->len);
+    ag_tensor *tout = ag_from_buffer(AG_I64, AG_SHAPE(rows, c->len), ids + 2 * n + r0 * c->len);
     ag_optim *opt = ag_adam_new(p, 1e-4, 0.9, 0.98, 1e-9, 0);
+#ifdef AG_HAVE_MPI
+    ag_dist *d = dist ? ag_dist_new(p, NULL) : NULL;
+#endif
 
     ag_arena_use(step);
     bool prev = ag_set_grad_enabled(false);
@@ -144,6 +165,9 @@ int main(int argc, char **argv) {
         ag_params_zero_grad(p);
         ag_tensor *loss = loss_of(&m, src, tin, tout, true);
         ag_backward(loss, NULL);
+#ifdef AG_HAVE_MPI
+        if (d) ag_dist_sync_grads(d);
+#endif
         ag_optim_step(opt);
         if (i >= warm) t[i - warm] = bench_now_ms() - t0;
         final = ag_item(loss);
@@ -154,14 +178,22 @@ int main(int argc, char **argv) {
              c->len, c->vocab);
     snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB", loss0, final,
              (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20));
-    char name[64];
-    snprintf(name, sizeof name, "train_%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
-             skip_padding ? "" : "_padded", rss ? "_rss" : "");
-    if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
+    char name[64], np[16] = "";
+    if (dist) snprintf(np, sizeof np, "_np%d", ranks);
+    snprintf(name, sizeof name, "train_%s%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
+             skip_padding ? "" : "_padded", np, rss ? "_rss" : "");
+    if (rank > 0) {
+    } else if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
     else bench_result(name, shape, threads, bench_median(t, reps), 3 * forward_flops(c) * 1e-9, note);
     free(t);
     free(ids);
     ag_optim_free(opt);
+#ifdef AG_HAVE_MPI
+    if (d) {
+        ag_dist_free(d);
+        ag_dist_finalize();
+    }
+#endif
     ag_arena_use(NULL);
     ag_params_free(p);
     ag_arena_free(step);
