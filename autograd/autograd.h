@@ -30,6 +30,24 @@ extern "C" {
  * ag_backward over it gives the same gradients again, and leaves accumulate them. */
 void ag_backward(ag_tensor *out, ag_tensor *grad);
 
+/* Leaf-gradient hooks, what data-parallel training (nn/dist/dist.h) hangs its gradient
+ * reduction on, as PyTorch's DistributedDataParallel hangs it on the AccumulateGrad nodes. In an
+ * outermost ag_backward pass, before any op's backward runs, expect(user, leaf) is called once
+ * for every use of a leaf requiring grad by a node the pass will visit; then done(user, leaf)
+ * once for each of those uses after the node's backward ran (or was skipped, no gradient having
+ * reached it). When a leaf has had as many done as expect calls, no later op of the pass writes
+ * its gradient: it is final. end(user) (may be NULL) follows the pass, also when it stopped at a
+ * failed version check (some done calls then never come). A nested pass (ag_recompute's) calls
+ * nothing: its node lists the parameters it reaches among its inputs. NULL removes the hooks;
+ * without them the engine does no extra work. */
+typedef struct {
+    void (*expect)(void *user, ag_tensor *leaf);
+    void (*done)(void *user, ag_tensor *leaf);
+    void (*end)(void *user);
+    void *user;
+} ag_leaf_grad_hooks;
+void ag_set_leaf_grad_hooks(const ag_leaf_grad_hooks *h);
+
 /* Activation recomputation, as torch.utils.checkpoint.checkpoint: y = fn(ctx, in) whose
  * intermediates are not kept. The forward runs fn once and keeps only y; backward runs fn
  * again (grad on, the generator rng put back where it was, so dropout draws the same masks)

@@ -47,6 +47,23 @@ static bool anomaly;
 
 static void check_backward(ag_node *n);
 
+/* ---- leaf-gradient hooks (ag_set_leaf_grad_hooks): NULL on the plain path ---- */
+static ag_leaf_grad_hooks leaf_hooks;
+static const ag_leaf_grad_hooks *hooks;
+
+void ag_set_leaf_grad_hooks(const ag_leaf_grad_hooks *h) {
+    if (h) leaf_hooks = *h;
+    hooks = h ? &leaf_hooks : NULL;
+}
+
+/* call fn for every input of n that is a leaf requiring grad, once per use */
+static void each_leaf_input(const ag_node *n, void (*fn)(void *, ag_tensor *), void *user) {
+    for (int k = 0; k < n->nin; k++) {
+        ag_tensor *in = n->in[k];
+        if (in && !in->node && in->requires_grad) fn(user, in);
+    }
+}
+
 /* does op's saves name input k (or, with k == nin, the output)? (tensor/node.h) */
 static bool saved(unsigned saves, int k, int nin) {
     if (saves == AG_SAVES_ALL) return true;
@@ -117,10 +134,18 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
 
     size_t base = order_top, count = collect(out->node, pass, base);
     order_top = base + count;
+    /* the outermost pass only: a nested pass (ag_recompute) runs inside a node of the outer one,
+     * which lists the parameters it reaches among its inputs */
+    const ag_leaf_grad_hooks *h = base == 0 ? hooks : NULL;
+    if (h)
+        for (size_t i = 0; i < count; i++) each_leaf_input(order[i], h->expect, h->user);
     bool prev = ag_set_grad_enabled(false);
     for (size_t i = 0; i < count; i++) {
         ag_node *n = order[base + i]; /* order may move when a nested pass grows it */
-        if (!n->out->grad || ag__state(n->out)->grad_pass != pass) continue; /* no gradient reached it */
+        if (!n->out->grad || ag__state(n->out)->grad_pass != pass) { /* no gradient reached it */
+            if (h) each_leaf_input(n, h->done, h->user);
+            continue;
+        }
         if (n->versions && !versions_unchanged(n)) stopped = true; /* reported: it stops, as torch raises */
         if (stopped) {
             for (; i < count; i++) ag__grad_release(order[base + i]->out);
@@ -134,7 +159,9 @@ void ag_backward(ag_tensor *out, ag_tensor *grad) {
         if (anomaly) check_backward(n);
         ag_arena_rewind(a, m);
         ag__grad_release(n->out); /* no later node reads it */
+        if (h) each_leaf_input(n, h->done, h->user);
     }
+    if (h && h->end) h->end(h->user);
     ag_set_grad_enabled(prev);
     order_top = base;
     if (base) ag__grad_pass = outer;

@@ -16,6 +16,9 @@
  *     attograd-translate trains: the loss ignores them); the row is then train_<config>_padded
  *   --busy: only names the row train_<config>_busy: bench/run.sh runs it while a busy loop
  *     (another process's work) occupies one core
+ *   --dist: data-parallel under mpirun (nn/dist/dist.h): each of the ranks takes its share of
+ *     the batch's rows (the same global batch); rank 0 prints the row train_<config>_np<ranks>
+ *     (bench_train.py --ddp is PyTorch's DistributedDataParallel on the same split)
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the
  * last step: equal for every thread count), allocs (heap allocations during the timed steps),
  * used (the threads the timed steps ran with: fewer than asked while following the load). */
@@ -97,7 +100,7 @@ static ag_tensor *loss_of(const model *m, ag_tensor *src, ag_tensor *tin, ag_ten
 
 int main(int argc, char **argv) {
     const config *c = &CONFIGS[0];
-    bool rss = false, recompute = false, keep_ff = false, skip_padding = true, busy = false;
+    bool rss = false, recompute = false, keep_ff = false, skip_padding = true, busy = false, dist = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) c = !strcmp(argv[++i], "large") ? &CONFIGS[1] : &CONFIGS[0];
         if (!strcmp(argv[i], "--rss")) rss = true;
@@ -105,7 +108,19 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--keep-ff")) keep_ff = true;
         if (!strcmp(argv[i], "--no-skip-padding")) skip_padding = false;
         if (!strcmp(argv[i], "--busy")) busy = true;
+        if (!strcmp(argv[i], "--dist")) dist = true;
     }
+    int rank = 0, ranks = 1;
+#ifdef AG_HAVE_MPI
+    if (dist && !ag_dist_init(&argc, &argv)) return 1;
+    rank = dist ? ag_dist_rank() : 0;
+    ranks = dist ? ag_dist_size() : 1;
+#else
+    if (dist) {
+        fprintf(stderr, "bench_train: --dist needs a build with MPI\n");
+        return 1;
+    }
+#endif
     int reps = rss ? 3 : bench_reps(argc, argv, c->reps), threads = bench_threads(), warm = rss ? 2 : 3;
     ag_arena *persist = ag_arena_new(1 << 20), *step = ag_arena_new(64 << 20);
     ag_arena_use(persist);
@@ -133,21 +148,27 @@ int main(int argc, char **argv) {
     int64_t n = (int64_t)c->batch * c->len;
     int64_t *ids = malloc(sizeof(int64_t) * 3 * (size_t)n);
     make_batch(c, ids, ids + n, ids + 2 * n);
-    ag_tensor *src = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids);
-    ag_tensor *tin = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + n);
-    ag_tensor *tout = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + 2 * n);
+    /* this rank's rows (all of them in one process): each half holds every length class alike,
+     * so the ranks' mean losses average to the batch's */
+    int64_t r0 = (int64_t)c->batch * rank / ranks, rows = (int64_t)c->batch * (rank + 1) / ranks - r0;
+    ag_tensor *src = ag_from_buffer(AG_I64, AG_SHAPE(rows, c->len), ids + r0 * c->len);
+    ag_tensor *tin = ag_from_buffer(AG_I64, AG_SHAPE(rows, c->len), ids + n + r0 * c->len);
+    ag_tensor *tout = ag_from_buffer(AG_I64, AG_SHAPE(rows, c->len), ids + 2 * n + r0 * c->len);
     ag_adam_config adam = ag_adam_defaults();
     adam.lr = 1e-4;
     adam.betas[1] = 0.98;
     adam.eps = 1e-9;
     ag_optim *opt = ag_adam_new(p, &adam);
+#ifdef AG_HAVE_MPI
+    ag_dist *d = dist ? ag_dist_new(p, NULL) : NULL;
+#endif
 
     ag_arena_use(step);
     bool prev = ag_set_grad_enabled(false);
     double loss0 = ag_item(loss_of(&m, src, tin, tout, false));
     ag_set_grad_enabled(prev);
 
-    double *t = malloc(sizeof(double) * (size_t)reps), final = 0;
+    double *t = malloc(sizeof(double) * (size_t)reps), *ts = malloc(sizeof(double) * (size_t)reps), final = 0;
     uint64_t allocs = 0;
     int used_min = 1 << 20, used_max = 0; /* the step's OpenMP count, taken up at the reset */
     for (int i = 0; i < warm + reps; i++) {
@@ -162,26 +183,58 @@ int main(int argc, char **argv) {
         ag_params_zero_grad(p);
         ag_tensor *loss = loss_of(&m, src, tin, tout, true);
         ag_backward(loss, NULL);
+#ifdef AG_HAVE_MPI
+        double s0 = bench_now_ms();
+        if (d) ag_dist_sync_grads(d);
+        if (i >= warm) ts[i - warm] = bench_now_ms() - s0;
+#endif
         ag_optim_step(opt);
         if (i >= warm) t[i - warm] = bench_now_ms() - t0;
         final = ag_item(loss);
     }
     allocs = ag_alloc_count() - allocs;
-    char shape[96], note[160];
+    /* --dist: the wait left after backward (sync) against the whole reduction with nothing to
+     * hide behind (comm: a sync with no backward before it starts every bucket then) */
+    char comm[128] = "";
+#ifdef AG_HAVE_MPI
+    if (d) {
+        double tc[5];
+        for (int i = 0; i < 5; i++) {
+            ag_dist_sync_grads(d); /* every rank enters together */
+            double s0 = bench_now_ms();
+            ag_dist_sync_grads(d);
+            tc[i] = bench_now_ms() - s0;
+        }
+        int64_t first, end;
+        ag_dist_bucket_range(d, ag_dist_bucket_count(d) - 1, &first, &end);
+        snprintf(comm, sizeof comm, ",sync=%.1fms,comm=%.1fms,grad=%.1fMB,buckets=%d,last=%.1fMB", bench_median(ts, reps),
+                 bench_median(tc, 5), (double)p->numel * 4e-6, ag_dist_bucket_count(d), (double)(end - first) * 4e-6);
+    }
+#endif
+    char shape[96], note[256];
     snprintf(shape, sizeof shape, "d%d,h%d,%d+%d,ff%d,N%d,L%d,V%d", c->d, c->heads, c->enc, c->dec, c->ff, c->batch,
              c->len, c->vocab);
     char used[32];
     snprintf(used, sizeof used, used_min == used_max ? "%d" : "%d-%d", used_min, used_max);
-    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB,used=%s", loss0, final,
-             (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20), used);
-    char name[64];
-    snprintf(name, sizeof name, "train_%s%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
-             skip_padding ? "" : "_padded", busy ? "_busy" : "", rss ? "_rss" : "");
-    if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
+    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB,used=%s%s", loss0, final,
+             (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20), used, comm);
+    char name[64], np[16] = "";
+    if (dist) snprintf(np, sizeof np, "_np%d", ranks);
+    snprintf(name, sizeof name, "train_%s%s%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
+             skip_padding ? "" : "_padded", busy ? "_busy" : "", np, rss ? "_rss" : "");
+    if (rank > 0) {
+    } else if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
     else bench_result(name, shape, threads, bench_median(t, reps), 3 * forward_flops(c) * 1e-9, note);
     free(t);
+    free(ts);
     free(ids);
     ag_optim_free(opt);
+#ifdef AG_HAVE_MPI
+    if (d) {
+        ag_dist_free(d);
+        ag_dist_finalize();
+    }
+#endif
     ag_arena_use(NULL);
     ag_params_free(p);
     ag_arena_free(step);

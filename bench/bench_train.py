@@ -1,7 +1,11 @@
 """PyTorch side of bench_train.c: the same toy translation Transformer (nn.Transformer,
 batch_first, dropout 0.1), data, weights (filled by the shared formula in state_dict order),
 loss (cross entropy, label smoothing 0.1, ignore_index=pad) and Adam; one training step timed
-as zero_grad + forward + loss + backward + step."""
+as zero_grad + forward + loss + backward + step.
+--ddp: DistributedDataParallel with gloo, each process on its share of the batch's rows, as
+bench_train.c --dist under mpirun; rank 0 prints the row train_<config>_np<N>. Start N processes
+with RANK=0..N-1, WORLD_SIZE=N, MASTER_ADDR and MASTER_PORT in the environment (bench/run.sh
+does; torch 1.13's torch.distributed.run fails on Debian's Python)."""
 import math
 import sys
 import warnings
@@ -101,6 +105,15 @@ with torch.no_grad():
         else:
             p.copy_(fill(tuple(p.shape), 10 + k, 0.02))
 src, tin, tout = make_batch()
+ddp = "--ddp" in sys.argv
+if ddp:
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    r0, r1 = c["batch"] * rank // ranks, c["batch"] * (rank + 1) // ranks
+    src, tin, tout = src[r0:r1], tin[r0:r1], tout[r0:r1]
+    suffix += f"_np{ranks}"
+    m = torch.nn.parallel.DistributedDataParallel(m)
 loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
 opt = torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
@@ -120,6 +133,8 @@ def step():
 
 
 ms = time_median(step, reps, warm)
+if ddp and rank > 0:
+    sys.exit(0)
 shape = "d{d},h{heads},{enc}+{dec},ff{ff},N{batch},L{len},V{vocab}".format(**c)
 if rss:
     result(f"train_{name}{suffix}_rss", shape, threads, peak_rss_mib(), 0, "ru_maxrss")

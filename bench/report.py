@@ -94,3 +94,18 @@ for (name, shape), per in by_bench.items():
         line += "; attograd's final loss " + ("identical" if same else "DIFFERS") + " across thread counts (" + \
             ", ".join(f"{t}: {v}" for t, v in sorted(finals.items())) + ")"
     print(line)
+
+# data-parallel rows (train_<config>_np<N>, N processes x 1 thread on the same global batch)
+# against the same step in one process at 1 thread
+for (name, shape, threads), r in rows.items():
+    if "_np" not in name or not r["attograd"]:
+        continue
+    base, n = name.rsplit("_np", 1)
+    one = rows.get((base, shape, 1))
+    if not one or not one["attograd"]:
+        continue
+    a = min(r["attograd"])
+    line = f"# {name}: {n} processes x {threads} thread vs 1 x 1: attograd {min(one['attograd']) / a:.2f}x the throughput"
+    if r["pytorch"]:
+        line += f"; step {a / min(r['pytorch']):.2f}x DistributedDataParallel's (gloo)"
+    print(line)

@@ -65,6 +65,19 @@ busy() {
   busy_loop=""
 }
 
+# data-parallel: 2 processes x 1 thread, attograd under mpirun (bench_train --dist) then PyTorch's
+# DistributedDataParallel (gloo), each process on half of the same global batch
+ddp_pair() { # args...
+  if grep -q AG_HAVE_MPI "$BUILD/attograd_config.h"; then
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      mpirun -np 2 --oversubscribe --bind-to none "$BUILD/bench/bench_train" "${quick[@]}" --dist "$@" >>"$OUT"
+  fi
+  (cd bench && for rank in 0 1; do
+     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
+       "$PYTHON" bench_train.py "${quick[@]}" --ddp "$@" >>"$OUT" &
+   done; wait)
+}
+
 for r in $(seq "$rounds"); do
   echo "round $r/$rounds ..." >&2
   if [ -z "$only" ] || [ "$only" = sgemm ]; then
@@ -85,6 +98,7 @@ for r in $(seq "$rounds"); do
     done
     # one core busy with another process: 2 threads must not take longer than 1
     for t in 1 2; do busy pair $t bench_train bench_train.py --config large --busy; done
+    ddp_pair --config large
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --rss
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --recompute --rss
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --keep-ff --rss

@@ -16,6 +16,7 @@
 #include "svg.h"
 #include "translate.h"
 #include "train_internal.h"
+#include "train_dist.h"
 
 typedef struct {
     const char *train, *dev, *test, *out, *model;
@@ -415,19 +416,27 @@ static void run_step(run *r) {
     }
     tr_batch *bt = &r->bt;
     tr_batcher_get(&r->b, &r->c.train, st->data_position, bt);
-    ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Ls), bt->src);
-    ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Lt), bt->tgt_in);
-    ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Lt), bt->tgt_out);
+    /* under mpirun this rank's rows of the batch (train_dist.h), else all of them */
+    int64_t first, rows;
+    double scale, l = 0;
+    tr_dist_rows(bt, &first, &rows, &scale);
     ag_params_zero_grad(model_params(r->m));
-    ag_tensor *loss =
-        model_loss(model_forward(r->m, src, tin, true, o->teacher_forcing, &r->rng), tout, o->label_smoothing);
-    ag_backward(loss, NULL);
+    if (rows > 0) {
+        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Ls), (char *)(bt->src + first * bt->Ls));
+        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Lt), (char *)(bt->tgt_in + first * bt->Lt));
+        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Lt), (char *)(bt->tgt_out + first * bt->Lt));
+        ag_tensor *loss =
+            model_loss(model_forward(r->m, src, tin, true, o->teacher_forcing, &r->rng), tout, o->label_smoothing);
+        ag_backward(scale == 1.0 ? loss : ag_mul_scalar(loss, scale), NULL);
+        l = ag_item(loss);
+    }
+    tr_dist_sync();
+    l = tr_dist_batch_loss(l, bt, first, rows);
     if (o->clip > 0) ag_clip_grad_norm(model_params(r->m), o->clip);
     ag_lr_schedule_config sched = ag_lr_schedule_defaults(AG_LR_WARMUP_INV_SQRT, o->lr);
     sched.warmup_steps = o->warmup;
     r->opt->lr = ag_lr_schedule_at(&sched, st->global_step + 1);
     ag_optim_step(r->opt);
-    double l = ag_item(loss);
     st->global_step++;
     st->data_position++;
     r->window_loss += l;
@@ -558,15 +567,44 @@ static void run_free(run *r) {
     free(r->attn_path);
 }
 
+/* every rank reads the same pairs, vocabularies and model with the same settings */
+static bool train_same_run(run *r) {
+    const train_opts *o = &r->o;
+    const model_config *c = model_cfg(r->m);
+    char config[512];
+    snprintf(config, sizeof config, "%s d%lld h%lld ff%lld hidden%lld enc%lld dec%lld batch%lld seed%lld steps%lld "
+             "lr%g warmup%lld dropout%g ls%g clip%g tf%g", o->model, (long long)c->d_model, (long long)c->nhead,
+             (long long)c->ff, (long long)c->hidden, (long long)c->enc_layers, (long long)c->dec_layers,
+             (long long)o->batch, (long long)o->seed, (long long)o->steps, o->lr, (long long)o->warmup, o->dropout,
+             o->label_smoothing, o->clip, o->teacher_forcing);
+    return tr_dist_same_run(&r->c.train, &r->c.src, &r->c.tgt, model_params(r->m), config);
+}
+
+/* Under mpirun (train_dist.h) every rank sets up and trains; the ranks agree that set-up
+ * worked and on the same run, and after each step on stopping; rank 0 alone evaluates, saves
+ * and reports. */
 static int train_run(const train_opts *given, const opt_def *defs, const bool *flagged) {
     run r = {.defs = defs, .flagged = flagged};
     int status = 1;
-    if (run_setup(&r, given)) {
+    bool lead = tr_dist_rank() == 0;
+    tr_dist_quiet_setup();
+    bool ok = tr_dist_setup_agree(run_setup(&r, given)) && train_same_run(&r);
+    if (ok) {
+        tr_dist_attach(model_params(r.m), &r.rng);
+        FILE *devnull = lead ? NULL : fopen("/dev/null", "w"); /* rank 0 alone shows progress */
+        if (devnull) r.prog.out = devnull;
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
             run_step(&r);
-            run_evaluate_and_save(&r);
+            if (tr_dist_step_done(&r.rng, interrupted)) interrupted = 1;
+            if (lead) run_evaluate_and_save(&r);
+            r.stop = tr_dist_any(r.stop);
         }
-        status = run_finish(&r);
+        tr_dist_detach(&r.rng);
+        if (devnull) {
+            fclose(devnull);
+            r.prog.out = stderr;
+        }
+        status = lead ? run_finish(&r) : r.save_failed ? 1 : interrupted ? 130 : 0;
     }
     run_free(&r);
     return status;
@@ -637,5 +675,8 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     ag_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
-    return train_run(&o, defs, flagged);
+    if (!tr_dist_begin()) return 1;
+    int status = train_run(&o, defs, flagged);
+    tr_dist_end();
+    return status;
 }

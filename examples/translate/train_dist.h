@@ -1,0 +1,53 @@
+/* attograd-translate train under mpirun: each global batch split over the ranks, the gradients
+ * averaged (nn/dist/dist.h), rank 0 alone printing, evaluating and saving. In a build without
+ * MPI, or run without mpirun, there is one rank and every call is a no-op or the identity. */
+#ifndef TRANSLATE_TRAIN_DIST_H
+#define TRANSLATE_TRAIN_DIST_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attograd.h"
+#include "data.h"
+
+/* Start MPI when run by mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE); false after reporting why
+ * it could not start. */
+bool tr_dist_begin(void);
+void tr_dist_end(void);
+int tr_dist_rank(void);
+int tr_dist_size(void);
+
+/* Set-up on ranks other than 0 is quiet: its messages go to a temporary file, and
+ * tr_dist_setup_agree gives them to every rank when that rank's set-up failed. */
+void tr_dist_quiet_setup(void);
+/* Whether set-up succeeded on every rank; if not, rank 0 prints "rank R: <its last message>"
+ * for the lowest failing rank other than 0 (rank 0's own message is already out). Restores
+ * stderr. Collective. */
+bool tr_dist_setup_agree(bool ok);
+/* Whether every rank read the same training pairs, vocabularies and model (size and settings
+ * in config, a short text); reports the first rank that differs. Collective. */
+bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_vocab *tgt, const ag_params *p,
+                      const char *config);
+/* Data-parallel training of p from here on (rank 0's values broadcast); rng (dropout's and the
+ * GRU's teacher-forcing draws) becomes this rank's stream: rank r draws with seed + r * a large
+ * odd number (rank 0 with the run's own, which checkpoints keep), so the ranks' samples get
+ * independent masks. */
+void tr_dist_attach(ag_params *p, ag_rng *rng);
+/* the end of data-parallel training: rng back to the run's seed */
+void tr_dist_detach(ag_rng *rng);
+
+/* This rank's rows of a batch: first, n (n may be 0 when the batch has fewer pairs than there
+ * are ranks), and the factor that makes the mean loss over its target tokens, averaged over the
+ * ranks, the mean over the whole batch's tokens (size * local tokens / batch tokens). */
+void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale);
+/* After backward (or instead of one, on a rank with no rows): the averaged gradient. */
+void tr_dist_sync(void);
+/* The batch's mean loss from this rank's (its mean over its tokens). Collective. */
+double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n);
+/* Whether flag is set on any rank. Collective (one rank: flag). */
+bool tr_dist_any(bool flag);
+/* After a step: every rank's rng counter moves to the largest (the ranks drew masks of different
+ * sizes), so rank 0's, which checkpoints save, is every rank's and a resumed run continues each
+ * rank's stream exactly; returns whether *interrupted is set on any rank. Collective. */
+bool tr_dist_step_done(ag_rng *rng, bool interrupted);
+
+#endif

@@ -1,0 +1,124 @@
+/* attograd dist: data-parallel training over MPI (built when meson finds MPI: attograd.h then
+ * defines AG_HAVE_MPI and includes this header).
+ *
+ * Every process (rank) holds the whole model and trains on its share of each global batch. As
+ * in PyTorch's DistributedDataParallel, ag_dist_new broadcasts rank 0's parameters to all, and
+ * the gradients are averaged over the ranks in buckets of a few MiB, in reverse parameter
+ * order: a bucket's non-blocking allreduce (MPI_Iallreduce) starts as soon as backward has made
+ * the gradients of all its parameters final (autograd.h: ag_set_leaf_grad_hooks), so the
+ * reduction of the last layers overlaps the backward of the first. ag_dist_sync_grads waits for
+ * them all: the one call per step, between ag_backward and clipping or the optimizer, which
+ * then see the averaged gradient unchanged. Buckets start in the same order on every rank
+ * whatever order they complete in, and for a fixed number of ranks the sums are computed the
+ * same way every run: runs are bit-identical and every rank holds the same parameters.
+ *
+ *     int main(int argc, char **argv) {
+ *         if (!ag_dist_init(&argc, &argv)) return 1;
+ *         int rank = ag_dist_rank(), size = ag_dist_size();
+ *         ag_params *p = ag_params_new(AG_F32);
+ *         ag_rng rng = ag_rng_new(1);
+ *         ag_linear_t fc = ag_linear_new(p, "fc", 64, 10, true, &rng);
+ *         ag_dist *d = ag_dist_new(p, NULL);         // every rank starts from rank 0's values
+ *         ag_optim *opt = ag_adam_new(p, 1e-3, 0.9, 0.999, 1e-8, 0.0);
+ *         for (int step = 0; step < 100; step++) {
+ *             // this rank's rows of the global batch: B / size of them, from row rank * B / size
+ *             ag_tensor *x = my_rows(step, rank, size), *y = my_labels(step, rank, size);
+ *             ag_params_zero_grad(p);
+ *             ag_tensor *loss = ag_cross_entropy(ag_linear_forward(&fc, x), y, -100, 0.0, AG_REDUCTION_MEAN);
+ *             ag_backward(loss, NULL);
+ *             ag_dist_sync_grads(d);                 // the mean of the ranks' gradients
+ *             ag_clip_grad_norm(p, 1.0);
+ *             ag_optim_step(opt);
+ *             ag_arena_reset(ag_arena_current());
+ *         }
+ *         if (rank == 0) save_checkpoint(p, opt);   // every rank holds the same parameters
+ *         ag_dist_free(d);
+ *         ag_dist_finalize();
+ *     }
+ *
+ * Averaging is exact for a loss that is a mean over equal shares. A loss averaged over a
+ * varying number of items per rank (tokens) must be scaled so that the average of the ranks'
+ * gradients is the gradient of the global mean: multiply the local mean by
+ * size * local_count / global_count (ag_dist_sum_i64 gives the global count).
+ *
+ * Faults: a process that dies or exits without ag_dist_finalize makes mpirun stop the others
+ * (Open MPI's default). A failure that one rank finds (a file it cannot open) must reach the
+ * others before the next collective: ag_dist_agree. ag_dist_same finds a rank whose
+ * configuration (corpus, vocabulary, model) differs from rank 0's. */
+#ifndef AG_DIST_H
+#define AG_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MPI_Init_thread (threads funneled: OpenMP threads never call MPI) unless MPI is already up.
+ * false (with a message on stderr) when MPI cannot start. Without mpirun: one rank. */
+bool ag_dist_init(int *argc, char ***argv);
+/* MPI_Finalize if ag_dist_init started MPI; call it on every rank, after the last collective. */
+void ag_dist_finalize(void);
+int ag_dist_rank(void);       /* 0 .. size-1 (0 before init) */
+int ag_dist_size(void);       /* processes in the job (1 before init) */
+int ag_dist_local_rank(void); /* among the processes on this machine */
+int ag_dist_local_size(void);
+/* Stop every process of the job now (MPI_Abort) with this exit status. */
+void ag_dist_abort(int status);
+
+/* ---- agreement across ranks (collectives: every rank calls them, in the same order) ---- */
+
+/* Whether every rank's ok is true. If not, msg (msgsize bytes) gets "rank R: <its message>"
+ * for the lowest failing rank R, on every rank, so that each can stop with the same words. */
+bool ag_dist_agree(bool ok, const char *message, char *msg, size_t msgsize);
+/* Whether the n bytes at data are the same on every rank as on rank 0 (by a 64-bit hash). If
+ * not, msg gets "rank R: <what> differs from rank 0's" for the lowest such rank. */
+bool ag_dist_same(const void *data, size_t n, const char *what, char *msg, size_t msgsize);
+/* The sums over the ranks (MPI_Allreduce); the double sum is the same on every rank. */
+int64_t ag_dist_sum_i64(int64_t x);
+double ag_dist_sum_f64(double x);
+/* x[i] = the largest x[i] over the ranks, for n values (MPI_Allreduce). */
+void ag_dist_max_u64(uint64_t *x, int n);
+/* Whether any rank's flag is true (a stop decided by one rank). */
+bool ag_dist_any(bool flag);
+/* Broadcast n bytes from root. */
+void ag_dist_broadcast(void *data, size_t n, int root);
+
+/* ---- data-parallel gradients ---- */
+typedef struct ag_dist ag_dist;
+
+typedef struct {
+    size_t bucket_bytes; /* 0: 4 MiB; the last parameters' bucket is as big as the others */
+} ag_dist_opts;
+
+/* Data-parallel training of p over all ranks: broadcasts p's values from rank 0, divides the
+ * gradient slab into buckets and installs the leaf-gradient hooks (one ag_dist at a time).
+ * opts may be NULL. Collective. */
+ag_dist *ag_dist_new(ag_params *p, const ag_dist_opts *opts);
+/* Removes the hooks. Not collective. */
+void ag_dist_free(ag_dist *d);
+/* Wait for the buckets' allreduce (starting those backward has not started, e.g. after no
+ * backward at all) and divide by the number of ranks: p's gradient slab is then the mean of
+ * the ranks' gradients, the same bits on every rank. One call per ag_backward. */
+void ag_dist_sync_grads(ag_dist *d);
+/* Broadcast p's values from rank 0 again (after loading a checkpoint on rank 0 only). */
+void ag_dist_broadcast_params(ag_dist *d);
+/* Whether every rank's parameters are bit-identical to rank 0's (a 64-bit hash of the slab). */
+bool ag_dist_params_identical(ag_dist *d);
+
+/* For tests and tuning: the number of buckets, and bucket b's slab range [first, end) in
+ * elements (bucket 0 holds the last parameters). */
+int ag_dist_bucket_count(const ag_dist *d);
+void ag_dist_bucket_range(const ag_dist *d, int b, int64_t *first, int64_t *end);
+/* The order in which the last sync's buckets became ready (complete) in backward: order[i] is
+ * a bucket index, -1 for a bucket started only by sync. Returns the count written (<= n). */
+int ag_dist_ready_order(const ag_dist *d, int *order, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
