@@ -41,24 +41,24 @@ int opts_error(char **argv, int first, const char *fmt, ...) {
     return 2;
 }
 
-/* Levenshtein distance of a (alen bytes) and b, at most 64 bytes each counted */
+/* edit distance of a (alen bytes) and b counting an insertion, a deletion, a substitution or a
+ * swap of neighbours as one edit (optimal string alignment); up to 64 bytes of each count */
 static size_t edit_distance(const char *a, size_t alen, const char *b) {
-    size_t blen = strlen(b), row[65];
+    size_t blen = strlen(b), d[65][65];
     if (alen > 64) alen = 64;
     if (blen > 64) blen = 64;
-    for (size_t j = 0; j <= blen; j++) row[j] = j;
-    for (size_t i = 1; i <= alen; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+    for (size_t i = 0; i <= alen; i++) d[i][0] = i;
+    for (size_t j = 0; j <= blen; j++) d[0][j] = j;
+    for (size_t i = 1; i <= alen; i++)
         for (size_t j = 1; j <= blen; j++) {
-            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
         }
-    }
-    return row[blen];
+    return d[alen][blen];
 }
 
 const char *opts_nearest(const char *word, size_t len, const char *const *names, int n) {
@@ -85,9 +85,9 @@ static void expectation(const opt_def *d, const opt_range *r, char *buf, size_t 
     const char *kind = d->type == OPT_INT ? "an integer" : "a number";
     if (r && r->expect) snprintf(buf, n, "%s", r->expect);
     else if (!r || (isinf(r->min) && isinf(r->max))) snprintf(buf, n, "%s", kind);
-    else if (isinf(r->max)) snprintf(buf, n, "%s %s %g", kind, r->min_excluded ? ">" : ">=", r->min);
-    else if (isinf(r->min)) snprintf(buf, n, "%s %s %g", kind, r->max_excluded ? "<" : "<=", r->max);
-    else snprintf(buf, n, "%s from %g to %g%s", kind, r->min, r->max,
+    else if (isinf(r->max)) snprintf(buf, n, "%s %s %.15g", kind, r->min_excluded ? ">" : ">=", r->min);
+    else if (isinf(r->min)) snprintf(buf, n, "%s %s %.15g", kind, r->max_excluded ? "<" : "<=", r->max);
+    else snprintf(buf, n, "%s from %.15g to %.15g%s", kind, r->min, r->max,
                   r->min_excluded ? (r->max_excluded ? " (both excluded)" : " (the lower excluded)")
                                   : (r->max_excluded ? " (the upper excluded)" : ""));
 }
