@@ -312,6 +312,15 @@ static void test_unknown_words_are_named_on_stderr_and_the_line_still_answered(v
     assert_string_equal(err_text, "attograd-translate: unknown word 'xyz' (not in the source vocabulary)\n");
     assert_status(RUN("translate", "--checkpoint", ck, "a b c"), 0);
     assert_string_equal(err_text, "");
+    /* 70 known words and an unknown one past what the model reads (max_len 64, <eos> included):
+     * the cut is said, the word never read is not named */
+    char longer[300] = "";
+    for (int i = 0; i < 70; i++) strcat(longer, "a ");
+    strcat(longer, "zz");
+    assert_status(RUN("translate", "--checkpoint", ck, longer), 0);
+    assert_string_equal(err_text, "attograd-translate: 71 words: the model reads the first 63 (it was trained with "
+                                  "--max-len 64)\n");
+    assert_int_equal(count(out_text, "\n"), 1);
     free(from_stdin);
 }
 

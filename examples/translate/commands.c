@@ -17,13 +17,18 @@ static const opt_range DECODE_RANGES[] = {
     {NULL, 0, 0, false, false, NULL},
 };
 
-/* Tokens of sentence that the source vocabulary lacks, on stderr in one line after where
- * ("stdin:3: ", or ""), each named once: the model reads them as <unk>, and the user is told. */
-static void report_unknown(const trained *t, const char *sentence, const char *where) {
+/* What the model will not read as given, on stderr after where ("stdin:3: ", or ""): the tokens
+ * of sentence that the source vocabulary lacks, in one line, each named once (the model reads
+ * them as <unk>), and the tokens past the first reads (what the model's positions allow). */
+static void report_input(const trained *t, const char *sentence, int reads, const char *where) {
     enum { MAXTOK = 1024 };
     tr_span tok[MAXTOK];
-    int n = tr_tokenize(sentence, t->mode, tok, MAXTOK), unknown = 0;
-    if (n > MAXTOK) n = MAXTOK;
+    int total = tr_tokenize(sentence, t->mode, tok, MAXTOK), n = total < MAXTOK ? total : MAXTOK, unknown = 0;
+    const char *unit = t->mode == TR_CHARS ? "character" : "word";
+    if (total > reads)
+        fprintf(stderr, "attograd-translate: %s%d %ss: the model reads the first %d (it was trained with --max-len "
+                        "%lld)\n", where, total, unit, reads, (long long)t->max_len);
+    if (n > reads) n = reads;
     char list[1024];
     size_t at = 0;
     for (int i = 0; i < n; i++) {
@@ -37,15 +42,21 @@ static void report_unknown(const trained *t, const char *sentence, const char *w
         unknown++;
     }
     if (unknown)
-        fprintf(stderr, "attograd-translate: %sunknown %s%s %s (not in the source vocabulary)\n", where,
-                t->mode == TR_CHARS ? "character" : "word", unknown > 1 ? "s" : "", list);
+        fprintf(stderr, "attograd-translate: %sunknown %s%s %s (not in the source vocabulary)\n", where, unit,
+                unknown > 1 ? "s" : "", list);
+}
+
+enum { ATTN_MAX = 256 }; /* rows and columns of an attention picture, at most */
+
+/* source tokens attention_svg draws: as translate_ids reads them (the model's positions cover
+ * max_len source ids, <eos> one of them), and a column for each */
+static int attention_reads(const trained *t) {
+    return t->max_len - 1 < ATTN_MAX - 1 ? (int)t->max_len - 1 : ATTN_MAX - 1;
 }
 
 bool attention_svg(trained *t, const char *sentence, const char *path, char *msg, size_t msgsize) {
-    enum { MAXT = 256 };
-    int64_t src[MAXT], tgt[MAXT];
-    /* read as translate_ids reads it: the model's positions cover max_len source ids */
-    int maxs = t->max_len - 1 < MAXT - 1 ? (int)t->max_len - 1 : MAXT - 1;
+    int64_t src[ATTN_MAX], tgt[ATTN_MAX];
+    int maxs = attention_reads(t);
     int S = tr_vocab_encode(&t->src, sentence, t->mode, src, maxs);
     if (S > maxs) S = maxs;
     src[S++] = TR_EOS;
@@ -58,7 +69,7 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
     char *out = malloc(need);
     tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, out, need);
     int T = tr_ids_len(hyp, (int)W);
-    if (T > MAXT - 1) T = MAXT - 1;
+    if (T > ATTN_MAX - 1) T = ATTN_MAX - 1;
     tgt[0] = TR_BOS;
     memcpy(tgt + 1, hyp, sizeof(int64_t) * (size_t)T);
     T += 1; /* rows: the decoder reads <bos> w1 … wn and predicts w1 … wn <eos> */
@@ -175,7 +186,7 @@ static void translate_print(trained *t, const char *const *in, int n, int beam, 
     char **out = calloc((size_t)(n ? n : 1), sizeof *out), at[64] = "";
     for (int i = 0; i < n; i++) {
         if (where) snprintf(at, sizeof at, "%s%lld: ", where, (long long)(first_no + i));
-        report_unknown(t, in[i], at);
+        report_input(t, in[i], (int)t->max_len - 1, at);
     }
     translate_sentences(t, in, n, beam, alpha, out);
     for (int i = 0; i < n; i++) {
@@ -308,7 +319,7 @@ int cmd_attention(int argc, char **argv) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         return 1;
     }
-    report_unknown(&t, pos[0], "");
+    report_input(&t, pos[0], attention_reads(&t), "");
     bool ok = attention_svg(&t, pos[0], out, msg, sizeof msg);
     if (ok) printf("%s\n", out);
     else fprintf(stderr, "attograd-translate: %s\n", msg);
