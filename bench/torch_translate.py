@@ -144,7 +144,7 @@ def load_checkpoint(path):
 
 
 @torch.no_grad()
-def greedy(model, src, max_len=None):
+def greedy(model, src):
     """Greedy ids of the padded batch src (B, S) after <bos>, each cut after its <eos>; a sentence
     runs at most 2 n + 8 tokens for its n source ids (as attograd's model_translate)."""
     memory = model.encode(src)
@@ -172,22 +172,8 @@ def exact_match(model, pairs, src_stoi, tgt_stoi):
     hits = 0
     for k in range(0, len(pairs), 128):
         chunk = pairs[k:k + 128]
-        src = pad([encode(s, src_stoi) for s, _ in chunk])
-        memory = model.encode(src)
-        ys = torch.full((len(chunk), 1), BOS, dtype=torch.long)
-        done = torch.zeros(len(chunk), dtype=torch.bool)
-        for _ in range(2 * src.shape[1] + 8):
-            nxt = model.decode(ys, memory, src)[:, -1].argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
-            ys = torch.cat([ys, nxt.unsqueeze(1)], 1)
-            done |= nxt == EOS
-            if done.all():
-                break
-        for i, (_, t) in enumerate(chunk):
-            want = encode(t, tgt_stoi)
-            got = ys[i, 1:].tolist()
-            got = got[:got.index(EOS) + 1] if EOS in got else got
-            hits += got == want
+        got = greedy(model, pad([encode(s, src_stoi) for s, _ in chunk]))
+        hits += sum(g == encode(t, tgt_stoi) for g, (_, t) in zip(got, chunk))
     model.train()
     return hits / len(pairs)
 
