@@ -1082,30 +1082,34 @@ static void test_training_without_development_pairs_fails_saying_how_to_get_some
 static void test_bad_options_are_usage_errors_with_status_2(void **state) {
     const char *T = toy(), *O = in_dir("run-usage"), *U = "usage: attograd-translate train ";
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--bogus"), "unknown option '--bogus'", U);
-    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps"), "--steps needs a value: an integer >= 1", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps"), "--steps needs a value: an integer >= 1",
+                       U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "ten"),
                        "--steps expects an integer >= 1, got 'ten'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "12abc"),
                        "--steps expects an integer >= 1, got '12abc'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--lr", "fast"),
                        "--lr expects a number > 0, got 'fast'", U);
-    assert_usage_error(RUN("train", "--train", T, "--out", O, "--model", "lstm"), "--model expects transformer or gru, got 'lstm'", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--model", "lstm"),
+                       "--model expects transformer or gru, got 'lstm'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--d-model", "15", "--heads", "2"),
                        "--d-model 15 is not a multiple of --heads 2", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "0"),
                        "--steps expects an integer >= 1, got '0'", U);
-    assert_usage_error(RUN("train", "--train", T, "--out", O, "--dropout", "1"), "--dropout expects a probability from 0 to 1 (1 excluded), got '1'", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--dropout", "1"),
+                       "--dropout expects a probability from 0 to 1 (1 excluded), got '1'", U);
     assert_usage_error(RUN("train", "--out", O), "--train FILE is required", U);
     assert_usage_error(RUN("train", "--train", T, "stray"), "unexpected argument 'stray'", U);
     assert_usage_error(RUN("train", "--train", T, "--resume=yes"), "--resume takes no value, got 'yes'", U);
     assert_false(exists(O));
     assert_usage_error(RUN("eval", "--data", T), "--checkpoint FILE is required",
                        "usage: attograd-translate eval ");
-    assert_usage_error(RUN("eval", "--checkpoint", "x.h5", "--data", T, "--beam", "0"), "--beam expects an integer from 1 to 64, got '0'",
-                       "usage: attograd-translate eval ");
-    assert_usage_error(RUN("translate", "a b"), "--checkpoint FILE is required", "usage: attograd-translate translate ");
-    assert_usage_error(RUN("translate", "--checkpoint", "x.h5", "--beam", "2x"), "--beam expects an integer from 1 to 64, got '2x'",
+    assert_usage_error(RUN("eval", "--checkpoint", "x.h5", "--data", T, "--beam", "0"),
+                       "--beam expects an integer from 1 to 64, got '0'", "usage: attograd-translate eval ");
+    assert_usage_error(RUN("translate", "a b"), "--checkpoint FILE is required",
                        "usage: attograd-translate translate ");
+    assert_usage_error(RUN("translate", "--checkpoint", "x.h5", "--beam", "2x"),
+                       "--beam expects an integer from 1 to 64, got '2x'", "usage: attograd-translate translate ");
     assert_usage_error(RUN("attention", "--checkpoint", "x.h5"), "one SENTENCE is required",
                        "usage: attograd-translate attention ");
     assert_usage_error(RUN("attention", "--checkpoint", "x.h5", "a", "b"), "unexpected argument 'b'",

@@ -114,9 +114,9 @@ def check(binary):
         want = tt.greedy(model, tt.pad([tt.encode(s, src_stoi) for s in sentences]))
         want = [" ".join(tgt_itos[i] for i in ids if i != tt.EOS) for ids in want]
         same = sum(g == w for g, w in zip(got, want))
-        expect(len(got) == len(want) and same == len(want),
-               f"greedy translations equal torch's: {same} of {len(want)}"
-               + ("" if same == len(want) else f" (first differing: {next((g, w) for g, w in zip(got, want) if g != w)})"))
+        differ = [(g, w) for g, w in zip(got, want) if g != w]
+        expect(len(got) == len(want) and same == len(want), f"greedy translations equal torch's: {same} of {len(want)}"
+               + (f" (first differing: attograd '{differ[0][0]}', torch '{differ[0][1]}')" if differ else ""))
         expect(len(set(got)) > 5, f"the translations differ from each other ({len(set(got))} distinct)")
     print("translate_torch: all checks passed")
 

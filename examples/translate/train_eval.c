@@ -27,7 +27,8 @@ double evaluate_loss(model *m, const tr_dataset *d) {
     tr_batch bt;
     double sum = 0;
     int64_t tokens = 0;
-    if (tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 || tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
+    if (tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 ||
+        tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
         fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
         tr_batcher_free(&b);
         return NAN;
