@@ -68,8 +68,10 @@ const char *opts_nearest(const char *word, size_t len, const char *const *names,
         size_t d = edit_distance(word, len, names[k]);
         if (d < best_d) best_d = d, best = names[k];
     }
-    /* a near miss: a typo or two (a third of a long name), or a prefix of one name */
-    size_t limit = len >= 9 ? len / 3 : 2;
+    /* a near miss: one typo in a short name, two in a longer one (a third of a long one), or a
+     * prefix of exactly one name; the leading dashes of an option do not count */
+    size_t dashes = strspn(word, "-"), core = dashes < len ? len - dashes : 0;
+    size_t limit = core <= 3 ? 1 : core >= 7 ? core / 3 : 2;
     if (best_d <= limit) return best;
     const char *prefix = NULL;
     for (int k = 0; k < n; k++)
