@@ -13,7 +13,12 @@ pairs as attograd's draw), batches of 64 pairs of similar length in a shuffled o
 epoch, embeddings initialised N(0, 1/d) then * sqrt(d) + sinusoidal positions, nn.Transformer (d 128, 4 heads, 2+2 layers,
 ff 512, dropout 0.1, post-norm, batch-first), Linear generator, cross entropy with label
 smoothing 0.1 ignoring <pad>, Adam(0.9, 0.98, 1e-9), linear warmup then inverse square root,
-gradient clipping 1.0, greedy decoding."""
+gradient clipping 1.0, greedy decoding.
+
+The model's state_dict has attograd's parameter names and nothing else (the positional table is
+a non-persistent buffer), so an attograd-translate Transformer checkpoint loads with
+strict=True: load_checkpoint(path) (tests/translate_torch.py checks it computes what attograd
+computes)."""
 import argparse
 import math
 import os
@@ -82,12 +87,13 @@ def pad(seqs, prefix=None):
 
 
 class Seq2Seq(nn.Module):
-    def __init__(self, vs, vt, d=128, heads=4, layers=2, ff=512, dropout=0.1, max_len=136):
+    def __init__(self, vs, vt, d=128, heads=4, layers=2, ff=512, dropout=0.1, max_len=136, dec_layers=None):
         super().__init__()
         self.d = d
         self.src_embed = nn.Embedding(vs, d, padding_idx=PAD)
         self.tgt_embed = nn.Embedding(vt, d, padding_idx=PAD)
-        self.transformer = nn.Transformer(d, heads, layers, layers, ff, dropout, batch_first=True)
+        self.transformer = nn.Transformer(d, heads, layers, layers if dec_layers is None else dec_layers, ff, dropout,
+                                          batch_first=True)
         self.generator = nn.Linear(d, vt)
         self.drop = nn.Dropout(dropout)
         for e in (self.src_embed, self.tgt_embed):  # N(0, 1/d) as fairseq, the pad row zero
@@ -99,7 +105,8 @@ class Seq2Seq(nn.Module):
         pe = torch.zeros(max_len, d)
         pe[:, 0::2] = torch.sin(pos * div)
         pe[:, 1::2] = torch.cos(pos * div)
-        self.register_buffer("pe", pe)
+        # computed, not learnt: not in the state_dict, as attograd's checkpoints do not hold it
+        self.register_buffer("pe", pe, persistent=False)
 
     def embed(self, e, ids):
         return self.drop(e(ids) * math.sqrt(self.d) + self.pe[:ids.shape[1]])
@@ -118,28 +125,55 @@ class Seq2Seq(nn.Module):
         return self.decode(tgt, self.encode(src), src)
 
 
+def load_checkpoint(path):
+    """(model in eval mode, src_itos, tgt_itos, config) from an attograd-translate Transformer
+    checkpoint, its parameters loaded with strict=True (a missing or extra name is an error)."""
+    import sys
+    sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+    import checkpoint_torch
+    cfg = checkpoint_torch.read_config(path)
+    if cfg.get("model") != "transformer":
+        raise ValueError(f"{path}: a {cfg.get('model')} model; this reference model is the Transformer")
+    src_itos, tgt_itos = cfg["src_vocab"].rstrip("\n").split("\n"), cfg["tgt_vocab"].rstrip("\n").split("\n")
+    model = Seq2Seq(len(src_itos), len(tgt_itos), d=cfg["d_model"], heads=cfg["nhead"], layers=cfg["encoder_layers"],
+                    ff=cfg["dim_feedforward"], dropout=cfg["dropout"], max_len=cfg["positions"],
+                    dec_layers=cfg["decoder_layers"])
+    sd = checkpoint_torch.read_state_dict(path)
+    model.load_state_dict(sd, strict=True)
+    return model.eval(), src_itos, tgt_itos, cfg
+
+
+@torch.no_grad()
+def greedy(model, src):
+    """Greedy ids of the padded batch src (B, S) after <bos>, each cut after its <eos>; a sentence
+    runs at most 2 n + 8 tokens for its n source ids (as attograd's model_translate)."""
+    memory = model.encode(src)
+    n = (src != PAD).sum(1)
+    limit = 2 * n + 8
+    ys = torch.full((len(src), 1), BOS, dtype=torch.long)
+    done = torch.zeros(len(src), dtype=torch.bool)
+    for t in range(int(limit.max())):
+        nxt = model.decode(ys, memory, src)[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+        ys = torch.cat([ys, nxt.unsqueeze(1)], 1)
+        done |= (nxt == EOS) | (t + 1 >= limit)
+        if done.all():
+            break
+    out = []
+    for i in range(len(src)):
+        got = [x for x in ys[i, 1:].tolist()[:int(limit[i])] if x != PAD]
+        out.append(got[:got.index(EOS) + 1] if EOS in got else got)
+    return out
+
+
 @torch.no_grad()
 def exact_match(model, pairs, src_stoi, tgt_stoi):
     model.eval()
     hits = 0
     for k in range(0, len(pairs), 128):
         chunk = pairs[k:k + 128]
-        src = pad([encode(s, src_stoi) for s, _ in chunk])
-        memory = model.encode(src)
-        ys = torch.full((len(chunk), 1), BOS, dtype=torch.long)
-        done = torch.zeros(len(chunk), dtype=torch.bool)
-        for _ in range(2 * src.shape[1] + 8):
-            nxt = model.decode(ys, memory, src)[:, -1].argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
-            ys = torch.cat([ys, nxt.unsqueeze(1)], 1)
-            done |= nxt == EOS
-            if done.all():
-                break
-        for i, (_, t) in enumerate(chunk):
-            want = encode(t, tgt_stoi)
-            got = ys[i, 1:].tolist()
-            got = got[:got.index(EOS) + 1] if EOS in got else got
-            hits += got == want
+        got = greedy(model, pad([encode(s, src_stoi) for s, _ in chunk]))
+        hits += sum(g == encode(t, tgt_stoi) for g, (_, t) in zip(got, chunk))
     model.train()
     return hits / len(pairs)
 

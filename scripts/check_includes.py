@@ -18,7 +18,8 @@ root, then examples/translate for its programs) and checked against:
              outside its folder, it is reached through that header, never directly.
   installed  An installed header includes only installed headers (else the installed tree
              does not compile).
-  unresolved An include that names no file of the tree.
+  unresolved An include that names no file of the tree (nor one that GENERATED says a
+             meson.build makes in the build tree).
   api        The user's headers (every installed header but the op-author ones in OP_AUTHOR, and
              the headers they include) declare no ag__ name outside comments: what op authors
              need of the internals is in tensor/op.h.
@@ -42,6 +43,9 @@ VIA = {"tensor/fastmath.h": "tensor/op.h", "tensor/simd/kernels.h": "tensor/op.h
 OP_AUTHOR = {"tensor/op.h", "tensor/fastmath.h", "tensor/cpu.h", "tensor/simd/kernels.h"}
 INTERNAL_NAME = re.compile(r"\bag__\w+")
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+# headers a meson.build generates (configure_file) in its build directory, by the folder whose
+# files may include them ("" for the whole tree)
+GENERATED = {"": {"attograd_config.h"}, "examples/translate": {"translate_version.h"}}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_EXT = (".c", ".h", ".inc")
 
@@ -97,10 +101,6 @@ def resolve(src, target):
     return None
 
 
-# headers the build generates (meson.build's configure_file), found in the build directory
-GENERATED = {"attograd_config.h"}
-
-
 def check_file(src, installed, problems):
     with open(os.path.join(ROOT, src), encoding="utf-8", errors="replace") as f:
         lines = f.readlines()
@@ -108,10 +108,10 @@ def check_file(src, installed, problems):
         m = INCLUDE.match(line)
         if not m:
             continue
-        if m.group(1) in GENERATED:
-            continue
         where = f"{src}:{lineno}: includes \"{m.group(1)}\""
         hdr = resolve(src, m.group(1))
+        if hdr is None and any((d == "" or inside(src, d)) and m.group(1) in names for d, names in GENERATED.items()):
+            continue
         if hdr is None:
             problems.append(f"{where}: no such file in the tree (unresolved)")
             continue

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -211,12 +212,21 @@ static void assert_not_contains_(const char *file, int line, const char *hay, co
     fail();
 }
 
-/* The text of stderr (usage errors): the problem and the usage text. */
+/* The text of stderr (usage errors): one line "attograd-translate CMD: ..." with the problem,
+ * then the pointer to CMD's --help (CMD from usage_start, "usage: attograd-translate CMD "),
+ * and not the whole usage. */
 static void assert_usage_error(int status, const char *problem, const char *usage_start) {
     assert_status(status, 2);
+    char cmd[64], head[128], pointer[160];
+    assert_int_equal(sscanf(usage_start, "usage: attograd-translate %63s", cmd), 1);
+    snprintf(head, sizeof head, "attograd-translate %s: ", cmd);
+    snprintf(pointer, sizeof pointer, "\nRun 'attograd-translate %s --help' for the options.\n", cmd);
+    if (strncmp(err_text, head, strlen(head)) != 0) fail_msg("stderr does not start with '%s': %s", head, err_text);
     assert_contains(err_text, problem);
-    assert_contains(err_text, usage_start);
-    assert_contains(err_text, "options:");
+    size_t n = strlen(err_text), p = strlen(pointer);
+    if (n < p || strcmp(err_text + n - p, pointer) != 0 || count(err_text, "\n") != 2)
+        fail_msg("stderr is not one line and the pointer to --help: %s", err_text);
+    assert_not_contains(err_text, "options:");
     assert_string_equal(out_text, "");
 }
 
@@ -522,20 +532,21 @@ static void test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_
     assert_true(loss > 0 && exact >= 0 && exact <= 100 && bleu >= 0 && bleu <= 100);
 }
 
-/* the line eval prints: "<data>: N pairs, greedy|beam exact match X%, BLEU Y" */
+/* the line eval prints: "<data>: N pairs, loss L, greedy|beam exact match X%, BLEU Y" */
 static void check_eval_output(const char *data, int pairs, const char *search) {
     char head[600], mode[16];
     snprintf(head, sizeof head, "%s: ", data);
     if (strncmp(out_text, head, strlen(head)) != 0)
         fail_msg("eval printed '%s', expected it to start with '%s'", out_text, head);
     int n;
-    double exact, bleu;
+    double loss, exact, bleu;
     char end;
-    int got = sscanf(out_text + strlen(head), "%d pairs, %15s exact match %lf%%, BLEU %lf%c", &n, mode, &exact, &bleu,
-                     &end);
-    if (got != 5 || end != '\n') fail_msg("eval printed '%s'", out_text);
+    int got = sscanf(out_text + strlen(head), "%d pairs, loss %lf, %15s exact match %lf%%, BLEU %lf%c", &n, &loss,
+                     mode, &exact, &bleu, &end);
+    if (got != 6 || end != '\n') fail_msg("eval printed '%s'", out_text);
     assert_int_equal(n, pairs);
     assert_string_equal(mode, search);
+    assert_true(loss > 0 && isfinite(loss));
     assert_true(exact >= 0 && exact <= 100);
     assert_true(bleu >= 0 && bleu <= 100);
     assert_int_equal(count(out_text, "\n"), 1);
@@ -759,11 +770,12 @@ static void test_eval_reports_what_training_reports_on_the_same_test_file(void *
     snprintf(ck, sizeof ck, "%s/best.h5", out);
     assert_status(RUN("eval", "--checkpoint", ck, "--data", unk_test()), 0);
     check_eval_output(unk_test(), 70, "greedy");
-    snprintf(head, sizeof head, "%s: 70 pairs, greedy exact match %%lf%%%%, BLEU %%lf", unk_test());
-    assert_int_equal(sscanf(out_text, head, &exact_eval, &bleu_eval), 2);
-    if (exact_eval != exact_train || bleu_eval != bleu_train)
-        fail_msg("train reported exact match %.2f%%, BLEU %.2f; eval %.2f%%, BLEU %.2f", exact_train, bleu_train,
-                 exact_eval, bleu_eval);
+    double loss_eval;
+    snprintf(head, sizeof head, "%s: 70 pairs, loss %%lf, greedy exact match %%lf%%%%, BLEU %%lf", unk_test());
+    assert_int_equal(sscanf(out_text, head, &loss_eval, &exact_eval, &bleu_eval), 3);
+    if (loss_eval != loss || exact_eval != exact_train || bleu_eval != bleu_train)
+        fail_msg("train reported loss %.4f, exact match %.2f%%, BLEU %.2f; eval %.4f, %.2f%%, BLEU %.2f", loss,
+                 exact_train, bleu_train, loss_eval, exact_eval, bleu_eval);
 }
 
 static void test_attention_of_a_sentence_longer_than_the_model_was_built_for_does_not_crash(void **state) {
@@ -796,7 +808,8 @@ static void test_help_of_every_command_goes_to_stdout_with_status_0(void **state
     assert_contains(out_text, "usage: attograd-translate COMMAND");
     assert_contains(out_text, "commands:");
     assert_status(RUN("frobnicate"), 2);
-    assert_contains(err_text, "unknown command 'frobnicate'\nusage: attograd-translate COMMAND");
+    assert_string_equal(err_text, "attograd-translate: unknown command 'frobnicate'\n"
+                                  "Run 'attograd-translate --help' for the commands.\n");
 }
 
 /* ---- exact resume ---- */
@@ -1084,34 +1097,37 @@ static void test_training_without_development_pairs_fails_saying_how_to_get_some
 static void test_bad_options_are_usage_errors_with_status_2(void **state) {
     const char *T = toy(), *O = in_dir("run-usage"), *U = "usage: attograd-translate train ";
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--bogus"), "unknown option '--bogus'", U);
-    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps"), "option --steps needs a value", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps"), "--steps needs a value: an integer >= 1",
+                       U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "ten"),
-                       "option --steps: 'ten' is not a valid integer", U);
+                       "--steps expects an integer >= 1, got 'ten'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "12abc"),
-                       "option --steps: '12abc' is not a valid integer", U);
+                       "--steps expects an integer >= 1, got '12abc'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--lr", "fast"),
-                       "option --lr: 'fast' is not a valid number", U);
+                       "--lr expects a number > 0, got 'fast'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--model", "lstm2"),
-                       "--model is transformer, gru, lstm or rnn", U);
+                       "--model expects transformer, gru, lstm or rnn, got 'lstm2'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--d-model", "15", "--heads", "2"),
-                       "--d-model must be a multiple of --heads", U);
+                       "--d-model 15 is not a multiple of --heads 2", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps", "0"),
-                       "sizes, counts and intervals must be positive", U);
-    assert_usage_error(RUN("train", "--train", T, "--out", O, "--dropout", "1"), "--dropout in [0,1)", U);
+                       "--steps expects an integer >= 1, got '0'", U);
+    assert_usage_error(RUN("train", "--train", T, "--out", O, "--dropout", "1"),
+                       "--dropout expects a probability from 0 to 1 (1 excluded), got '1'", U);
     assert_usage_error(RUN("train", "--out", O), "--train FILE is required", U);
-    assert_usage_error(RUN("train", "--train", T, "stray"), "too many arguments", U);
-    assert_usage_error(RUN("train", "--train", T, "--resume=yes"), "option --resume takes no value", U);
+    assert_usage_error(RUN("train", "--train", T, "stray"), "unexpected argument 'stray'", U);
+    assert_usage_error(RUN("train", "--train", T, "--resume=yes"), "--resume takes no value, got 'yes'", U);
     assert_false(exists(O));
-    assert_usage_error(RUN("eval", "--data", T), "--checkpoint and --data are required",
+    assert_usage_error(RUN("eval", "--data", T), "--checkpoint FILE is required",
                        "usage: attograd-translate eval ");
-    assert_usage_error(RUN("eval", "--checkpoint", "x.h5", "--data", T, "--beam", "0"), "--beam >= 1",
-                       "usage: attograd-translate eval ");
-    assert_usage_error(RUN("translate", "a b"), "--checkpoint is required", "usage: attograd-translate translate ");
-    assert_usage_error(RUN("translate", "--checkpoint", "x.h5", "--beam", "2x"), "'2x' is not a valid integer",
+    assert_usage_error(RUN("eval", "--checkpoint", "x.h5", "--data", T, "--beam", "0"),
+                       "--beam expects an integer from 1 to 64, got '0'", "usage: attograd-translate eval ");
+    assert_usage_error(RUN("translate", "a b"), "--checkpoint FILE is required",
                        "usage: attograd-translate translate ");
-    assert_usage_error(RUN("attention", "--checkpoint", "x.h5"), "--checkpoint and one SENTENCE are required",
+    assert_usage_error(RUN("translate", "--checkpoint", "x.h5", "--beam", "2x"),
+                       "--beam expects an integer from 1 to 64, got '2x'", "usage: attograd-translate translate ");
+    assert_usage_error(RUN("attention", "--checkpoint", "x.h5"), "one SENTENCE is required",
                        "usage: attograd-translate attention ");
-    assert_usage_error(RUN("attention", "--checkpoint", "x.h5", "a", "b"), "too many arguments",
+    assert_usage_error(RUN("attention", "--checkpoint", "x.h5", "a", "b"), "unexpected argument 'b'",
                        "usage: attograd-translate attention ");
     assert_status(run_v(NULL, (const char *[]){NULL}), 2);
     assert_contains(err_text, "usage: attograd-translate COMMAND");

@@ -845,11 +845,12 @@ static void test_progress_terminal_mode_redraws_one_line(void **state) {
     }
     tr_progress_finish(&p);
     char *s = slurp(f);
-    /* drawn at step 1, 3 (1 s later), 4 (after the message), 5 and 6 (the last), then ended */
+    /* drawn at step 1, 3 (1 s later), 5 (the message cleared it) and 6 (the last), then ended
+     * (six carriage returns: the message's own and the last step's twice) */
     assert_memory_equal(
         s, "\repoch 0 step 1/6 [###.................]  17% loss 2.0000 0 tok/s lr 1.00e-04 ETA ?\033[K",
         strlen("\repoch 0 step 1/6 [###.................]  17% loss 2.0000 0 tok/s lr 1.00e-04 ETA ?\033[K"));
-    assert_contains(s, "\r\033[Kvalid BLEU 12.5\n\repoch 0 step 4/6 [#############.......]  67%");
+    assert_contains(s, "\r\033[Kvalid BLEU 12.5\n\repoch 0 step 5/6 [################....]  83%");
     const char *end =
         "\repoch 0 step 6/6 [####################] 100% loss 2.0000 100 tok/s lr 1.00e-04 ETA 0:00\033[K\n";
     assert_string_equal(s + strlen(s) - strlen(end), end);

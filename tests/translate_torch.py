@@ -1,131 +1,140 @@
 #!/usr/bin/python3
-"""attograd-translate's recurrent models in PyTorch: a tiny GRU, LSTM and RNN model trained by
-attograd-translate ($AG_TRANSLATE_BIN), converted by scripts/checkpoint_torch.py to-torch, loads
-with load_state_dict(strict=True) into the same model written with torch.nn (nn.GRU / nn.LSTM /
-nn.RNN encoder, GRUCell / LSTMCell / RNNCell decoder, additive attention), and torch's greedy
-translations equal attograd's. Exits 0 when all pass, 1 when one fails, 77 (meson's "skipped")
-without torch or h5py."""
+"""attograd-translate's Transformer checkpoint in PyTorch: bench/torch_translate.py's reference
+model loads it with strict=True and computes what attograd computes.
+
+    translate_torch.py [--bin PATH]     (PATH or $AG_TRANSLATE_BIN)
+
+Trains a tiny model with attograd-translate on a toy corpus (letters to capitals, reversed),
+then checks: the state_dict names are exactly the reference model's (strict loading passes, and
+fails on a missing or an extra tensor); the teacher-forced loss `eval` prints equals torch's on
+the same pairs; greedy translations by `translate` equal torch's token for token. Exits 0 when
+every check passed, 1 when one failed, 77 (meson's "skipped") without torch or h5py."""
+import argparse
 import os
+import random
+import re
 import subprocess
 import sys
 import tempfile
+import warnings
 
+SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
-sys.path.insert(0, os.path.join(HERE, "parity"))
+ROOT = os.environ.get("AG_SOURCE_ROOT", os.path.join(HERE, ".."))
+
 try:
+    import h5py  # noqa: F401  (checkpoint_torch reads the checkpoint with it)
     import torch
-    from torch import nn
+except ImportError as e:
+    print(f"translate_torch: skipped, cannot import {e.name}", file=sys.stderr)
+    sys.exit(SKIP)
 
-    import checkpoint_torch as ct
-    from gen_gru import AdditiveAttention  # attograd's ag_additive_attention_t
-except (ImportError, SystemExit) as e:
-    print(f"translate_torch: skipped, cannot import torch or h5py ({e})", file=sys.stderr)
-    sys.exit(77)
-
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-SENTENCES = ["a b c", "f", "e e d a", "c d e f a b c", "b b b b"]
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import checkpoint_torch  # noqa: E402
+import torch_translate as tt  # noqa: E402
 
 
-class Seq2Seq(nn.Module):
-    """examples/translate/model.c's recurrent encoder-decoder, parameters in its order"""
-
-    def __init__(self, kind, src_vocab, tgt_vocab, E, H, layers):
-        super().__init__()
-        self.kind = kind
-        self.src_embed = nn.Embedding(src_vocab, E, padding_idx=PAD)
-        self.tgt_embed = nn.Embedding(tgt_vocab, E, padding_idx=PAD)
-        rnn = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}[kind]
-        self.encoder = rnn(E, H, num_layers=layers, bidirectional=True, batch_first=True)
-        self.bridge = nn.Linear(2 * H, H)
-        self.attention = AdditiveAttention(H, 2 * H, H)
-        self.decoder = {"gru": nn.GRUCell, "lstm": nn.LSTMCell, "rnn": nn.RNNCell}[kind](E + 2 * H, H)
-        self.generator = nn.Linear(3 * H, tgt_vocab)
-
-    @torch.no_grad()
-    def greedy(self, src):
-        """ids of one sentence (<eos> ending it) -> the generated ids up to <eos> (excluded), at most 2n + 8"""
-        keys, hn = self.encoder(self.src_embed(torch.tensor([src])))
-        hn = hn[0] if self.kind == "lstm" else hn
-        h = torch.tanh(self.bridge(torch.cat([hn[-2], hn[-1]], -1)))
-        c = torch.zeros_like(h)
-        ids, out = torch.tensor([BOS]), []
-        for _ in range(2 * len(src) + 8):
-            ctx = self.attention(h, keys)[0]
-            x = torch.cat([self.tgt_embed(ids), ctx], -1)
-            if self.kind == "lstm":
-                h, c = self.decoder(x, (h, c))
-            else:
-                h = self.decoder(x, h)
-            logits = self.generator(torch.cat([h, ctx], -1))[0]
-            logits[[PAD, BOS]] = -float("inf")  # never words of a translation
-            ids = logits.argmax(-1, keepdim=True)
-            if ids.item() == EOS:
-                break
-            out.append(ids.item())
-        return out
+class CheckFailed(Exception):
+    pass
 
 
-def toy_corpus(path, lines=40, seed=12345):
-    """source letters a-f, target the same reversed in capitals (tests/test_translate_cli.c's)"""
-    x, rows = seed, []
-    for _ in range(lines):
-        x = (x * 1664525 + 1013904223) % 2**32
-        n = 2 + (x >> 30) % 3
-        w = []
-        for _ in range(n):
-            x = (x * 1664525 + 1013904223) % 2**32
-            w.append(chr(ord("a") + (x >> 24) % 6))
-        rows.append(" ".join(w) + "\t" + " ".join(c.upper() for c in reversed(w)))
+def expect(cond, what):
+    if not cond:
+        raise CheckFailed(what)
+    print(f"  ok: {what}")
+
+
+def toy_corpus(path, lines, seed):
+    r = random.Random(seed)
     with open(path, "w") as f:
-        f.write("\n".join(rows) + "\n")
+        for _ in range(lines):
+            w = [r.choice("abcdef") for _ in range(r.randint(2, 5))]
+            f.write(" ".join(w) + "\t" + " ".join(c.upper() for c in reversed(w)) + "\n")
 
 
-def run(*args):
-    r = subprocess.run(list(args), capture_output=True, text=True)
+def run(binary, *args):
+    r = subprocess.run([binary, *args], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+        raise CheckFailed(f"attograd-translate {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
     return r.stdout
 
 
-def check(bin_, kind, d):
-    out = os.path.join(d, kind)
-    run(bin_, "train", "--train", os.path.join(d, "toy.tsv"), "--out", out, "--model", kind, "--d-model", "16",
-        "--hidden", "16", "--batch", "8", "--steps", "150", "--warmup", "10", "--lr", "0.01", "--eval-every", "150", "--max-eval", "8",
-        "--threads", "1", "--seed", "3", "--dropout", "0.1")
-    ckpt = os.path.join(out, "last.h5")
-    sd = ct.to_torch(ckpt, os.path.join(out, "last.pt"))
-    cfg = ct.read_config(ckpt)
-    src_vocab, tgt_vocab = cfg["src_vocab"].split("\n"), cfg["tgt_vocab"].split("\n")
-    m = Seq2Seq(kind, len(src_vocab), len(tgt_vocab), cfg["d_model"], cfg["hidden"], cfg["encoder_layers"])
-    if list(m.state_dict()) != list(sd):
-        raise AssertionError(f"{kind}: names differ: torch {list(m.state_dict())}, checkpoint {list(sd)}")
-    m.load_state_dict(torch.load(os.path.join(out, "last.pt")), strict=True)
-    m.eval()
-    got = run(bin_, "translate", "--checkpoint", ckpt, *SENTENCES).split("\n")[:-1]
-    index = {t: i for i, t in enumerate(src_vocab)}
-    want = [" ".join(tgt_vocab[i] for i in m.greedy([index.get(w, UNK) for w in s.split()] + [EOS])) for s in SENTENCES]
-    if got != want:
-        raise AssertionError(f"{kind}: attograd translates {got}, torch {want}")
-    print(f"  ok: {kind}: {len(sd)} tensors load strictly into torch; {len(SENTENCES)} greedy translations agree "
-          f"({SENTENCES[3]!r} -> {want[3]!r})")
+def check(binary):
+    with tempfile.TemporaryDirectory(prefix="ag_translate_torch_") as d:
+        corpus, out = os.path.join(d, "toy.tsv"), os.path.join(d, "run")
+        toy_corpus(corpus, 120, 5)
+        args = ["train", "--train", corpus, "--out", out, "--d-model", "32", "--heads", "4", "--layers", "2", "--ff",
+                "64", "--batch", "16", "--steps", "200", "--lr", "0.005", "--warmup", "20", "--eval-every", "60",
+                "--threads", "1", "--seed", "3"]
+        if "--tokenizer" in run(binary, "train", "--help"):
+            args += ["--tokenizer", "word"]  # the reference model's tokens: words
+        run(binary, *args)
+        ckpt = os.path.join(out, "last.h5")
+
+        model, src_itos, tgt_itos, cfg = tt.load_checkpoint(ckpt)  # strict=True
+        sd = checkpoint_torch.read_state_dict(ckpt)
+        expect(sorted(model.state_dict()) == sorted(sd),
+               f"the checkpoint's {len(sd)} tensors are the reference model's state_dict, loaded with strict=True")
+        for broken, what in ((dict(list(sd.items())[1:]), "a missing tensor"),
+                             (dict(sd, extra=torch.zeros(1)), "an extra tensor")):
+            try:
+                model.load_state_dict(broken, strict=True)
+                failed = False
+            except RuntimeError:
+                failed = True
+            expect(failed, f"strict loading refuses {what} (the check can fail)")
+
+        src_stoi = {w: i for i, w in enumerate(src_itos)}
+        tgt_stoi = {w: i for i, w in enumerate(tgt_itos)}
+        pairs = tt.read(corpus)
+        # eval's loss: teacher-forced cross entropy per target token, no label smoothing
+        line = run(binary, "eval", "--checkpoint", ckpt, "--data", corpus)
+        m = re.search(r": (\d+) pairs, loss ([0-9.]+), ", line)
+        expect(m is not None and int(m.group(1)) == len(pairs), f"eval prints the loss: {line.strip()}")
+        with torch.no_grad():
+            total, tokens = 0.0, 0
+            for k in range(0, len(pairs), 32):
+                chunk = pairs[k:k + 32]
+                src = tt.pad([tt.encode(s, src_stoi) for s, _ in chunk])
+                tgt = [tt.encode(t, tgt_stoi) for _, t in chunk]
+                logits = model(src, tt.pad([t[:-1] for t in tgt], prefix=tt.BOS))
+                ref = tt.pad(tgt)
+                total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ref.reshape(-1),
+                                                           ignore_index=tt.PAD, reduction="sum").item()
+                tokens += int((ref != tt.PAD).sum())
+        torch_loss = total / tokens
+        expect(abs(torch_loss - float(m.group(2))) <= 1e-4 + 1e-4 * torch_loss,
+               f"torch's loss {torch_loss:.6f} equals eval's {m.group(2)}")
+        expect(torch_loss < 1.0, f"the model has learnt something (loss {torch_loss:.3f}), so greedy output varies")
+
+        # greedy translations, word for word
+        sentences = [s for s, _ in pairs[:40]] + ["a b c d e f", "f", "c c c c"]
+        got = run(binary, "translate", "--checkpoint", ckpt, *sentences).split("\n")[:-1]
+        want = tt.greedy(model, tt.pad([tt.encode(s, src_stoi) for s in sentences]))
+        want = [" ".join(tgt_itos[i] for i in ids if i != tt.EOS) for ids in want]
+        same = sum(g == w for g, w in zip(got, want))
+        differ = [(g, w) for g, w in zip(got, want) if g != w]
+        expect(len(got) == len(want) and same == len(want), f"greedy translations equal torch's: {same} of {len(want)}"
+               + (f" (first differing: attograd '{differ[0][0]}', torch '{differ[0][1]}')" if differ else ""))
+        expect(len(set(got)) > 5, f"the translations differ from each other ({len(set(got))} distinct)")
+    print("translate_torch: all checks passed")
 
 
 def main():
-    bin_ = os.environ.get("AG_TRANSLATE_BIN")
-    if not bin_ or not os.access(bin_, os.X_OK):
-        print("translate_torch: needs attograd-translate in AG_TRANSLATE_BIN", file=sys.stderr)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=os.environ.get("AG_TRANSLATE_BIN"))
+    a = ap.parse_args()
+    if not a.bin or not os.access(a.bin, os.X_OK):
+        print("translate_torch: needs attograd-translate (--bin or AG_TRANSLATE_BIN)", file=sys.stderr)
         return 1
-    torch.manual_seed(0)
-    with tempfile.TemporaryDirectory(prefix="ag_translate_torch_") as d:
-        toy_corpus(os.path.join(d, "toy.tsv"))
-        try:
-            for kind in ("gru", "lstm", "rnn"):
-                check(bin_, kind, d)
-        except (AssertionError, RuntimeError) as e:
-            print(f"translate_torch: FAILED: {e}", file=sys.stderr)
-            return 1
-    print("translate_torch: all comparisons passed")
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")  # torch 1.13 says it per call
+    try:
+        check(a.bin)
+    except CheckFailed as e:
+        print(f"translate_torch: FAILED: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,17 +1,62 @@
 /* attograd-translate eval | translate | attention */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "svg.h"
+#include "train_internal.h"
 #include "translate.h"
 
+/* what --beam and --length-penalty accept: a beam of 64 already holds 64 rows per sentence */
+static const opt_range DECODE_RANGES[] = {
+    {"--beam", 1, 64, false, false, NULL},
+    {"--length-penalty", 0, INFINITY, false, false, NULL},
+    {NULL, 0, 0, false, false, NULL},
+};
+
+/* What the model will not read as given, on stderr after where ("stdin:3: ", or ""): the tokens
+ * of sentence that the source vocabulary lacks, in one line, each named once (the model reads
+ * them as <unk>), and the tokens past the first reads (what the model's positions allow). */
+static void report_input(const trained *t, const char *sentence, int reads, const char *where) {
+    enum { MAXTOK = 1024 };
+    tr_span tok[MAXTOK];
+    int total = tr_tokenize(sentence, t->mode, tok, MAXTOK), n = total < MAXTOK ? total : MAXTOK, unknown = 0;
+    const char *unit = t->mode == TR_CHARS ? "character" : "word";
+    if (total > reads)
+        fprintf(stderr, "attograd-translate: %s%d %ss: the model reads the first %d (it was trained with --max-len "
+                        "%lld)\n", where, total, unit, reads, (long long)t->max_len);
+    if (n > reads) n = reads;
+    char list[1024];
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (tr_vocab_id(&t->src, tok[i].s, tok[i].len) != TR_UNK) continue;
+        bool again = false;
+        for (int j = 0; j < i && !again; j++)
+            again = tok[j].len == tok[i].len && memcmp(tok[j].s, tok[i].s, (size_t)tok[i].len) == 0;
+        if (again) continue;
+        if (at < sizeof list)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s'%.*s'", unknown ? ", " : "", tok[i].len, tok[i].s);
+        unknown++;
+    }
+    if (unknown)
+        fprintf(stderr, "attograd-translate: %sunknown %s%s %s (not in the source vocabulary)\n", where, unit,
+                unknown > 1 ? "s" : "", list);
+}
+
+enum { ATTN_MAX = 256 }; /* rows and columns of an attention picture, at most */
+
+/* source tokens attention_svg draws: as translate_ids reads them (the model's positions cover
+ * max_len source ids, <eos> one of them), and a column for each */
+static int attention_reads(const trained *t) {
+    return t->max_len - 1 < ATTN_MAX - 1 ? (int)t->max_len - 1 : ATTN_MAX - 1;
+}
+
 bool attention_svg(trained *t, const char *sentence, const char *path, char *msg, size_t msgsize) {
-    enum { MAXT = 256 };
-    int64_t src[MAXT], tgt[MAXT];
-    /* read as translate_ids reads it: the model's positions cover max_len source ids */
-    int maxs = t->max_len - 1 < MAXT - 1 ? (int)t->max_len - 1 : MAXT - 1;
+    int64_t src[ATTN_MAX], tgt[ATTN_MAX];
+    int maxs = attention_reads(t);
     int S = tr_vocab_encode(&t->src, sentence, t->mode, src, maxs);
     if (S > maxs) S = maxs;
     src[S++] = TR_EOS;
@@ -24,7 +69,7 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
     char *out = malloc(need);
     tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, out, need);
     int T = tr_ids_len(hyp, (int)W);
-    if (T > MAXT - 1) T = MAXT - 1;
+    if (T > ATTN_MAX - 1) T = ATTN_MAX - 1;
     tgt[0] = TR_BOS;
     memcpy(tgt + 1, hyp, sizeof(int64_t) * (size_t)T);
     T += 1; /* rows: the decoder reads <bos> w1 … wn and predicts w1 … wn <eos> */
@@ -51,8 +96,10 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
     return ok;
 }
 
-static const char *EVAL_USAGE = "usage: attograd-translate eval --checkpoint FILE --data FILE [--beam K]\n"
-                                "Loss, exact match and corpus BLEU-4 of a checkpoint on a TSV file.";
+static const char *EVAL_USAGE =
+    "usage: attograd-translate eval --checkpoint FILE --data FILE [--beam K]\n"
+    "Loss (teacher-forced cross entropy per target token), exact match and corpus BLEU-4 of a checkpoint\n"
+    "on a TSV file, in one line: \"FILE: N pairs, loss L, greedy exact match E%, BLEU B\".";
 
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL;
@@ -67,16 +114,13 @@ int cmd_eval(int argc, char **argv) {
         {NULL, 0, NULL, NULL},
     };
     int npos;
-    if (!opts_parse(argc, argv, 2, defs, EVAL_USAGE, NULL, 0, &npos)) return 2;
+    if (!opts_parse_checked(argc, argv, 2, defs, DECODE_RANGES, NULL, 0, &npos, NULL)) return 2;
     if (help) {
         opts_usage(stdout, EVAL_USAGE, defs);
         return 0;
     }
-    if (!ckpt || !data || beam < 1) {
-        fprintf(stderr, "attograd-translate eval: --checkpoint and --data are required, --beam >= 1\n");
-        opts_usage(stderr, EVAL_USAGE, defs);
-        return 2;
-    }
+    if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
+    if (!data) return opts_error(argv, 2, "--data FILE is required (the TSV corpus to evaluate on)");
     char msg[2048], err[TR_ERR_SIZE];
     trained t;
     if (!trained_load(&t, ckpt, msg, sizeof msg)) {
@@ -108,8 +152,23 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     free(hyp);
-    printf("%s: %lld pairs, %s exact match %.2f%%, BLEU %.2f\n", data, (long long)c.n, beam > 1 ? "beam" : "greedy",
-           100 * tr_exact_match(&s), 100 * tr_bleu_score(&s));
+    /* the loss on the pairs the model was trained to read (at most max_len tokens a side), as
+     * train's evaluations compute it */
+    tr_dataset d = {0};
+    double loss = NAN;
+    if (tr_dataset_build(&d, &c, &t.src, &t.tgt, t.mode, (int)t.max_len, err, sizeof err) == 0) {
+        ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
+        loss = evaluate_loss(t.m, &d);
+        ag_arena_use(prev);
+        ag_arena_free(arena);
+    }
+    char left_out[160] = "";
+    if (d.n < c.n)
+        snprintf(left_out, sizeof left_out, " (on %lld pairs: %lld longer than the model's %lld tokens left out)",
+                 (long long)d.n, (long long)(c.n - d.n), (long long)t.max_len);
+    printf("%s: %lld pairs, loss %.4f%s, %s exact match %.2f%%, BLEU %.2f\n", data, (long long)c.n, loss, left_out,
+           beam > 1 ? "beam" : "greedy", 100 * tr_exact_match(&s), 100 * tr_bleu_score(&s));
+    tr_dataset_free(&d);
     tr_corpus_free(&c);
     trained_free(&t);
     return 0;
@@ -117,7 +176,81 @@ int cmd_eval(int argc, char **argv) {
 
 static const char *TRANSLATE_USAGE =
     "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [SENTENCE ...]\n"
-    "Translates the sentences given as arguments, or else one per line from stdin, to stdout.";
+    "Translates the sentences given as arguments, or else each line of stdin as soon as it is read,\n"
+    "one line out per sentence. A word the model does not know is named on stderr and read as <unk>.";
+
+/* Translate n sentences, report their unknown words (where: "argument 2: ", "stdin:5: ", first
+ * numbered first_no) and print one line each. */
+static void translate_print(trained *t, const char *const *in, int n, int beam, double alpha, const char *where,
+                            int64_t first_no) {
+    char **out = calloc((size_t)(n ? n : 1), sizeof *out), at[64] = "";
+    for (int i = 0; i < n; i++) {
+        if (where) snprintf(at, sizeof at, "%s%lld: ", where, (long long)(first_no + i));
+        report_input(t, in[i], (int)t->max_len - 1, at);
+    }
+    translate_sentences(t, in, n, beam, alpha, out);
+    for (int i = 0; i < n; i++) {
+        printf("%s\n", out[i]);
+        free(out[i]);
+    }
+    fflush(stdout);
+    free(out);
+}
+
+/* stdin as it comes: the complete lines read so far (up to a batch) are translated together and
+ * answered, and stdout flushed, before the next read waits for more. A terminal gets its answer
+ * per line, a pipe streams, and a file is translated in batches. 0, or 1 on a read error. */
+static int translate_stdin(trained *t, int beam, double alpha) {
+    enum { PART = 64 };
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    int64_t lineno = 1;
+    bool eof = false;
+    int status = 0;
+    while (buf) {
+        if (!eof && !memchr(buf, '\n', len)) {
+            if (len + 1 >= cap) {
+                char *more = realloc(buf, cap *= 2);
+                if (!more) break;
+                buf = more;
+            }
+            ssize_t got = read(0, buf + len, cap - len - 1);
+            if (got < 0 && errno == EINTR) continue;
+            if (got < 0) {
+                fprintf(stderr, "attograd-translate: reading stdin: %s\n", strerror(errno));
+                status = 1;
+                break;
+            }
+            if (got == 0) eof = true;
+            len += (size_t)got;
+            continue;
+        }
+        if (len == 0) break; /* the end, every line answered */
+        const char *lines[PART];
+        int n = 0;
+        size_t at = 0;
+        while (n < PART && at < len) {
+            char *nl = memchr(buf + at, '\n', len - at);
+            if (!nl && !eof) break;
+            if (!nl) nl = buf + len; /* the last line, without a newline */
+            *nl = 0;
+            for (char *e = nl; e > buf + at && e[-1] == '\r'; e--) e[-1] = 0;
+            lines[n++] = buf + at;
+            at = (size_t)(nl - buf) + 1;
+        }
+        if (at > len) at = len;
+        translate_print(t, lines, n, beam, alpha, "stdin:", lineno);
+        lineno += n;
+        memmove(buf, buf + at, len - at);
+        len -= at;
+    }
+    if (!buf) {
+        fprintf(stderr, "attograd-translate: out of memory reading stdin\n");
+        status = 1;
+    }
+    free(buf);
+    return status;
+}
 
 int cmd_translate(int argc, char **argv) {
     const char *ckpt = NULL;
@@ -134,15 +267,15 @@ int cmd_translate(int argc, char **argv) {
     enum { MAXPOS = 1024 };
     const char **pos = calloc(MAXPOS, sizeof *pos);
     int npos;
-    if (!opts_parse(argc, argv, 2, defs, TRANSLATE_USAGE, pos, MAXPOS, &npos)) {
+    if (!opts_parse_checked(argc, argv, 2, defs, DECODE_RANGES, pos, MAXPOS, &npos, NULL)) {
         free(pos);
         return 2;
     }
-    if (help || !ckpt || beam < 1) {
-        if (!help) fprintf(stderr, "attograd-translate translate: --checkpoint is required, --beam >= 1\n");
-        opts_usage(help ? stdout : stderr, TRANSLATE_USAGE, defs);
+    if (help || !ckpt) {
         free(pos);
-        return help ? 0 : 2;
+        if (!help) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
+        opts_usage(stdout, TRANSLATE_USAGE, defs);
+        return 0;
     }
     char msg[2048];
     trained t;
@@ -151,34 +284,12 @@ int cmd_translate(int argc, char **argv) {
         free(pos);
         return 1;
     }
-    int n = npos, cap = npos;
-    char **lines = NULL;
-    if (npos == 0) { /* stdin, one sentence per line */
-        cap = 64;
-        lines = malloc(sizeof *lines * (size_t)cap);
-        char *line = NULL;
-        size_t len = 0;
-        ssize_t got;
-        while ((got = getline(&line, &len, stdin)) >= 0) {
-            while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
-            if (n == cap) lines = realloc(lines, sizeof *lines * (size_t)(cap *= 2));
-            lines[n++] = strdup(line);
-        }
-        free(line);
-    }
-    const char *const *in = npos ? pos : (const char *const *)lines;
-    char **out = calloc((size_t)(n ? n : 1), sizeof *out);
-    translate_sentences(&t, in, n, (int)beam, alpha, out);
-    for (int i = 0; i < n; i++) {
-        printf("%s\n", out[i]);
-        free(out[i]);
-        if (lines) free(lines[i]);
-    }
-    free(out);
-    free(lines);
+    int status = 0;
+    if (npos > 0) translate_print(&t, pos, npos, (int)beam, alpha, npos > 1 ? "argument " : NULL, 1);
+    else status = translate_stdin(&t, (int)beam, alpha);
     free(pos);
     trained_free(&t);
-    return 0;
+    return status;
 }
 
 static const char *ATTENTION_USAGE = "usage: attograd-translate attention --checkpoint FILE --out FILE.svg SENTENCE\n"
@@ -196,17 +307,19 @@ int cmd_attention(int argc, char **argv) {
     const char *pos[1];
     int npos;
     if (!opts_parse(argc, argv, 2, defs, ATTENTION_USAGE, pos, 1, &npos)) return 2;
-    if (help || !ckpt || npos != 1) {
-        if (!help) fprintf(stderr, "attograd-translate attention: --checkpoint and one SENTENCE are required\n");
-        opts_usage(help ? stdout : stderr, ATTENTION_USAGE, defs);
-        return help ? 0 : 2;
+    if (help) {
+        opts_usage(stdout, ATTENTION_USAGE, defs);
+        return 0;
     }
+    if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
+    if (npos != 1) return opts_error(argv, 2, "one SENTENCE is required (the sentence to draw)");
     char msg[2048];
     trained t;
     if (!trained_load(&t, ckpt, msg, sizeof msg)) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         return 1;
     }
+    report_input(&t, pos[0], attention_reads(&t), "");
     bool ok = attention_svg(&t, pos[0], out, msg, sizeof msg);
     if (ok) printf("%s\n", out);
     else fprintf(stderr, "attograd-translate: %s\n", msg);

@@ -10,11 +10,13 @@
  * 1 for a failure, 2 for a usage error. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "translate.h"
+#include "translate_version.h" /* AG_TRANSLATE_VERSION, made by meson from the project's version */
 
 /* ---- options ---- */
 
@@ -24,41 +26,126 @@ void opts_usage(FILE *f, const char *usage, const opt_def *defs) {
     for (const opt_def *d = defs; d && d->name; d++) fprintf(f, "  %-20s %s\n", d->name, d->help);
 }
 
-static bool parse_value(const opt_def *d, const char *v) {
+/* the subcommand of argv ("train"), or "" before it */
+static const char *command_of(char **argv, int first) { return first >= 2 ? argv[1] : ""; }
+
+int opts_error(char **argv, int first, const char *fmt, ...) {
+    const char *cmd = command_of(argv, first);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "attograd-translate%s%s: ", *cmd ? " " : "", cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nRun 'attograd-translate%s%s --help' for the %s.\n", *cmd ? " " : "", cmd,
+            *cmd ? "options" : "commands");
+    return 2;
+}
+
+/* edit distance of a (alen bytes) and b counting an insertion, a deletion, a substitution or a
+ * swap of neighbours as one edit (optimal string alignment); up to 64 bytes of each count */
+static size_t edit_distance(const char *a, size_t alen, const char *b) {
+    size_t blen = strlen(b), d[65][65];
+    if (alen > 64) alen = 64;
+    if (blen > 64) blen = 64;
+    for (size_t i = 0; i <= alen; i++) d[i][0] = i;
+    for (size_t j = 0; j <= blen; j++) d[0][j] = j;
+    for (size_t i = 1; i <= alen; i++)
+        for (size_t j = 1; j <= blen; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[alen][blen];
+}
+
+const char *opts_nearest(const char *word, size_t len, const char *const *names, int n) {
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (int k = 0; k < n; k++) {
+        size_t d = edit_distance(word, len, names[k]);
+        if (d < best_d) best_d = d, best = names[k];
+    }
+    /* a near miss: one typo in a short name, two in a longer one (a third of a long one), or a
+     * prefix of exactly one name; the leading dashes of an option do not count */
+    size_t dashes = strspn(word, "-"), core = dashes < len ? len - dashes : 0;
+    size_t limit = core <= 3 ? 1 : core >= 7 ? core / 3 : 2;
+    if (best_d <= limit) return best;
+    const char *prefix = NULL;
+    for (int k = 0; k < n; k++)
+        if (len >= 4 && strncmp(names[k], word, len) == 0) {
+            if (prefix) return NULL;
+            prefix = names[k];
+        }
+    return prefix;
+}
+
+/* "an integer >= 1", "a number from 0 to 1 (1 excluded)", ... for d, with range r (may be NULL) */
+static void expectation(const opt_def *d, const opt_range *r, char *buf, size_t n) {
+    const char *kind = d->type == OPT_INT ? "an integer" : "a number";
+    if (r && r->expect) snprintf(buf, n, "%s", r->expect);
+    else if (!r || (isinf(r->min) && isinf(r->max))) snprintf(buf, n, "%s", kind);
+    else if (isinf(r->max)) snprintf(buf, n, "%s %s %.15g", kind, r->min_excluded ? ">" : ">=", r->min);
+    else if (isinf(r->min)) snprintf(buf, n, "%s %s %.15g", kind, r->max_excluded ? "<" : "<=", r->max);
+    else snprintf(buf, n, "%s from %.15g to %.15g%s", kind, r->min, r->max,
+                  r->min_excluded ? (r->max_excluded ? " (both excluded)" : " (the lower excluded)")
+                                  : (r->max_excluded ? " (the upper excluded)" : ""));
+}
+
+static const opt_range *range_of(const opt_def *d, const opt_range *ranges) {
+    for (const opt_range *r = ranges; r && r->name; r++)
+        if (strcmp(r->name, d->name) == 0) return r;
+    return NULL;
+}
+
+/* v parsed into d's value: a whole number or a finite number, nothing after it, within r */
+static bool parse_value(const opt_def *d, const opt_range *r, const char *v) {
     char *end;
+    double x;
+    long long i = 0;
     errno = 0;
-    switch (d->type) {
-    case OPT_INT: {
-        long long x = strtoll(v, &end, 10);
-        if (errno || end == v || *end) return false;
-        *(int64_t *)d->value = x;
+    if (d->type == OPT_STRING) {
+        *(const char **)d->value = v;
         return true;
     }
-    case OPT_DOUBLE: {
-        double x = strtod(v, &end);
-        if (errno || end == v || *end || !isfinite(x)) return false;
-        *(double *)d->value = x;
-        return true;
+    if (d->type == OPT_INT) {
+        i = strtoll(v, &end, 10);
+        x = (double)i;
+    } else {
+        x = strtod(v, &end);
     }
-    case OPT_STRING: *(const char **)d->value = v; return true;
-    case OPT_FLAG: return false;
-    }
-    return false;
+    if (errno || end == v || *end || !isfinite(x)) return false;
+    if (r && (x < r->min || x > r->max || (r->min_excluded && x == r->min) || (r->max_excluded && x == r->max)))
+        return false;
+    if (d->type == OPT_INT) *(int64_t *)d->value = i;
+    else *(double *)d->value = x;
+    return true;
 }
 
 bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                 int maxpos, int *npos) {
-    return opts_parse_given(argc, argv, first, defs, usage, pos, maxpos, npos, NULL);
+    return opts_parse_checked(argc, argv, first, defs, NULL, pos, maxpos, npos, NULL);
 }
 
 bool opts_parse_given(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                       int maxpos, int *npos, bool *given) {
+    return opts_parse_checked(argc, argv, first, defs, NULL, pos, maxpos, npos, given);
+}
+
+bool opts_parse_checked(int argc, char **argv, int first, const opt_def *defs, const opt_range *ranges,
+                        const char **pos, int maxpos, int *npos, bool *given) {
     *npos = 0;
+    const char *a;
     for (int i = first; i < argc; i++) {
-        const char *a = argv[i];
+        a = argv[i];
         if (strcmp(a, "--") == 0) {
             for (i++; i < argc; i++) {
-                if (*npos >= maxpos) goto too_many;
+                if (*npos >= maxpos) {
+                    a = argv[i];
+                    goto too_many;
+                }
                 pos[(*npos)++] = argv[i];
             }
             break;
@@ -74,34 +161,44 @@ bool opts_parse_given(int argc, char **argv, int first, const opt_def *defs, con
         for (const opt_def *k = defs; k->name; k++)
             if (strlen(k->name) == len && strncmp(k->name, a, len) == 0) d = k;
         if (!d) {
-            fprintf(stderr, "attograd-translate: unknown option '%.*s'\n", (int)len, a);
-            goto usage;
+            const char *names[128];
+            int n = 0;
+            for (const opt_def *k = defs; k->name && n < 128; k++) names[n++] = k->name;
+            const char *near = opts_nearest(a, len, names, n);
+            if (near) opts_error(argv, first, "unknown option '%.*s' (did you mean %s?)", (int)len, a, near);
+            else opts_error(argv, first, "unknown option '%.*s'", (int)len, a);
+            return false;
         }
         if (given) given[d - defs] = true;
         if (d->type == OPT_FLAG) {
             if (eq) {
-                fprintf(stderr, "attograd-translate: option %s takes no value\n", d->name);
-                goto usage;
+                opts_error(argv, first, "%s takes no value, got '%s'", d->name, eq + 1);
+                return false;
             }
             *(bool *)d->value = true;
             continue;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        const opt_range *r = range_of(d, ranges);
+        char expect[160];
+        expectation(d, r, expect, sizeof expect);
         if (!v) {
-            fprintf(stderr, "attograd-translate: option %s needs a value (%s)\n", d->name, d->help);
-            goto usage;
+            /* a string's value as its help says: "FILE, a checkpoint written by train" */
+            const char *h = d->help, *rest = h + strcspn(h, " ");
+            if (d->type == OPT_STRING)
+                opts_error(argv, first, "%s needs a value: %.*s, %s", d->name, (int)(rest - h), h,
+                           rest + strspn(rest, " "));
+            else opts_error(argv, first, "%s needs a value: %s", d->name, expect);
+            return false;
         }
-        if (!parse_value(d, v)) {
-            fprintf(stderr, "attograd-translate: option %s: '%s' is not a valid %s\n", d->name, v,
-                    d->type == OPT_INT ? "integer" : "number");
-            goto usage;
+        if (!parse_value(d, r, v)) {
+            opts_error(argv, first, "%s expects %s, got '%s'", d->name, expect, v);
+            return false;
         }
     }
     return true;
 too_many:
-    fprintf(stderr, "attograd-translate: too many arguments\n");
-usage:
-    opts_usage(stderr, usage, defs);
+    opts_error(argv, first, "unexpected argument '%s'", a);
     return false;
 }
 
@@ -309,7 +406,7 @@ static const char *MAIN_USAGE =
     "  eval        loss, exact match and BLEU of a checkpoint on a TSV file\n"
     "  translate   translate sentences given as arguments, or one per line on stdin\n"
     "  attention   draw the cross-attention of one sentence as an SVG heatmap\n"
-    "`attograd-translate COMMAND --help` lists a command's options.";
+    "`attograd-translate COMMAND --help` lists a command's options; --version prints the version.";
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -325,6 +422,12 @@ int main(int argc, char **argv) {
         printf("%s\n", MAIN_USAGE);
         return 0;
     }
-    fprintf(stderr, "attograd-translate: unknown command '%s'\n%s\n", cmd, MAIN_USAGE);
-    return 2;
+    if (strcmp(cmd, "--version") == 0) {
+        printf("attograd-translate %s\n", AG_TRANSLATE_VERSION);
+        return 0;
+    }
+    const char *commands[] = {"train", "eval", "translate", "attention", "--help", "--version"};
+    const char *near = opts_nearest(cmd, strlen(cmd), commands, 6);
+    if (near) return opts_error(argv, 1, "unknown command '%s' (did you mean %s?)", cmd, near);
+    return opts_error(argv, 1, "unknown command '%s'", cmd);
 }

@@ -126,17 +126,20 @@ void tr_progress_update(tr_progress *p, int64_t epoch, int64_t step, double loss
     if (due) draw(p, false);
 }
 
+void tr_progress_clear(tr_progress *p) {
+    if (!p->tty || !p->drawn) return;
+    fputs("\r\033[K", p->out);
+    fflush(p->out);
+    p->drawn = false;
+}
+
 void tr_progress_message(tr_progress *p, const char *fmt, ...) {
-    if (p->tty && p->drawn) fputs("\r\033[K", p->out);
+    tr_progress_clear(p);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(p->out, fmt, ap);
     va_end(ap);
     fputc('\n', p->out);
-    if (p->tty && p->drawn) {
-        p->drawn = false;
-        draw(p, false);
-    }
     fflush(p->out);
 }
 

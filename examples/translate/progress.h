@@ -36,7 +36,13 @@ void tr_progress_init(tr_progress *p, FILE *out, int64_t total_steps);
 /* Step number step (1-based, counted over the whole run) of epoch is done: loss of the step,
  * tokens it processed, the learning rate it used. Prints when due. */
 void tr_progress_update(tr_progress *p, int64_t epoch, int64_t step, double loss, int64_t tokens, double lr);
-/* Print a line of text (e.g. validation results) without garbling the status line. */
+/* tty: erase the status line, so that what is printed next starts on an empty line; the next
+ * update draws it again. Call it before printing anything else to out (or to a stream that
+ * shares its terminal) mid-run. */
+void tr_progress_clear(tr_progress *p);
+/* Print a line of text (e.g. validation results) where the status line was: the status line is
+ * cleared first and drawn again by the next update, below the text (lines printed after the
+ * message, before the next update, do not land on it either). */
 void tr_progress_message(tr_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Print the final status (tty: and end its line). */
 void tr_progress_finish(tr_progress *p);

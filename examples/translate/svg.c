@@ -211,6 +211,7 @@ int tr_svg_curves(const char *path, const char *title, const char *xlabel, const
         }
     }
     if (!isfinite(xlo)) return tr__fail(err, errsz, "%s: no finite points to plot", path);
+    if (xlo > 0) xlo = 0; /* x counts steps: a run starts at 0, before its first point */
     int npanels = lower ? 2 : 1;
     const double W = 760, left = 78, right = 24, ph = 250, gap = 56, top = title ? 44 : 18, bottom = 58;
     const double pw = W - left - right, H = top + npanels * ph + (npanels - 1) * gap + bottom;

@@ -21,7 +21,8 @@ typedef struct {
 } tr_svg_series;
 
 /* Line chart of training curves: one or two panels (the lower one only if a series uses it)
- * sharing the x axis, with ticks, grid, axis labels and a legend. Labels may be NULL. */
+ * sharing the x axis, with ticks, grid, axis labels and a legend. The x axis starts at 0 (or
+ * below, at a negative x). Labels may be NULL. */
 int tr_svg_curves(const char *path, const char *title, const char *xlabel, const char *ylabel_upper,
                   const char *ylabel_lower, int nseries, const tr_svg_series *series, char *err, size_t errsz);
 

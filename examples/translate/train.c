@@ -210,8 +210,8 @@ typedef struct {
     tr_batch bt;
     tr_progress prog;
     curves cv;
-    double best, window_loss, t0;
-    int64_t window_n;
+    double best, window_loss, t0, curve_loss; /* curve_loss: the steps since the last train loss point */
+    int64_t window_n, curve_n;
     ag_arena *arena, *prev;
     bool stop, save_failed;
     enum { RUN_PATHS = 1, RUN_CORPORA, RUN_MODEL, RUN_LOOP } stage;
@@ -395,6 +395,12 @@ static bool run_setup(run *r, const train_opts *given) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
+    if (!r->resuming && o->warmup > o->steps)
+        fprintf(stderr, "attograd-translate: warning: --warmup %lld is longer than the run (--steps %lld): the "
+                        "learning rate only rises to %.3g of --lr %g and never decays; a --warmup of %lld (a fifth "
+                        "of the steps) would reach it\n",
+                (long long)o->warmup, (long long)o->steps, ag_lr_warmup_inv_sqrt(o->steps, o->lr, o->warmup), o->lr,
+                (long long)(o->steps / 5 > 1 ? o->steps / 5 : 1));
     tr_progress_init(&r->prog, stderr, o->steps);
     r->best = -1;
     r->t0 = now();
@@ -403,6 +409,13 @@ static bool run_setup(run *r, const train_opts *given) {
     r->prev = ag_arena_use(r->arena);
     r->stage = RUN_LOOP;
     return true;
+}
+
+/* the curves' train loss at this step: the mean over the steps since the last point */
+static void train_point(run *r) {
+    curves_add_train(&r->cv, (double)r->st.global_step, r->curve_loss / (double)r->curve_n);
+    r->curve_loss = 0;
+    r->curve_n = 0;
 }
 
 /* One optimizer step on the next batch (a new epoch's order when the last one is done) */
@@ -441,6 +454,9 @@ static void run_step(run *r) {
     st->data_position++;
     r->window_loss += l;
     r->window_n++;
+    r->curve_loss += l;
+    r->curve_n++;
+    if (st->global_step % curves_every(o->steps) == 0) train_point(r);
     tr_progress_update(&r->prog, st->epoch, st->global_step, l, bt->ntokens, r->opt->lr);
     ag_arena_reset(r->arena);
 }
@@ -460,7 +476,8 @@ static void run_evaluate_and_save(run *r) {
         tr_progress_message(&r->prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f, "
                             "%.0f s",
                             (long long)st->global_step, train_loss, e.loss, 100 * e.exact, 100 * e.bleu, now() - r->t0);
-        curves_add(&r->cv, (double)st->global_step, train_loss, e.loss, e.exact);
+        if (r->curve_n) train_point(r);
+        curves_add(&r->cv, (double)st->global_step, e.loss, e.exact);
         curves_write(&r->cv, r->curves_path);
         r->window_loss = 0;
         r->window_n = 0;
@@ -468,6 +485,7 @@ static void run_evaluate_and_save(run *r) {
             r->best = e.exact;
             ag_config_set_double(st, "best_dev_exact", r->best);
             ag_state_set_rng(st, "train", &r->rng);
+            tr_progress_clear(&r->prog);
             r->save_failed |= !save(r->best_path, r->m, r->opt, st);
         }
         if (o->stop_at > 0 && e.exact >= o->stop_at) {
@@ -476,6 +494,7 @@ static void run_evaluate_and_save(run *r) {
         }
     }
     if (!r->save_failed && (st->global_step % o->save_every == 0 || last || r->stop || interrupted)) {
+        tr_progress_clear(&r->prog); /* a failed save's message starts a line of its own */
         ag_state_set_rng(st, "train", &r->rng);
         r->save_failed |= !save(r->last_path, r->m, r->opt, st);
     }
@@ -610,6 +629,37 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
     return status;
 }
 
+/* what train's numeric options accept (the parser reports a value outside by name); the model
+ * sizes have the bounds a checkpoint's configuration is checked against when it loads */
+#define BIG 1048576 /* 2^20 */
+static const opt_range TRAIN_RANGES[] = {
+    {"--heldout", 0, 1, false, true, "a fraction from 0 to 1 (1 excluded)"},
+    {"--steps", 1, INFINITY, false, false, NULL},
+    {"--batch", 1, INFINITY, false, false, NULL},
+    {"--lr", 0, INFINITY, true, false, NULL},
+    {"--warmup", 1, INFINITY, false, false, NULL},
+    {"--d-model", 1, BIG, false, false, NULL},
+    {"--heads", 1, BIG, false, false, NULL},
+    {"--layers", 0, AG_TRANSFORMER_MAX_LAYERS, false, false, NULL},
+    {"--ff", 1, BIG, false, false, NULL},
+    {"--hidden", 1, BIG, false, false, NULL},
+    {"--dropout", 0, 1, false, true, "a probability from 0 to 1 (1 excluded)"},
+    {"--label-smoothing", 0, 1, false, false, NULL},
+    {"--clip", 0, INFINITY, false, false, "a number >= 0 (0: off)"},
+    {"--teacher-forcing", 0, 1, false, false, "a probability from 0 to 1"},
+    {"--max-len", 2, BIG, false, false, NULL},
+    {"--min-count", 1, INFINITY, false, false, NULL},
+    {"--eval-every", 1, INFINITY, false, false, NULL},
+    {"--max-eval", 0, INFINITY, false, false, "an integer >= 0 (0: all)"},
+    {"--save-every", 1, INFINITY, false, false, NULL},
+    {"--samples", 0, INFINITY, false, false, NULL},
+    {"--stop-at", 0, 1, false, false, "an exact match fraction from 0 to 1 (0: off)"},
+    {"--seed", 0, INFINITY, false, false, NULL},
+    {"--threads", 0, INFINITY, false, false, "an integer >= 0 (0: 1 thread)"},
+    {NULL, 0, 0, false, false, NULL},
+};
+#undef BIG
+
 static const char *TRAIN_USAGE =
     "usage: attograd-translate train --train FILE [--dev FILE | --heldout F] [--test FILE] [options]\n"
     "Trains with teacher forcing on a UTF-8 TSV corpus (source<TAB>target per line); writes\n"
@@ -663,17 +713,24 @@ int cmd_train(int argc, char **argv) {
     const char *pos[1];
     int npos;
     bool flagged[sizeof defs / sizeof *defs] = {false};
-    if (!opts_parse_given(argc, argv, 2, defs, TRAIN_USAGE, pos, 0, &npos, flagged)) return 2;
+    if (!opts_parse_checked(argc, argv, 2, defs, TRAIN_RANGES, pos, 0, &npos, flagged)) return 2;
     if (o.help) {
         opts_usage(stdout, TRAIN_USAGE, defs);
         return 0;
     }
-    const char *bad = train_opts_problem(&o);
-    if (bad) {
-        fprintf(stderr, "attograd-translate train: %s\n", bad);
-        opts_usage(stderr, TRAIN_USAGE, defs);
-        return 2;
-    }
+    model_kind kind = MODEL_TRANSFORMER;
+    if (!o.train) return opts_error(argv, 2, "--train FILE is required (the training corpus)");
+    if (!model_kind_parse(o.model, &kind))
+        return opts_error(argv, 2, "--model expects transformer, gru, lstm or rnn, got '%s'", o.model);
+    bool recurrent = model_kind_recurrent(kind);
+    if (!recurrent && o.d_model % o.heads != 0)
+        return opts_error(argv, 2, "--d-model %lld is not a multiple of --heads %lld", (long long)o.d_model,
+                          (long long)o.heads);
+    if (recurrent && o.layers > AG_RECURRENT_MAX_LAYERS)
+        return opts_error(argv, 2, "--layers expects an integer from 0 to %d for a recurrent model, got '%lld'",
+                          AG_RECURRENT_MAX_LAYERS, (long long)o.layers);
+    const char *bad = train_opts_problem(&o); /* what the ranges above cannot say */
+    if (bad) return opts_error(argv, 2, "%s", bad);
     ag_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
     if (!tr_dist_begin()) return 1;
     int status = train_run(&o, defs, flagged);

@@ -13,6 +13,42 @@
 /* pairs per evaluation batch: training's batch size, so evaluating needs no more memory */
 #define EVAL_BATCH 64
 
+/* teacher-forced cross entropy of bt (no label smoothing) summed over its target tokens */
+static double batch_loss_sum(model *m, const tr_batch *bt) {
+    ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Ls), bt->src);
+    ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Lt), bt->tgt_in);
+    ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt->B, bt->Lt), bt->tgt_out);
+    return ag_item(model_loss(model_forward(m, src, tin, false, 1.0, NULL), tout, 0.0)) * (double)bt->ntokens;
+}
+
+double evaluate_loss(model *m, const tr_dataset *d) {
+    char err[TR_ERR_SIZE];
+    tr_batcher b;
+    tr_batch bt;
+    double sum = 0;
+    int64_t tokens = 0;
+    if (tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 ||
+        tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
+        fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
+        tr_batcher_free(&b);
+        return NAN;
+    }
+    tr_batcher_set_epoch(&b, 0);
+    bool grad = ag_set_grad_enabled(false);
+    ag_arena *arena = ag_arena_current();
+    ag_arena_mark mark = ag_arena_get_mark(arena);
+    for (int64_t k = 0; k < b.nbatches; k++) {
+        tr_batcher_get(&b, d, k, &bt);
+        sum += batch_loss_sum(m, &bt);
+        tokens += bt.ntokens;
+        ag_arena_rewind(arena, mark);
+    }
+    ag_set_grad_enabled(grad);
+    tr_batch_free(&bt);
+    tr_batcher_free(&b);
+    return tokens ? sum / (double)tokens : NAN;
+}
+
 eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const tr_vocab *tgt_v, tr_tok_mode mode,
                      int beam, int64_t max_pairs, int samples, FILE *f) {
     eval_result r = {0};
@@ -37,9 +73,7 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const
     for (int64_t k = 0; k < b.nbatches && (max_pairs <= 0 || r.sentences < max_pairs); k++) {
         tr_batcher_get(&b, d, k, &bt);
         ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Ls), bt.src);
-        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_in);
-        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(bt.B, bt.Lt), bt.tgt_out);
-        loss_sum += ag_item(model_loss(model_forward(m, src, tin, false, 1.0, NULL), tout, 0.0)) * (double)bt.ntokens;
+        loss_sum += batch_loss_sum(m, &bt);
         tokens += bt.ntokens;
         model_translate(m, src, W, beam, 0.6, hyp);
         for (int i = 0; i < bt.B; i++) {
@@ -71,23 +105,33 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const
 /* ---- curves ---- */
 
 
-void curves_add(curves *c, double step, double tl, double dl, double acc) {
-    if (c->n == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 64;
-        c->step = realloc(c->step, sizeof(double) * (size_t)c->cap);
-        c->train_loss = realloc(c->train_loss, sizeof(double) * (size_t)c->cap);
-        c->dev_loss = realloc(c->dev_loss, sizeof(double) * (size_t)c->cap);
-        c->dev_exact = realloc(c->dev_exact, sizeof(double) * (size_t)c->cap);
-    }
+int64_t curves_every(int64_t total) { return total / 100 < 1 ? 1 : total / 100 > 100 ? 100 : total / 100; }
+
+/* room for one more point in arrays of *n points and *cap capacity */
+static void grow(int n, int *cap, double **a, double **b, double **c) {
+    if (n < *cap) return;
+    *cap = *cap ? 2 * *cap : 64;
+    *a = realloc(*a, sizeof(double) * (size_t)*cap);
+    *b = realloc(*b, sizeof(double) * (size_t)*cap);
+    if (c) *c = realloc(*c, sizeof(double) * (size_t)*cap);
+}
+
+void curves_add_train(curves *c, double step, double loss) {
+    grow(c->n_train, &c->cap_train, &c->train_step, &c->train_loss, NULL);
+    c->train_step[c->n_train] = step;
+    c->train_loss[c->n_train++] = loss;
+}
+
+void curves_add(curves *c, double step, double dl, double acc) {
+    grow(c->n, &c->cap, &c->step, &c->dev_loss, &c->dev_exact);
     c->step[c->n] = step;
-    c->train_loss[c->n] = tl;
     c->dev_loss[c->n] = dl;
     c->dev_exact[c->n] = acc;
     c->n++;
 }
 
 void curves_write(const curves *c, const char *path) {
-    tr_svg_series s[3] = {{"train loss (label-smoothed, dropout)", c->step, c->train_loss, c->n, 0},
+    tr_svg_series s[3] = {{"train loss (label-smoothed, dropout)", c->train_step, c->train_loss, c->n_train, 0},
                           {"dev loss", c->step, c->dev_loss, c->n, 0},
                           {"dev exact match", c->step, c->dev_exact, c->n, 1}};
     char err[TR_ERR_SIZE];
@@ -97,6 +141,7 @@ void curves_write(const curves *c, const char *path) {
 
 void curves_free(curves *c) {
     free(c->step);
+    free(c->train_step);
     free(c->train_loss);
     free(c->dev_loss);
     free(c->dev_exact);

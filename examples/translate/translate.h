@@ -16,7 +16,8 @@ typedef struct {
 } opt_def;
 
 /* Parse argv[first..] against defs; positional arguments go to pos (up to maxpos, count in
- * *npos). On a bad option prints the problem and usage to stderr and returns false. */
+ * *npos). On a bad option prints the problem to stderr (as opts_parse_checked) and returns
+ * false. */
 bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                 int maxpos, int *npos);
 /* The same, and given[k] set when defs[k] appeared on the command line (given has an entry per
@@ -24,6 +25,28 @@ bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const cha
 bool opts_parse_given(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                       int maxpos, int *npos, bool *given);
 void opts_usage(FILE *f, const char *usage, const opt_def *defs);
+
+/* The values an option accepts, beyond its type: [min, max], either end excluded or infinite.
+ * expect, if not NULL, replaces the generated "an integer >= 1" in messages. */
+typedef struct {
+    const char *name; /* "--steps" */
+    double min, max;
+    bool min_excluded, max_excluded;
+    const char *expect;
+} opt_range;
+
+/* opts_parse_given with ranges (NULL-name terminated, may be NULL). Every problem is reported
+ * as one line naming the option and what it expects (with "did you mean --steps?" for a near
+ * miss of an option name), then a pointer to the command's --help; false then (exit status 2). */
+bool opts_parse_checked(int argc, char **argv, int first, const opt_def *defs, const opt_range *ranges,
+                        const char **pos, int maxpos, int *npos, bool *given);
+/* Report a usage error of the command of argv (first: where its options begin, 2 after a
+ * subcommand) the way the parser does: "attograd-translate train: " fmt, then the pointer to
+ * --help. Returns 2, the exit status of a usage error. */
+int opts_error(char **argv, int first, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The name of names[0..n) nearest to the len bytes at word when it is a near miss (a typo or
+ * two, or a prefix of exactly one name), else NULL */
+const char *opts_nearest(const char *word, size_t len, const char *const *names, int n);
 
 /* ---- a trained model with its vocabularies ---- */
 typedef struct {
