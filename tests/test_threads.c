@@ -104,7 +104,9 @@ static void train_step(unsigned char *out, size_t *len) {
     int64_t t[512];
     for (int i = 0; i < 512; i++) t[i] = (i * 7) % 64;
     ag_tensor *target = ag_from_buffer(AG_I64, AG_SHAPE(512), t);
-    ag_tensor *loss = ag_cross_entropy(logits, target, -100, 0.1, AG_REDUCTION_MEAN);
+    ag_loss_config lc = ag_loss_defaults();
+    lc.label_smoothing = 0.1;
+    ag_tensor *loss = ag_cross_entropy(logits, target, &lc);
     ag_backward(ag_add(loss, ag_mean(ag_softmax(logits, 1), 0, NULL, false)), NULL);
     size_t n = 0;
     ag_tensor *parts[] = {loss, w1->grad, b1->grad, w2->grad, b2->grad, g->grad, b->grad};

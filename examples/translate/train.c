@@ -43,6 +43,13 @@ static const char *train_opts_problem(const train_opts *o) {
     return NULL;
 }
 
+/* the learning rate of step `step` (from 1): linear warmup over --warmup steps, then 1/sqrt */
+static double lr_at(const train_opts *o, int64_t step) {
+    ag_lr_schedule_config sched = ag_lr_schedule_defaults(AG_LR_WARMUP_INV_SQRT, o->lr);
+    sched.warmup_steps = o->warmup;
+    return ag_lr_schedule_at(&sched, step);
+}
+
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
     (void)sig;
@@ -399,7 +406,7 @@ static bool run_setup(run *r, const train_opts *given) {
         fprintf(stderr, "attograd-translate: warning: --warmup %lld is longer than the run (--steps %lld): the "
                         "learning rate only rises to %.3g of --lr %g and never decays; a --warmup of %lld (a fifth "
                         "of the steps) would reach it\n",
-                (long long)o->warmup, (long long)o->steps, ag_lr_warmup_inv_sqrt(o->steps, o->lr, o->warmup), o->lr,
+                (long long)o->warmup, (long long)o->steps, lr_at(o, o->steps), o->lr,
                 (long long)(o->steps / 5 > 1 ? o->steps / 5 : 1));
     tr_progress_init(&r->prog, stderr, o->steps);
     r->best = -1;
@@ -446,9 +453,7 @@ static void run_step(run *r) {
     tr_dist_sync();
     l = tr_dist_batch_loss(l, bt, first, rows);
     if (o->clip > 0) ag_clip_grad_norm(model_params(r->m), o->clip);
-    ag_lr_schedule_config sched = ag_lr_schedule_defaults(AG_LR_WARMUP_INV_SQRT, o->lr);
-    sched.warmup_steps = o->warmup;
-    r->opt->lr = ag_lr_schedule_at(&sched, st->global_step + 1);
+    r->opt->lr = lr_at(o, st->global_step + 1);
     ag_optim_step(r->opt);
     st->global_step++;
     st->data_position++;

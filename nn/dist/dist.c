@@ -263,7 +263,7 @@ void ag_dist_sync_grads(ag_dist *d) {
 void ag_dist_broadcast_params(ag_dist *d) {
     ag_params *p = d->p;
     ag_dist_broadcast(p->data, (size_t)p->numel * ag_dtype_size(p->dtype), 0);
-    p->version++;
+    ag__bump_version(p->flat); /* every parameter changed in place (the slab's version) */
 }
 
 bool ag_dist_params_identical(ag_dist *d) {
