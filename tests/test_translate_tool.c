@@ -355,7 +355,7 @@ static void test_each_option_error_is_one_line_and_a_pointer_to_help(void **stat
          "--d-model expects an integer from 1 to 1048576, got '2000000'"},
         {{"train", "--train", T, "--layers", "33"}, "--layers expects an integer from 0 to 32, got '33'"},
         {{"train", "--train", T, "--model", "gru", "--layers", "9"},
-         "--layers expects an integer from 0 to 8 for a GRU, got '9'"},
+         "--layers expects an integer from 0 to 8 for --model gru, got '9'"},
         {{"train", "--train", T, "--dropout", "1"},
          "--dropout expects a probability from 0 to 1 (1 excluded), got '1'"},
         {{"train", "--train", T, "--label-smoothing", "1.5"},

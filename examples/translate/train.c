@@ -732,8 +732,8 @@ int cmd_train(int argc, char **argv) {
         return opts_error(argv, 2, "--d-model %lld is not a multiple of --heads %lld", (long long)o.d_model,
                           (long long)o.heads);
     if (recurrent && o.layers > AG_RECURRENT_MAX_LAYERS)
-        return opts_error(argv, 2, "--layers expects an integer from 0 to %d for a recurrent model, got '%lld'",
-                          AG_RECURRENT_MAX_LAYERS, (long long)o.layers);
+        return opts_error(argv, 2, "--layers expects an integer from 0 to %d for --model %s, got '%lld'",
+                          AG_RECURRENT_MAX_LAYERS, o.model, (long long)o.layers);
     const char *bad = train_opts_problem(&o); /* what the ranges above cannot say */
     if (bad) return opts_error(argv, 2, "%s", bad);
     ag_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
