@@ -583,15 +583,15 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
     tr_dist_quiet_setup();
     bool ok = tr_dist_setup_agree(run_setup(&r, given)) && train_same_run(&r);
     if (ok) {
-        tr_dist_attach(model_params(r.m));
+        tr_dist_attach(model_params(r.m), &r.rng);
         if (!lead) r.prog.out = fopen("/dev/null", "w");
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
             run_step(&r);
-            if (tr_dist_any(interrupted)) interrupted = 1;
+            if (tr_dist_step_done(&r.rng, interrupted)) interrupted = 1;
             if (lead) run_evaluate_and_save(&r);
             r.stop = tr_dist_any(r.stop);
         }
-        tr_dist_detach();
+        tr_dist_detach(&r.rng);
         if (!lead) {
             fclose(r.prog.out);
             r.prog.out = stderr;

@@ -102,13 +102,28 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
     return ok;
 }
 
-void tr_dist_attach(ag_params *p) {
-    if (on) dist = ag_dist_new(p, NULL);
+/* rank r's seed: Philox keys this far apart give independent streams */
+static uint64_t rank_seed(uint64_t seed, int r) { return seed + (uint64_t)r * 0x9E3779B97F4A7C15ull; }
+
+void tr_dist_attach(ag_params *p, ag_rng *rng) {
+    if (!on) return;
+    dist = ag_dist_new(p, NULL);
+    rng->seed = rank_seed(rng->seed, ag_dist_rank());
 }
 
-void tr_dist_detach(void) {
+bool tr_dist_step_done(ag_rng *rng, bool interrupted) {
+    if (!on) return interrupted;
+    uint64_t x[2] = {rng->counter, interrupted};
+    ag_dist_max_u64(x, 2);
+    rng->counter = x[0];
+    return x[1] != 0;
+}
+
+void tr_dist_detach(ag_rng *rng) {
+    if (!on) return;
     ag_dist_free(dist);
     dist = NULL;
+    rng->seed = rank_seed(rng->seed, -ag_dist_rank());
 }
 
 void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale) {
@@ -139,8 +154,9 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
                       const char *config) {
     return true;
 }
-void tr_dist_attach(ag_params *p) {}
-void tr_dist_detach(void) {}
+void tr_dist_attach(ag_params *p, ag_rng *rng) {}
+void tr_dist_detach(ag_rng *rng) {}
+bool tr_dist_step_done(ag_rng *rng, bool interrupted) { return interrupted; }
 void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale) {
     *first = 0;
     *n = bt->B;

@@ -27,9 +27,13 @@ bool tr_dist_setup_agree(bool ok);
  * in config, a short text); reports the first rank that differs. Collective. */
 bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_vocab *tgt, const ag_params *p,
                       const char *config);
-/* Data-parallel training of p from here on (rank 0's values broadcast). */
-void tr_dist_attach(ag_params *p);
-void tr_dist_detach(void);
+/* Data-parallel training of p from here on (rank 0's values broadcast); rng (dropout's and the
+ * GRU's teacher-forcing draws) becomes this rank's stream: rank r draws with seed + r * a large
+ * odd number (rank 0 with the run's own, which checkpoints keep), so the ranks' samples get
+ * independent masks. */
+void tr_dist_attach(ag_params *p, ag_rng *rng);
+/* the end of data-parallel training: rng back to the run's seed */
+void tr_dist_detach(ag_rng *rng);
 
 /* This rank's rows of a batch: first, n (n may be 0 when the batch has fewer pairs than there
  * are ranks), and the factor that makes the mean loss over its target tokens, averaged over the
@@ -41,5 +45,9 @@ void tr_dist_sync(void);
 double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n);
 /* Whether flag is set on any rank. Collective (one rank: flag). */
 bool tr_dist_any(bool flag);
+/* After a step: every rank's rng counter moves to the largest (the ranks drew masks of different
+ * sizes), so rank 0's, which checkpoints save, is every rank's and a resumed run continues each
+ * rank's stream exactly; returns whether *interrupted is set on any rank. Collective. */
+bool tr_dist_step_done(ag_rng *rng, bool interrupted);
 
 #endif

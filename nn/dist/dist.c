@@ -102,6 +102,8 @@ double ag_dist_sum_f64(double x) {
     return s;
 }
 
+void ag_dist_max_u64(uint64_t *x, int n) { MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD); }
+
 bool ag_dist_any(bool flag) { return lowest_flagged(flag) < size_; }
 
 void ag_dist_broadcast(void *data, size_t n, int root) {

@@ -81,6 +81,8 @@ bool ag_dist_same(const void *data, size_t n, const char *what, char *msg, size_
 /* The sums over the ranks (MPI_Allreduce); the double sum is the same on every rank. */
 int64_t ag_dist_sum_i64(int64_t x);
 double ag_dist_sum_f64(double x);
+/* x[i] = the largest x[i] over the ranks, for n values (MPI_Allreduce). */
+void ag_dist_max_u64(uint64_t *x, int n);
 /* Whether any rank's flag is true (a stop decided by one rank). */
 bool ag_dist_any(bool flag);
 /* Broadcast n bytes from root. */
