@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
     double loss0 = ag_item(loss_of(&m, src, tin, tout, false));
     ag_set_grad_enabled(prev);
 
-    double *t = malloc(sizeof(double) * (size_t)reps), final = 0;
+    double *t = malloc(sizeof(double) * (size_t)reps), *ts = malloc(sizeof(double) * (size_t)reps), final = 0;
     uint64_t allocs = 0;
     for (int i = 0; i < warm + reps; i++) {
         if (i == warm) allocs = ag_alloc_count();
@@ -166,18 +166,38 @@ int main(int argc, char **argv) {
         ag_tensor *loss = loss_of(&m, src, tin, tout, true);
         ag_backward(loss, NULL);
 #ifdef AG_HAVE_MPI
+        double s0 = bench_now_ms();
         if (d) ag_dist_sync_grads(d);
+        if (i >= warm) ts[i - warm] = bench_now_ms() - s0;
 #endif
         ag_optim_step(opt);
         if (i >= warm) t[i - warm] = bench_now_ms() - t0;
         final = ag_item(loss);
     }
     allocs = ag_alloc_count() - allocs;
-    char shape[96], note[160];
+    /* --dist: the wait left after backward (sync) against the whole reduction with nothing to
+     * hide behind (comm: a sync with no backward before it starts every bucket then) */
+    char comm[128] = "";
+#ifdef AG_HAVE_MPI
+    if (d) {
+        double tc[5];
+        for (int i = 0; i < 5; i++) {
+            ag_dist_sync_grads(d); /* every rank enters together */
+            double s0 = bench_now_ms();
+            ag_dist_sync_grads(d);
+            tc[i] = bench_now_ms() - s0;
+        }
+        int64_t first, end;
+        ag_dist_bucket_range(d, ag_dist_bucket_count(d) - 1, &first, &end);
+        snprintf(comm, sizeof comm, ",sync=%.1fms,comm=%.1fms,grad=%.1fMB,buckets=%d,last=%.1fMB", bench_median(ts, reps),
+                 bench_median(tc, 5), (double)p->numel * 4e-6, ag_dist_bucket_count(d), (double)(end - first) * 4e-6);
+    }
+#endif
+    char shape[96], note[256];
     snprintf(shape, sizeof shape, "d%d,h%d,%d+%d,ff%d,N%d,L%d,V%d", c->d, c->heads, c->enc, c->dec, c->ff, c->batch,
              c->len, c->vocab);
-    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB", loss0, final,
-             (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20));
+    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB%s", loss0, final,
+             (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20), comm);
     char name[64], np[16] = "";
     if (dist) snprintf(np, sizeof np, "_np%d", ranks);
     snprintf(name, sizeof name, "train_%s%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
@@ -186,6 +206,7 @@ int main(int argc, char **argv) {
     } else if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
     else bench_result(name, shape, threads, bench_median(t, reps), 3 * forward_flops(c) * 1e-9, note);
     free(t);
+    free(ts);
     free(ids);
     ag_optim_free(opt);
 #ifdef AG_HAVE_MPI
