@@ -584,7 +584,8 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
     bool ok = tr_dist_setup_agree(run_setup(&r, given)) && train_same_run(&r);
     if (ok) {
         tr_dist_attach(model_params(r.m), &r.rng);
-        if (!lead) r.prog.out = fopen("/dev/null", "w");
+        FILE *devnull = lead ? NULL : fopen("/dev/null", "w"); /* rank 0 alone shows progress */
+        if (devnull) r.prog.out = devnull;
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
             run_step(&r);
             if (tr_dist_step_done(&r.rng, interrupted)) interrupted = 1;
@@ -592,8 +593,8 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
             r.stop = tr_dist_any(r.stop);
         }
         tr_dist_detach(&r.rng);
-        if (!lead) {
-            fclose(r.prog.out);
+        if (devnull) {
+            fclose(devnull);
             r.prog.out = stderr;
         }
         status = lead ? run_finish(&r) : r.save_failed ? 1 : interrupted ? 130 : 0;

@@ -7,7 +7,6 @@
 #include "model.h"
 #include "train_dist.h"
 
-#ifdef AG_HAVE_MPI
 /* the tokens this rank predicts: non-pad entries of its rows of tgt_out */
 static int64_t tokens_of_rows(const tr_batch *bt, int64_t first, int64_t n) {
     int64_t t = 0;
@@ -15,6 +14,20 @@ static int64_t tokens_of_rows(const tr_batch *bt, int64_t first, int64_t n) {
     return t;
 }
 
+void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale) {
+    int r = tr_dist_rank(), size = tr_dist_size();
+    if (size == 1) {
+        *first = 0;
+        *n = bt->B;
+        *loss_scale = 1.0;
+        return;
+    }
+    *first = (int64_t)bt->B * r / size;
+    *n = (int64_t)bt->B * (r + 1) / size - *first;
+    *loss_scale = bt->ntokens ? (double)size * (double)tokens_of_rows(bt, *first, *n) / (double)bt->ntokens : 0.0;
+}
+
+#ifdef AG_HAVE_MPI
 /* ids the dataset's pairs use */
 static int64_t ids_used(const tr_dataset *d) {
     int64_t end = 0;
@@ -126,13 +139,6 @@ void tr_dist_detach(ag_rng *rng) {
     rng->seed = rank_seed(rng->seed, -ag_dist_rank());
 }
 
-void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale) {
-    int r = tr_dist_rank(), size = tr_dist_size();
-    *first = (int64_t)bt->B * r / size;
-    *n = (int64_t)bt->B * (r + 1) / size - *first;
-    *loss_scale = bt->ntokens ? (double)size * (double)tokens_of_rows(bt, *first, *n) / (double)bt->ntokens : 0.0;
-}
-
 void tr_dist_sync(void) { ag_dist_sync_grads(dist); }
 
 double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n) {
@@ -157,11 +163,6 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
 void tr_dist_attach(ag_params *p, ag_rng *rng) {}
 void tr_dist_detach(ag_rng *rng) {}
 bool tr_dist_step_done(ag_rng *rng, bool interrupted) { return interrupted; }
-void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale) {
-    *first = 0;
-    *n = bt->B;
-    *loss_scale = 1.0;
-}
 void tr_dist_sync(void) {}
 double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n) { return local_loss; }
 bool tr_dist_any(bool flag) { return flag; }
