@@ -13,14 +13,14 @@ fail() { echo "FAIL: $*"; exit 1; }
 mpi() { timeout 60 mpirun -np 2 --oversubscribe "$@"; }
 mpmd() { timeout 60 mpirun --oversubscribe -np 1 "$@"; } # mpmd A... : -np 1 B...: rank 0 runs A, rank 1 B
 tiny="--train $data/train.tsv --d-model 16 --heads 2 --layers 1 --ff 32 --batch 8 --max-eval 8 --samples 0
-      --dropout 0 --seed 3 --eval-every 5 --save-every 5 --threads 1"
+      --dropout 0 --seed 3 --eval-every 3 --save-every 3 --threads 1"
 
 # the evaluation lines without their time: "step N: train loss ..., BLEU x"
 losses() { grep -o 'step [0-9]*: train loss .*BLEU [0-9.]*' "$1"; }
 
 # 2 ranks x 4 pairs train as 1 process x 8 pairs: the same losses at every evaluation (4 decimals)
-"$bin" train $tiny --steps 10 --out "$tmp/one" >/dev/null 2>"$tmp/one.log" || fail "1 process: $(cat "$tmp/one.log")"
-mpi "$bin" train $tiny --steps 10 --out "$tmp/two" >"$tmp/two.out" 2>"$tmp/two.log" || fail "2 ranks: $(cat "$tmp/two.log")"
+"$bin" train $tiny --steps 6 --out "$tmp/one" >/dev/null 2>"$tmp/one.log" || fail "1 process: $(cat "$tmp/one.log")"
+mpi "$bin" train $tiny --steps 6 --out "$tmp/two" >"$tmp/two.out" 2>"$tmp/two.log" || fail "2 ranks: $(cat "$tmp/two.log")"
 [ "$(losses "$tmp/one.log")" = "$(losses "$tmp/two.log")" ] && [ -n "$(losses "$tmp/one.log")" ] ||
     fail "2 ranks and 1 process differ: $(losses "$tmp/one.log") / $(losses "$tmp/two.log")"
 echo "ok 2 ranks = 1 process: $(losses "$tmp/two.log" | tail -1)"
@@ -33,36 +33,36 @@ b=$("$bin" translate --checkpoint "$tmp/one/last.h5" "one hundred and two" 2>&1)
 [ "$a" = "$b" ] || fail "translations differ: '$a' / '$b'"
 echo "ok the 2-rank checkpoint translates in one process: '$a'"
 
-# 5 steps in one process, resumed on 2 ranks to 10: the losses of the 10-step run
-"$bin" train $tiny --steps 5 --out "$tmp/res" >/dev/null 2>&1 || fail "5 steps"
-mpi "$bin" train $tiny --steps 10 --out "$tmp/res" --resume >/dev/null 2>"$tmp/res.log" ||
+# 3 steps in one process, resumed on 2 ranks to 6: the losses of the 6-step run
+"$bin" train $tiny --steps 3 --out "$tmp/res" >/dev/null 2>&1 || fail "3 steps"
+mpi "$bin" train $tiny --steps 6 --out "$tmp/res" --resume >/dev/null 2>"$tmp/res.log" ||
     fail "resume on 2 ranks: $(cat "$tmp/res.log")"
 [ "$(losses "$tmp/res.log")" = "$(losses "$tmp/one.log" | tail -1)" ] ||
     fail "resumed on 2 ranks: $(losses "$tmp/res.log") / $(losses "$tmp/one.log" | tail -1)"
 echo "ok 1 process resumed on 2 ranks: $(losses "$tmp/res.log")"
 
-# with dropout: 2 ranks for 10 steps, and 2 ranks for 5 resumed on 2 ranks to 10, give the same
+# with dropout: 2 ranks for 6 steps, and 2 ranks for 3 resumed on 2 ranks to 6, give the same
 # losses (each rank's dropout stream continues exactly), twice the same bits in the checkpoint
-mpi "$bin" train $tiny --dropout 0.3 --steps 10 --out "$tmp/d10" >/dev/null 2>"$tmp/d10.log" || fail "dropout run"
-mpi "$bin" train $tiny --dropout 0.3 --steps 5 --out "$tmp/d5" >/dev/null 2>&1 || fail "dropout run, 5 steps"
-mpi "$bin" train $tiny --dropout 0.3 --steps 10 --out "$tmp/d5" --resume >/dev/null 2>"$tmp/d5.log" ||
-    fail "dropout run resumed: $(cat "$tmp/d5.log")"
-[ "$(losses "$tmp/d5.log")" = "$(losses "$tmp/d10.log" | tail -1)" ] ||
-    fail "resumed with dropout: $(losses "$tmp/d5.log") / $(losses "$tmp/d10.log" | tail -1)"
-echo "ok 2 ranks with dropout resumed on 2 ranks: $(losses "$tmp/d5.log")"
-a=$("$bin" translate --checkpoint "$tmp/d10/last.h5" "one hundred and two" "seven" 2>&1)
-b=$("$bin" translate --checkpoint "$tmp/d5/last.h5" "one hundred and two" "seven" 2>&1)
+mpi "$bin" train $tiny --dropout 0.3 --steps 6 --out "$tmp/d6" >/dev/null 2>"$tmp/d6.log" || fail "dropout run"
+mpi "$bin" train $tiny --dropout 0.3 --steps 3 --out "$tmp/d3" >/dev/null 2>&1 || fail "dropout run, 3 steps"
+mpi "$bin" train $tiny --dropout 0.3 --steps 6 --out "$tmp/d3" --resume >/dev/null 2>"$tmp/d3.log" ||
+    fail "dropout run resumed: $(cat "$tmp/d3.log")"
+[ "$(losses "$tmp/d3.log")" = "$(losses "$tmp/d6.log" | tail -1)" ] ||
+    fail "resumed with dropout: $(losses "$tmp/d3.log") / $(losses "$tmp/d6.log" | tail -1)"
+echo "ok 2 ranks with dropout resumed on 2 ranks: $(losses "$tmp/d3.log")"
+a=$("$bin" translate --checkpoint "$tmp/d6/last.h5" "one hundred and two" "seven" 2>&1)
+b=$("$bin" translate --checkpoint "$tmp/d3/last.h5" "one hundred and two" "seven" 2>&1)
 [ "$a" = "$b" ] || fail "resumed and straight runs translate differently: '$a' / '$b'"
 
 # rank 1 cannot open its corpus: every rank stops, one message names rank 1 and the file
-mpmd "$bin" train $tiny --steps 10 --out "$tmp/x" : -np 1 "$bin" train $tiny --train "$tmp/missing.tsv" \
-    --steps 10 --out "$tmp/x" >/dev/null 2>"$tmp/x.log" && fail "a missing corpus on rank 1 passed"
+mpmd "$bin" train $tiny --steps 6 --out "$tmp/x" : -np 1 "$bin" train $tiny --train "$tmp/missing.tsv" \
+    --steps 6 --out "$tmp/x" >/dev/null 2>"$tmp/x.log" && fail "a missing corpus on rank 1 passed"
 grep -q "rank 1: .*missing.tsv" "$tmp/x.log" || fail "no message naming rank 1: $(cat "$tmp/x.log")"
 [ "$(grep -c missing.tsv "$tmp/x.log")" = 1 ] || fail "not one message: $(cat "$tmp/x.log")"
 echo "ok $(grep "rank 1" "$tmp/x.log")"
 
 # rank 1 trains another model size: found at the start
-mpmd "$bin" train $tiny --steps 10 --out "$tmp/y" : -np 1 "$bin" train $tiny --d-model 32 --steps 10 \
+mpmd "$bin" train $tiny --steps 6 --out "$tmp/y" : -np 1 "$bin" train $tiny --d-model 32 --steps 6 \
     --out "$tmp/y" >/dev/null 2>"$tmp/y.log" && fail "a different model on rank 1 passed"
 grep -q "rank 1: .*differs from rank 0's" "$tmp/y.log" || fail "no message naming rank 1: $(cat "$tmp/y.log")"
 echo "ok $(grep "rank 1" "$tmp/y.log")"
