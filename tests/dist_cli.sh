@@ -1,7 +1,8 @@
 #!/bin/sh
 # Data-parallel runs end to end, under mpirun with 2 processes (tests/meson.build passes the
-# programs): attograd-translate train on 2 ranks against 1 process, resume with another process
-# count, a 2-rank checkpoint translating in one process, a rank that cannot open its corpus or
+# programs): attograd-translate train on 2 ranks against 1 process, resume from 1 process on 2
+# ranks and from 2 ranks in 1 process,
+# a 2-rank checkpoint translating in one process, a rank that cannot open its corpus or
 # trains another model, and ranks that die (test_dist die ...): the job must end within 10 s of
 # the death (every mpirun has a 300 s guard against a hang, for the sanitizer build on a busy
 # machine). Each check prints what it compared.
@@ -41,6 +42,12 @@ mpi "$bin" train $tiny --steps 6 --out "$tmp/res" --resume >/dev/null 2>"$tmp/re
 [ "$(losses "$tmp/res.log")" = "$(losses "$tmp/one.log" | tail -1)" ] ||
     fail "resumed on 2 ranks: $(losses "$tmp/res.log") / $(losses "$tmp/one.log" | tail -1)"
 echo "ok 1 process resumed on 2 ranks: $(losses "$tmp/res.log")"
+mpi "$bin" train $tiny --steps 3 --out "$tmp/res2" >/dev/null 2>&1 || fail "3 steps on 2 ranks"
+"$bin" train $tiny --steps 6 --out "$tmp/res2" --resume >/dev/null 2>"$tmp/res2.log" ||
+    fail "resume in 1 process: $(cat "$tmp/res2.log")"
+[ "$(losses "$tmp/res2.log")" = "$(losses "$tmp/one.log" | tail -1)" ] ||
+    fail "resumed in 1 process: $(losses "$tmp/res2.log") / $(losses "$tmp/one.log" | tail -1)"
+echo "ok 2 ranks resumed in 1 process: $(losses "$tmp/res2.log")"
 
 # with dropout: 2 ranks for 6 steps, and 2 ranks for 3 resumed on 2 ranks to 6, give the same
 # losses (each rank's dropout stream continues exactly), twice the same bits in the checkpoint
