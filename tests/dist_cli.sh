@@ -1,11 +1,10 @@
 #!/bin/sh
 # Data-parallel runs end to end, under mpirun with 2 processes (tests/meson.build passes the
 # programs): attograd-translate train on 2 ranks against 1 process, resume from 1 process on 2
-# ranks and from 2 ranks in 1 process,
-# a 2-rank checkpoint translating in one process, a rank that cannot open its corpus or
-# trains another model, and ranks that die (test_dist die ...): the job must end within 10 s of
-# the death (every mpirun has a 300 s guard against a hang, for the sanitizer build on a busy
-# machine). Each check prints what it compared.
+# ranks and from 2 ranks in 1 process, a 2-rank checkpoint translating in one process, a rank
+# that cannot open its corpus or trains another model, and ranks that die (test_dist die ...):
+# the job must end within 10 s of the death (every mpirun has a 300 s guard against a hang, for
+# the sanitizer build on a busy machine). Each check prints what it compared.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 bin=$1 test_dist=$2 data=$3
