@@ -180,7 +180,8 @@ static void on_expect(void *user, ag_tensor *leaf) {
 }
 
 /* Open MPI moves a non-blocking collective on only inside MPI calls (no progress thread): the
- * buckets in flight get a turn after every node's backward, until they are all done */
+ * buckets in flight get a turn after the backward of every node that reads a parameter, until
+ * they are all done */
 static void progress(ag_dist *d) {
     int flag = 1;
     if (d->in_flight) MPI_Testall(d->next, d->req, &flag, MPI_STATUSES_IGNORE);
