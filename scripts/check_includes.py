@@ -110,7 +110,8 @@ def check_file(src, installed, problems):
             continue
         where = f"{src}:{lineno}: includes \"{m.group(1)}\""
         hdr = resolve(src, m.group(1))
-        if hdr is None and any((d == "" or inside(src, d)) and m.group(1) in names for d, names in GENERATED.items()):
+        generated = any((d == "" or inside(src, d)) and m.group(1) in names for d, names in GENERATED.items())
+        if hdr is None and generated:
             continue
         if hdr is None:
             problems.append(f"{where}: no such file in the tree (unresolved)")

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attograd.h"
 
@@ -237,7 +238,9 @@ static int die(const char *how) {
         ag_params_zero_grad(m.p);
         ag_backward(mlp_loss(&m, first, n), NULL);
         if (step == 3 && rank == size - 1) {
-            fprintf(stderr, "rank %d: dying (%s)\n", rank, how);
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            fprintf(stderr, "rank %d: dying (%s) at %.3f\n", rank, how, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
             if (strcmp(how, "signal") == 0) raise(SIGKILL);
             exit(strcmp(how, "exit") == 0 ? 3 : 0);
         }

@@ -132,6 +132,7 @@ struct ag_dist {
     int *uses;            /* per parameter: uses in this pass not yet done */
     int *ready, nready;   /* the order buckets became ready in (tests) */
     bool counting;        /* expect calls of a pass are arriving */
+    bool in_flight;       /* some started bucket may not be done */
 };
 
 static ag_dist *active;
@@ -178,19 +179,29 @@ static void on_expect(void *user, ag_tensor *leaf) {
     if (i >= 0 && d->uses[i]++ == 0) d->b[d->bucket_of[i]].params++;
 }
 
+/* Open MPI moves a non-blocking collective on only inside MPI calls (no progress thread): the
+ * buckets in flight get a turn after the backward of every node that reads a parameter, until
+ * they are all done */
+static void progress(ag_dist *d) {
+    int flag = 1;
+    if (d->in_flight) MPI_Testall(d->next, d->req, &flag, MPI_STATUSES_IGNORE);
+    d->in_flight = !flag;
+}
+
 static void on_done(void *user, ag_tensor *leaf) {
     ag_dist *d = user;
     d->counting = false;
     int i = param_index(d, leaf);
-    if (i < 0 || d->uses[i] <= 0 || --d->uses[i] > 0) return;
-    int k = d->bucket_of[i];
-    if (--d->b[k].params > 0) return;
-    d->ready[d->nready++] = k;
-    start_ready(d);
-    /* Open MPI moves a non-blocking collective on only inside MPI calls: give the started ones a
-     * turn each time a bucket completes */
-    int flag;
-    if (d->next > 0) MPI_Testall(d->next, d->req, &flag, MPI_STATUSES_IGNORE);
+    if (i >= 0 && d->uses[i] > 0 && --d->uses[i] == 0) {
+        int k = d->bucket_of[i];
+        if (--d->b[k].params == 0) {
+            d->ready[d->nready++] = k;
+            int before = d->next;
+            start_ready(d);
+            d->in_flight |= d->next > before;
+        }
+    }
+    progress(d);
 }
 
 static void on_end(void *user) { ((ag_dist *)user)->counting = false; }
@@ -257,6 +268,7 @@ void ag_dist_sync_grads(ag_dist *d) {
     MPI_Waitall(d->nb, d->req, MPI_STATUSES_IGNORE);
     d->next = 0;
     d->counting = false;
+    d->in_flight = false;
     if (size_ > 1) ag_mul_scalar_(d->p->flat_grad, 1.0 / size_);
 }
 

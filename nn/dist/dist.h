@@ -78,7 +78,7 @@ bool ag_dist_agree(bool ok, const char *message, char *msg, size_t msgsize);
 /* Whether the n bytes at data are the same on every rank as on rank 0 (by a 64-bit hash). If
  * not, msg gets "rank R: <what> differs from rank 0's" for the lowest such rank. */
 bool ag_dist_same(const void *data, size_t n, const char *what, char *msg, size_t msgsize);
-/* The sums over the ranks (MPI_Allreduce); the double sum is the same on every rank. */
+/* The sums over the ranks (MPI_Allreduce; Open MPI gives every rank the same bits). */
 int64_t ag_dist_sum_i64(int64_t x);
 double ag_dist_sum_f64(double x);
 /* x[i] = the largest x[i] over the ranks, for n values (MPI_Allreduce). */
