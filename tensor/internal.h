@@ -43,9 +43,11 @@ bool ag__set_into(ag_tensor *dst, const ag_tensor *src);
  * op; t's shape without the dims in mask, or with them 1 (keepdim), returning the ndim; and g
  * (the reduced shape, either form) viewed with t's ndim and 1 in the reduced dims, so that it
  * broadcasts back over t. */
-bool ag__dims_mask(const char *op, const ag_tensor *t, int ndims, const int *dims, unsigned *mask);
-int ag__reduced_shape(const ag_tensor *t, unsigned mask, bool keepdim, int64_t *shape);
-ag_tensor *ag__keepdim_view(ag_tensor *g, const ag_tensor *t, unsigned mask);
+bool ag__dims_mask(const char *op, const ag_tensor *t, int ndims, const int *dims, unsigned *mask)
+    __attribute__((visibility("hidden")));
+int ag__reduced_shape(const ag_tensor *t, unsigned mask, bool keepdim, int64_t *shape)
+    __attribute__((visibility("hidden")));
+ag_tensor *ag__keepdim_view(ag_tensor *g, const ag_tensor *t, unsigned mask) __attribute__((visibility("hidden")));
 
 /* Under AddressSanitizer, memory the library holds but nobody may use (an arena's free space,
  * a released gradient buffer) is poisoned, so a use after the rewind that forgot it is reported

@@ -103,8 +103,8 @@ ag_tensor *ag_norm(ag_tensor *t, double p, int ndims, const int *dims, bool keep
     ag__reduced_shape(t, mask, true, kshape);
     ag_tensor *rows = rows_last(t, mask, &nout, &m);
     if (isinf(p) && m == 0) {
-        ag_error(op, "the %sinf norm of %s over dims of size 0: a maximum of nothing", p < 0 ? "-" : "",
-                 ag_shape_str(t, b));
+        ag_error(op, "the %sinf norm of %s over dims of size 0: a %s of nothing", p < 0 ? "-" : "",
+                 ag_shape_str(t, b), p < 0 ? "minimum" : "maximum");
         return NULL;
     }
     ag_tensor *y = ag__new(t->dtype, nd, shape);
