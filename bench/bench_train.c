@@ -84,8 +84,10 @@ static ag_tensor *loss_of(const model *m, ag_tensor *src, ag_tensor *tin, ag_ten
                              .training = training};
     ag_tensor *h = ag_transformer_forward(&m->tf, embed(m, &m->src_emb, src), embed(m, &m->tgt_emb, tin), &a);
     ag_tensor *logits = ag_linear_forward(&m->generator, h);
-    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, c->vocab)), ag_reshape(tout, AG_SHAPE(-1)), PAD, 0.1,
-                            AG_REDUCTION_MEAN);
+    ag_loss_config lc = ag_loss_defaults();
+    lc.ignore_index = PAD;
+    lc.label_smoothing = 0.1;
+    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, c->vocab)), ag_reshape(tout, AG_SHAPE(-1)), &lc);
 }
 
 int main(int argc, char **argv) {

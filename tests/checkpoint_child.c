@@ -142,7 +142,7 @@ static double trainer_step(trainer *t) {
     ag_tensor *x = ag_from_buffer(AG_F32, AG_SHAPE(t->batch, t->in), xb);
     ag_tensor *y = ag_from_buffer(AG_I64, AG_SHAPE(t->batch), yb);
     ag_tensor *h = ag_dropout(ag_relu(ag_linear_forward(&t->l0, x)), t->dropout, true, &t->drop_rng);
-    ag_tensor *loss = ag_cross_entropy(ag_linear_forward(&t->l3, h), y, -100, 0.0, AG_REDUCTION_MEAN);
+    ag_tensor *loss = ag_cross_entropy(ag_linear_forward(&t->l3, h), y, NULL);
     ag_params_zero_grad(t->p);
     ag_backward(loss, NULL);
     t->opt->lr = ag_lr_warmup_inv_sqrt(t->opt->step + 1, t->base_lr, t->warmup);

@@ -461,7 +461,9 @@ static ag_tensor *f_seq2seq(int n, ag_tensor **in, void *ctx) {
         logits[t] = ag_linear_forward(&m->out, ag_cat(2, o, 1)); /* (NB,V) */
     }
     ag_tensor *all = ag_reshape(ag_stack(TL, logits, 1), AG_SHAPE(NB * TL, V));
-    return ag_cross_entropy(all, m->tgt_out, PAD, 0, AG_REDUCTION_MEAN);
+    ag_loss_config lc = ag_loss_defaults();
+    lc.ignore_index = PAD;
+    return ag_cross_entropy(all, m->tgt_out, &lc);
 }
 
 static void test_gru_attention_seq2seq_passes_gradcheck_over_all_parameters(void **s) {

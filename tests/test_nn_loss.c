@@ -7,6 +7,10 @@
 
 #include "test_util.h"
 
+/* the options of a case: reduction, ignore_index, label_smoothing */
+#define LOSS_CFG(red, ignore, smoothing)                                                                       \
+    (&(ag_loss_config){.reduction = (red), .ignore_index = (ignore), .label_smoothing = (smoothing), .beta = 1})
+
 /* ==== cross entropy, (N, C) ================================================================= */
 
 /* x=[[1,2,3],[.5,-1,2],[3,0,-2],[1,1,1]]; t=[2,-100,0,1];
@@ -17,7 +21,7 @@
 
 static ag_tensor *ce_run(double eps, ag_reduction red, ag_tensor **x) {
     *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(4, 3), CE_X));
-    ag_tensor *y = ag_cross_entropy(*x, tu_tensor(AG_I64, AG_SHAPE(4), CE_T), -100, eps, red);
+    ag_tensor *y = ag_cross_entropy(*x, tu_tensor(AG_I64, AG_SHAPE(4), CE_T), LOSS_CFG(red, -100, eps));
     ag_backward(y, red == AG_REDUCTION_NONE ? tu_tensor(AG_F64, AG_SHAPE(4), 1, 2, -1, 0.5) : NULL);
     return y;
 }
@@ -73,7 +77,7 @@ static void test_cross_entropy_label_smoothing_averages_over_non_ignored_like_to
 static void test_cross_entropy_ncl_layout_matches_torch(void **s) {
     ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3, 4), NCL_X));
     ag_tensor *t = tu_tensor(AG_I64, AG_SHAPE(2, 4), NCL_T);
-    ag_tensor *y = ag_cross_entropy(x, t, -1, 0.1, AG_REDUCTION_MEAN);
+    ag_tensor *y = ag_cross_entropy(x, t, LOSS_CFG(AG_REDUCTION_MEAN, -1, 0.1));
     tu_assert_values(y, 1e-12, 1.2211480806584425);
     ag_backward(y, NULL);
     tu_assert_values(x->grad, 1e-12, -0.094523519508588852, 0.0044407436636301548, 0, 0.0014461221334554531,
@@ -81,7 +85,7 @@ static void test_cross_entropy_ncl_layout_matches_torch(void **s) {
                      -0.1206650429751894, 0, 0.013476977675210193, 0.10531793707358141, 0, 0.00096320665622568651,
                      -0.14325577150358207, 0.0094495399728411825, 0, -0.024622716457342896, 0.14428648937556823,
                      -0.11476747704642262, 0, 0.02365950980111723, -0.0010307178719861352);
-    ag_tensor *none = ag_cross_entropy(x, t, -1, 0, AG_REDUCTION_NONE);
+    ag_tensor *none = ag_cross_entropy(x, t, LOSS_CFG(AG_REDUCTION_NONE, -1, 0));
     tu_assert_shape(none, 2, 4);
     tu_assert_values(none, 1e-12, 1.0045969023422834, 1.5637808633372581, 0, 0.16984601955628548, 1.4076059644443804,
                      0, 0.24131129665715703, 2.6064141042799558);
@@ -94,8 +98,7 @@ static void test_cross_entropy_reads_a_permuted_nlc_tensor(void **s) {
         for (int c = 0; c < 3; c++)
             for (int l = 0; l < 4; l++) nlc[n * 12 + l * 3 + c] = ncl[n * 12 + c * 4 + l];
     ag_tensor *base = tu_leaf(ag_from_buffer(AG_F64, AG_SHAPE(2, 4, 3), nlc));
-    ag_tensor *y = ag_cross_entropy(ag_permute(base, (int[]){0, 2, 1}), tu_tensor(AG_I32, AG_SHAPE(2, 4), NCL_T), -1,
-                                    0.1, AG_REDUCTION_MEAN);
+    ag_tensor *y = ag_cross_entropy(ag_permute(base, (int[]){0, 2, 1}), tu_tensor(AG_I32, AG_SHAPE(2, 4), NCL_T), LOSS_CFG(AG_REDUCTION_MEAN, -1, 0.1));
     tu_assert_values(y, 1e-12, 1.2211480806584425);
     ag_backward(y, NULL);
     /* element (n, l, c) of the grad is torch's x.grad[n, c, l] = -0.0945... for (0,0,0), 0.0950... for (0,0,1) */
@@ -105,7 +108,7 @@ static void test_cross_entropy_reads_a_permuted_nlc_tensor(void **s) {
 
 static ag_tensor *f_ce(int n, ag_tensor **in, void *ctx) {
     ag_tensor *t = tu_tensor(AG_I64, AG_SHAPE(2, 4), NCL_T);
-    return ag_cross_entropy(in[0], t, -1, 0.15, ctx ? AG_REDUCTION_NONE : AG_REDUCTION_MEAN);
+    return ag_cross_entropy(in[0], t, LOSS_CFG(ctx ? AG_REDUCTION_NONE : AG_REDUCTION_MEAN, -1, 0.15));
 }
 
 static void test_cross_entropy_gradcheck_with_smoothing_and_ignore_index(void **s) {
@@ -118,13 +121,13 @@ static void test_cross_entropy_gradcheck_with_smoothing_and_ignore_index(void **
 static void test_cross_entropy_all_ignored_gives_zero_loss_and_zero_grad(void **s) {
     ag_tensor *x = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6));
     ag_tensor *t = tu_tensor(AG_I64, AG_SHAPE(2), -100, -100);
-    ag_tensor *y = ag_cross_entropy(x, t, -100, 0.1, AG_REDUCTION_MEAN); /* PyTorch: nan */
+    ag_tensor *y = ag_cross_entropy(x, t, LOSS_CFG(AG_REDUCTION_MEAN, -100, 0.1)); /* PyTorch: nan */
     tu_assert_values(y, 0, 0);
     ag_backward(y, NULL);
     tu_assert_values(x->grad, 0, 0, 0, 0, 0, 0, 0);
-    tu_assert_values(ag_cross_entropy(x, t, -100, 0.1, AG_REDUCTION_SUM), 0, 0);
+    tu_assert_values(ag_cross_entropy(x, t, LOSS_CFG(AG_REDUCTION_SUM, -100, 0.1)), 0, 0);
     ag_tensor *lp = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), -1, -2, -3, -4, -5, -6));
-    ag_tensor *z = ag_nll_loss(lp, t, -100, AG_REDUCTION_MEAN);
+    ag_tensor *z = ag_nll_loss(lp, t, LOSS_CFG(AG_REDUCTION_MEAN, -100, 0));
     tu_assert_values(z, 0, 0);
     ag_backward(z, NULL);
     tu_assert_values(lp->grad, 0, 0, 0, 0, 0, 0, 0);
@@ -133,7 +136,7 @@ static void test_cross_entropy_all_ignored_gives_zero_loss_and_zero_grad(void **
 /* torch (float32): x=[[1e4,-1e4,0],[-3e4,3e4,2.9e4]]; F.cross_entropy(x,[1,2],label_smoothing=.1).backward() */
 static void test_cross_entropy_large_logits_stay_finite(void **s) {
     ag_tensor *x = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(2, 3), 1e4, -1e4, 0, -3e4, 3e4, 2.9e4));
-    ag_tensor *y = ag_cross_entropy(x, tu_tensor(AG_I64, AG_SHAPE(2), 1, 2), -100, 0.1, AG_REDUCTION_MEAN);
+    ag_tensor *y = ag_cross_entropy(x, tu_tensor(AG_I64, AG_SHAPE(2), 1, 2), LOSS_CFG(AG_REDUCTION_MEAN, -100, 0.1));
     tu_assert_values(y, 0, 10966.6669921875);
     ag_backward(y, NULL);
     tu_assert_values(x->grad, 1e-7, 0.48333331942558289, -0.46666666865348816, -0.01666666753590107,
@@ -154,8 +157,8 @@ static void test_cross_entropy_f32_matches_f64(void **s) {
         for (int64_t i = 0; i < n * d; i++) tv[i] = i % 9 == 4 ? -100 : (i * 37) % c;
         ag_tensor *x32 = tu_leaf(ag_detach(ag_to(x64, AG_F32)));
         x64 = tu_leaf(ag_detach(ag_to(x32, AG_F64))); /* the same values in both */
-        ag_tensor *l32 = ag_cross_entropy(x32, t, -100, 0.1, AG_REDUCTION_MEAN);
-        ag_tensor *l64 = ag_cross_entropy(x64, t, -100, 0.1, AG_REDUCTION_MEAN);
+        ag_tensor *l32 = ag_cross_entropy(x32, t, LOSS_CFG(AG_REDUCTION_MEAN, -100, 0.1));
+        ag_tensor *l64 = ag_cross_entropy(x64, t, LOSS_CFG(AG_REDUCTION_MEAN, -100, 0.1));
         ag_backward(l32, NULL);
         ag_backward(l64, NULL);
         double want = ((double *)l64->data)[0];
@@ -167,21 +170,20 @@ static void test_cross_entropy_f32_matches_f64(void **s) {
 
 static void test_cross_entropy_unbatched_input(void **s) {
     /* hand-worked: log(e^0 + e^1 + e^2) - 1 = 1.4076059644443804 (also row 4 of the NCL 'none' case) */
-    ag_tensor *y = ag_cross_entropy(tu_tensor(AG_F64, AG_SHAPE(3), 0, 1, 2), ag_scalar(AG_I64, 1), -100, 0,
-                                    AG_REDUCTION_NONE);
+    ag_tensor *y = ag_cross_entropy(tu_tensor(AG_F64, AG_SHAPE(3), 0, 1, 2), ag_scalar(AG_I64, 1), LOSS_CFG(AG_REDUCTION_NONE, -100, 0));
     assert_int_equal(y->ndim, 0);
     tu_assert_values(y, 1e-12, 1.4076059644443804);
 }
 
 static void test_cross_entropy_reports_shape_mismatch_and_bad_target(void **s) {
     ag_tensor *x = ag_ones(AG_F32, AG_SHAPE(2, 3));
-    assert_null(ag_cross_entropy(x, ag_zeros(AG_I64, AG_SHAPE(3)), -100, 0, AG_REDUCTION_MEAN));
+    assert_null(ag_cross_entropy(x, ag_zeros(AG_I64, AG_SHAPE(3)), LOSS_CFG(AG_REDUCTION_MEAN, -100, 0)));
     tu_assert_error("ag_cross_entropy", "(2,3)", "(3)");
-    assert_null(ag_cross_entropy(x, tu_tensor(AG_I64, AG_SHAPE(2), 0, 3), -100, 0, AG_REDUCTION_MEAN));
+    assert_null(ag_cross_entropy(x, tu_tensor(AG_I64, AG_SHAPE(2), 0, 3), LOSS_CFG(AG_REDUCTION_MEAN, -100, 0)));
     tu_assert_error("ag_cross_entropy", "target 3", "[0, 3)");
-    assert_null(ag_cross_entropy(x, ag_zeros(AG_F32, AG_SHAPE(2)), -100, 0, AG_REDUCTION_MEAN));
+    assert_null(ag_cross_entropy(x, ag_zeros(AG_F32, AG_SHAPE(2)), LOSS_CFG(AG_REDUCTION_MEAN, -100, 0)));
     tu_assert_error("ag_cross_entropy", "(2,3)", "(2)", "f32");
-    assert_null(ag_cross_entropy(x, ag_zeros(AG_I64, AG_SHAPE(2)), -100, 1.5, AG_REDUCTION_MEAN));
+    assert_null(ag_cross_entropy(x, ag_zeros(AG_I64, AG_SHAPE(2)), LOSS_CFG(AG_REDUCTION_MEAN, -100, 1.5)));
     tu_assert_error("ag_cross_entropy", "label_smoothing 1.5");
 }
 
@@ -191,7 +193,7 @@ static void test_cross_entropy_reports_shape_mismatch_and_bad_target(void **s) {
  * .backward(g), g=1 for mean/sum and [2,-1,3] for none */
 static ag_tensor *nll_run(ag_reduction red, ag_tensor **lp) {
     *lp = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(3, 3), -1, -2, -0.5, -0.25, -3, -1.5, -2, -0.1, -4));
-    ag_tensor *y = ag_nll_loss(*lp, tu_tensor(AG_I64, AG_SHAPE(3), 1, 0, -100), -100, red);
+    ag_tensor *y = ag_nll_loss(*lp, tu_tensor(AG_I64, AG_SHAPE(3), 1, 0, -100), LOSS_CFG(red, -100, 0));
     ag_backward(y, red == AG_REDUCTION_NONE ? tu_tensor(AG_F64, AG_SHAPE(3), 2, -1, 3) : NULL);
     return y;
 }
@@ -210,7 +212,7 @@ static void test_nll_loss_each_reduction_matches_torch(void **s) {
 }
 
 static ag_tensor *f_nll(int n, ag_tensor **in, void *ctx) {
-    return ag_nll_loss(in[0], tu_tensor(AG_I64, AG_SHAPE(2, 4), NCL_T), -1, AG_REDUCTION_MEAN);
+    return ag_nll_loss(in[0], tu_tensor(AG_I64, AG_SHAPE(2, 4), NCL_T), LOSS_CFG(AG_REDUCTION_MEAN, -1, 0));
 }
 
 static void test_nll_loss_gradcheck(void **s) {
@@ -228,7 +230,7 @@ static void test_mse_loss_each_reduction_matches_torch(void **s) {
         ag_reduction red = k == 0 ? AG_REDUCTION_MEAN : k == 1 ? AG_REDUCTION_SUM : AG_REDUCTION_NONE;
         ag_tensor *a = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, -5, 6));
         ag_tensor *b = tu_leaf(tu_tensor(AG_F64, AG_SHAPE(2, 3), 0.5, 2.5, -1, 4, 5, 7));
-        ag_tensor *y = ag_mse_loss(a, b, red);
+        ag_tensor *y = ag_mse_loss(a, b, LOSS_CFG(red, -100, 0));
         ag_backward(y, red == AG_REDUCTION_NONE ? tu_tensor(AG_F64, AG_SHAPE(2, 3), 1, 2, 3, 4, 5, 6) : NULL);
         if (red == AG_REDUCTION_MEAN) {
             tu_assert_values(y, 1e-12, 19.583333333333332);
@@ -253,14 +255,14 @@ static void test_mse_loss_f32_transposed_input(void **s) {
     /* a given through a transpose; same numbers as the SUM case above */
     ag_tensor *at = tu_leaf(tu_tensor(AG_F32, AG_SHAPE(3, 2), 1, 4, 2, -5, 3, 6));
     ag_tensor *b = tu_tensor(AG_F32, AG_SHAPE(2, 3), 0.5, 2.5, -1, 4, 5, 7);
-    ag_tensor *y = ag_mse_loss(ag_transpose(at, 0, 1), b, AG_REDUCTION_SUM);
+    ag_tensor *y = ag_mse_loss(ag_transpose(at, 0, 1), b, LOSS_CFG(AG_REDUCTION_SUM, -100, 0));
     tu_assert_values(y, 1e-5, 117.5);
     ag_backward(y, NULL);
     tu_assert_values(at->grad, 1e-6, 1, 0, -1, -20, 8, -2);
 }
 
 static ag_tensor *f_mse(int n, ag_tensor **in, void *ctx) {
-    return ag_mse_loss(in[0], in[1], ctx ? AG_REDUCTION_NONE : AG_REDUCTION_MEAN);
+    return ag_mse_loss(in[0], in[1], LOSS_CFG(ctx ? AG_REDUCTION_NONE : AG_REDUCTION_MEAN, -100, 0));
 }
 
 static void test_mse_loss_gradcheck(void **s) {
@@ -271,7 +273,7 @@ static void test_mse_loss_gradcheck(void **s) {
 }
 
 static void test_mse_loss_reports_shape_mismatch(void **s) {
-    assert_null(ag_mse_loss(ag_ones(AG_F32, AG_SHAPE(2, 3)), ag_ones(AG_F32, AG_SHAPE(3, 2)), AG_REDUCTION_MEAN));
+    assert_null(ag_mse_loss(ag_ones(AG_F32, AG_SHAPE(2, 3)), ag_ones(AG_F32, AG_SHAPE(3, 2)), LOSS_CFG(AG_REDUCTION_MEAN, -100, 0)));
     tu_assert_error("ag_mse_loss", "(2,3)", "(3,2)");
 }
 

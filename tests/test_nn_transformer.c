@@ -571,8 +571,10 @@ static ag_tensor *f_seq2seq(int n, ag_tensor **in, void *ctx) {
     ag_tensor *y = ag_transformer_decoder_layer_forward(&m->dec, embed(&m->tgt_emb, m->tgt_in), memory, &a);
     ag_tensor *logits = ag_linear_forward(&m->generator, y); /* (N,T,V) */
     int64_t nt = ag_numel(m->tgt_out);
-    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(nt, V)), ag_reshape(m->tgt_out, AG_SHAPE(nt)), PAD, 0.1,
-                            AG_REDUCTION_MEAN);
+    ag_loss_config lc = ag_loss_defaults();
+    lc.ignore_index = PAD;
+    lc.label_smoothing = 0.1;
+    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(nt, V)), ag_reshape(m->tgt_out, AG_SHAPE(nt)), &lc);
 }
 
 static ag_tensor *ids(int64_t n, int64_t l, const int64_t *v) { return ag_from_buffer(AG_I64, AG_SHAPE(n, l), v); }

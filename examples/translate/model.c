@@ -200,8 +200,10 @@ ag_tensor *model_forward(model *m, ag_tensor *src, ag_tensor *tgt_in, bool train
 
 ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smoothing) {
     int64_t V = logits->shape[2];
-    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, V)), ag_reshape(tgt_out, AG_SHAPE(-1)), PAD_ID,
-                            label_smoothing, AG_REDUCTION_MEAN);
+    ag_loss_config lc = ag_loss_defaults();
+    lc.ignore_index = PAD_ID;
+    lc.label_smoothing = label_smoothing;
+    return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, V)), ag_reshape(tgt_out, AG_SHAPE(-1)), &lc);
 }
 
 /* ---- decoding ---- */

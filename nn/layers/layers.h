@@ -97,26 +97,76 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
  * ag_embedding_t over positions. */
 ag_tensor *ag_sinusoidal_positions(int64_t L, int64_t D, ag_dtype dtype);
 
-/* ---- losses (nn/layers/loss.c) ------------------------------------------------------------------- */
-/* PyTorch's numbering of reductions. */
-typedef enum { AG_REDUCTION_NONE = 0, AG_REDUCTION_MEAN = 1, AG_REDUCTION_SUM = 2 } ag_reduction;
+/* ---- losses (nn/layers/loss.c, loss_pointwise.c) ---------------------------------------------- */
+/* PyTorch's numbering of reductions; BATCHMEAN (F.kl_div's 'batchmean', accepted by ag_kl_div
+ * only) is the sum divided by input.size(0). */
+typedef enum {
+    AG_REDUCTION_NONE = 0,
+    AG_REDUCTION_MEAN = 1,
+    AG_REDUCTION_SUM = 2,
+    AG_REDUCTION_BATCHMEAN = 3
+} ag_reduction;
+
+/* The options of every loss below, by PyTorch's keyword names. A loss reads the fields that
+ * concern it; weight or pos_weight given to a loss that has no such option is reported as
+ * misuse. A NULL config means ag_loss_defaults(). */
+typedef struct {
+    ag_reduction reduction; /* 'mean' */
+    ag_tensor *weight;      /* NULL. cross_entropy, nll_loss: (C) class weights; binary_cross_entropy
+                               (_with_logits): broadcast to the input's shape. Gets no gradient. */
+    ag_tensor *pos_weight;  /* NULL. binary_cross_entropy_with_logits: weight of the positive term,
+                               broadcast to the input's shape ((C) runs along the last dim). No gradient. */
+    int64_t ignore_index;   /* -100. cross_entropy, nll_loss */
+    double label_smoothing; /* 0. cross_entropy, in [0, 1] */
+    double beta;            /* 1.0. smooth_l1_loss, >= 0 (0 is l1_loss, as PyTorch) */
+    bool log_target;        /* false. kl_div: target given as log-probabilities */
+} ag_loss_config;
+
+/* PyTorch's defaults: reduction 'mean', no weights, ignore_index -100, label_smoothing 0,
+ * beta 1.0, log_target false. */
+ag_loss_config ag_loss_defaults(void);
 
 /* F.cross_entropy with class-index targets, log-softmax fused inside.
  * logits: (N, C) or (N, C, d1, ...) or (C)  targets: i64/i32 (N) or (N, d1, ...) or ()
- * -> NONE: targets' shape; MEAN/SUM: a 0-d tensor.
- * Per target: (1-ε)·(-log p_t) + ε·(-Σ_c log p_c)/C, with ε = label_smoothing in [0, 1];
- * targets equal to ignore_index (PyTorch's default is -100) contribute 0, and MEAN divides
- * by the number of non-ignored targets (for both terms, as torch 1.13 does).
+ * -> NONE: targets' shape; MEAN/SUM: a 0-d tensor. Reads reduction, weight, ignore_index,
+ * label_smoothing. Per target t, with class weights w (all 1 without weight):
+ *   (1-ε)·w_t·(-log p_t) + (ε/C)·Σ_c w_c·(-log p_c),   ε = label_smoothing in [0, 1];
+ * targets equal to ignore_index contribute 0, and MEAN divides by Σ w_t over the non-ignored
+ * targets (their count without weight), for both terms, as torch 1.13 does.
  * Deviation: when every target is ignored, MEAN returns 0 with a zero gradient (PyTorch
  * returns NaN). A target outside [0, C) that is not ignore_index is reported as misuse. */
-ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, int64_t ignore_index, double label_smoothing,
-                            ag_reduction reduction);
-/* F.nll_loss: -log_probs[target] per target, same layouts, ignore_index and MEAN rule (and
- * the same all-ignored deviation) as ag_cross_entropy. */
-ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_index, ag_reduction reduction);
+ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, const ag_loss_config *cfg);
+/* F.nll_loss: -w_t·log_probs[target] per target, same layouts, options, ignore_index and MEAN
+ * rule (and the same all-ignored deviation) as ag_cross_entropy; label_smoothing is not read. */
+ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, const ag_loss_config *cfg);
 /* F.mse_loss: (a - b)². a, b: same shape (no broadcasting, unlike PyTorch which only warns)
- * -> NONE: that shape; MEAN/SUM: a 0-d tensor. */
-ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction);
+ * -> NONE: that shape; MEAN/SUM: a 0-d tensor. Reads reduction. */
+ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, const ag_loss_config *cfg);
+
+/* Pointwise losses (loss_pointwise.c). input and target: the same shape and float dtype
+ * (PyTorch broadcasts them with a warning; attograd reports it) -> NONE: that shape;
+ * MEAN/SUM: a 0-d tensor (MEAN over every element). Both input and target get gradients, as
+ * in PyTorch. Sums are taken in double in fixed blocks: results do not depend on the thread
+ * count. */
+/* F.binary_cross_entropy: -w·(y·max(log x, -100) + (1-y)·max(log(1-x), -100)), input x
+ * probabilities in [0, 1] (a value outside is reported, as PyTorch raises). The gradient is
+ * PyTorch's: w·(x - y) / max(x·(1-x), 1e-12). Reads reduction, weight. */
+ag_tensor *ag_binary_cross_entropy(ag_tensor *input, ag_tensor *target, const ag_loss_config *cfg);
+/* F.binary_cross_entropy_with_logits: w·((1-y)·x + (1 + (p-1)·y)·softplus(-x)), with
+ * softplus(-x) = max(-x, 0) + log1p(exp(-|x|)) (finite for any x), p = pos_weight (1 without).
+ * Reads reduction, weight, pos_weight. */
+ag_tensor *ag_binary_cross_entropy_with_logits(ag_tensor *input, ag_tensor *target, const ag_loss_config *cfg);
+/* F.l1_loss: |x - y|; gradient sign(x - y), 0 where x == y. Reads reduction. */
+ag_tensor *ag_l1_loss(ag_tensor *input, ag_tensor *target, const ag_loss_config *cfg);
+/* F.smooth_l1_loss: d = x - y; 0.5·d²/beta where |d| < beta, else |d| - 0.5·beta. beta == 0
+ * is ag_l1_loss (as PyTorch dispatches it); beta < 0 is reported. Reads reduction, beta. */
+ag_tensor *ag_smooth_l1_loss(ag_tensor *input, ag_tensor *target, const ag_loss_config *cfg);
+/* F.kl_div(input, target): input holds log-probabilities x; pointwise y·(log y - x) (0 where
+ * y == 0, xlogy's rule), or with log_target exp(y)·(y - x). Reduction MEAN is over every
+ * element (what torch 1.13 computes for 'mean', with its warning); BATCHMEAN divides the sum
+ * by input.size(0), the KL divergence per sample. Reads reduction, log_target.
+ * Deviation: the target's gradient where y == 0 (without log_target) is 0; PyTorch's is NaN. */
+ag_tensor *ag_kl_div(ag_tensor *input, ag_tensor *target, const ag_loss_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "../../tensor/op.h"
+#include "layers.h"
 
 /* columns handled by one thread in column reductions (a block's partial sums stay in registers/L1) */
 #define COLS 64
@@ -46,4 +47,9 @@ void ag__drop_advance(ag_rng *r, int64_t n, double p);
 /* dx += (kept)·g·scale, or dx = when not acc; kept from bits, or (bits NULL) where y ≠ 0 */
 void ag__drop_bwd(ag_dtype dt, const uint8_t *bits, const char *y, const char *g, char *dx, int64_t n, double scale,
                   bool acc);
+
+/* cfg, or *defaults filled with ag_loss_defaults() when cfg is NULL; NULL (reported through op)
+ * when cfg sets weight or pos_weight and the loss has no such option (loss.c) */
+const ag_loss_config *ag__loss_config(const char *op, const ag_loss_config *cfg, bool weight, bool pos_weight,
+                                      ag_loss_config *defaults);
 #endif

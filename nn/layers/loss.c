@@ -1,16 +1,15 @@
 /* Losses as fused ops: cross entropy (log-softmax inside, never log of probabilities), NLL and
- * MSE. Per-position work runs in parallel; the reduction over positions is one serial sum in
+ * MSE, and the options every loss takes (ag_loss_config). Per-position work runs in parallel; the reduction over positions is one serial sum in
  * double, so results do not depend on the thread count. */
 #include <math.h>
 #include <string.h>
 
 #include "../../tensor/op.h"
 #include "layers.h"
+#include "layers_internal.h"
 
 /* elements per partial sum in mse (fixed, so the summation order is fixed) */
 #define BLOCK 8192
-
-static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 
 static double *scratch(int64_t n) { return ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(n)); }
 
@@ -20,19 +19,39 @@ static bool check_reduction(const char *op, ag_reduction r) {
     return false;
 }
 
+ag_loss_config ag_loss_defaults(void) {
+    return (ag_loss_config){.reduction = AG_REDUCTION_MEAN, .ignore_index = -100, .beta = 1.0};
+}
+
+const ag_loss_config *ag__loss_config(const char *op, const ag_loss_config *cfg, bool weight, bool pos_weight,
+                                      ag_loss_config *defaults) {
+    if (!cfg) {
+        *defaults = ag_loss_defaults();
+        cfg = defaults;
+    }
+    if ((cfg->weight && !weight) || (cfg->pos_weight && !pos_weight)) {
+        ag_error(op, "%s given, but this loss has no such option", cfg->weight && !weight ? "weight" : "pos_weight");
+        return NULL;
+    }
+    return cfg;
+}
+
 /* ==== class-index losses: logits/log-probs viewed as (N, C, S), targets as (N, S) ========== */
 
 typedef struct {
     int64_t n, c, s;       /* positions are r = i·s + k, class j of r at x[i·c·s + j·s + k] */
     int64_t ignore, valid; /* valid: targets not equal to ignore */
     double smoothing;
+    const double *cw;      /* (C) class weights, or NULL for all 1 */
+    double wsum;           /* Σ_c cw[c] (C without weights) */
+    double denom;          /* MEAN's divisor: Σ cw[t] over the valid targets (valid without weights) */
     ag_reduction reduction;
 } cls_info;
 
 /* Check shapes, targets and options; contiguous logits into *xc and i64 targets into *tc. */
-static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ignore, ag_reduction red,
-                         cls_info *L, ag_tensor **xc, ag_tensor **tc) {
-    if (!ag__check_float(op, x) || !ag__check_not_null(op, t) || !check_reduction(op, red)) return false;
+static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, const ag_loss_config *cfg, cls_info *L,
+                         ag_tensor **xc, ag_tensor **tc) {
+    if (!ag__check_float(op, x) || !ag__check_not_null(op, t) || !check_reduction(op, cfg->reduction)) return false;
     char b1[128], b2[128];
     bool ok = (t->dtype == AG_I64 || t->dtype == AG_I32) && x->ndim >= 1 && t->ndim == x->ndim - 1;
     if (ok && x->ndim >= 2) {
@@ -49,8 +68,24 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
     L->n = x->ndim >= 2 ? x->shape[0] : 1;
     L->c = x->ndim >= 2 ? x->shape[1] : x->shape[0];
     L->s = ag__shape_numel(x->ndim > 2 ? x->ndim - 2 : 0, x->shape + 2);
-    L->ignore = ignore;
-    L->reduction = red;
+    L->ignore = cfg->ignore_index;
+    L->reduction = cfg->reduction;
+    L->wsum = (double)L->c;
+    if (cfg->weight) {
+        ag_tensor *w = cfg->weight;
+        if (!ag__check_float(op, w)) return false;
+        if (w->ndim != 1 || w->shape[0] != L->c) {
+            ag_error(op, "input %s: weight %s, expected (%lld): one weight per class", ag_shape_str(x, b1),
+                     ag_shape_str(w, b2), (long long)L->c);
+            return false;
+        }
+        ag_tensor *wd = ag__new(AG_F64, 1, &L->c);
+        ag__copy(wd, w);
+        L->cw = (const double *)ag__ptr(wd);
+        L->wsum = 0;
+        for (int64_t j = 0; j < L->c; j++) L->wsum += L->cw[j];
+    }
+    int64_t ignore = L->ignore;
     *xc = ag__dense(x);
     *tc = ag__new(AG_I64, t->ndim, t->shape);
     ag__copy(*tc, t);
@@ -65,6 +100,7 @@ static bool class_layout(const char *op, ag_tensor *x, ag_tensor *t, int64_t ign
             return false;
         }
         L->valid++;
+        L->denom += L->cw ? L->cw[tv[r]] : 1.0;
     }
     return true;
 }
@@ -100,14 +136,14 @@ static ag_tensor *reduce_positions(ag_dtype dt, const ag_tensor *t, const cls_in
     }
     double sum = 0;
     for (int64_t r = 0; r < npos; r++) sum += loss[r];
-    if (L->reduction == AG_REDUCTION_MEAN) sum = L->valid ? sum / (double)L->valid : 0.0;
+    if (L->reduction == AG_REDUCTION_MEAN) sum = L->valid ? sum / L->denom : 0.0;
     return ag_scalar(dt, sum);
 }
 
 /* upstream grad per position: g[r·gs]·scale */
 static void position_weights(const cls_info *L, int64_t *gs, double *scale) {
     *gs = L->reduction == AG_REDUCTION_NONE ? 1 : 0;
-    *scale = L->reduction == AG_REDUCTION_MEAN ? (L->valid ? 1.0 / (double)L->valid : 0.0) : 1.0;
+    *scale = L->reduction == AG_REDUCTION_MEAN ? (L->valid ? 1.0 / L->denom : 0.0) : 1.0;
 }
 
 static void cross_entropy_backward(ag_node *n) {
@@ -117,19 +153,26 @@ static void cross_entropy_backward(ag_node *n) {
     int64_t gs;
     double scale;
     position_weights(L, &gs, &scale);
-    (dx->dtype == AG_F32 ? ce_backward_f32 : ce_backward_f64)(
-        ag__ptr(n->saved[0]), (const int64_t *)ag__ptr(n->saved[1]), L, (const double *)ag__ptr(n->saved[2]),
-        ag__ptr(n->out->grad), gs, scale, ag__ptr(dx));
+    if (L->cw)
+        (dx->dtype == AG_F32 ? ce_weighted_backward_f32 : ce_weighted_backward_f64)(
+            ag__ptr(n->saved[0]), (const int64_t *)ag__ptr(n->saved[1]), L, (const double *)ag__ptr(n->saved[2]),
+            ag__ptr(n->out->grad), gs, scale, ag__ptr(dx));
+    else
+        (dx->dtype == AG_F32 ? ce_backward_f32 : ce_backward_f64)(
+            ag__ptr(n->saved[0]), (const int64_t *)ag__ptr(n->saved[1]), L, (const double *)ag__ptr(n->saved[2]),
+            ag__ptr(n->out->grad), gs, scale, ag__ptr(dx));
 }
 /* saved[0] is the logits themselves when contiguous */
 static const ag_op CROSS_ENTROPY = {"ag_cross_entropy", cross_entropy_backward, AG_SAVES_INPUT(0)};
 
-ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, int64_t ignore_index, double label_smoothing,
-                            ag_reduction reduction) {
+ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, const ag_loss_config *cfg) {
     const char *op = "ag_cross_entropy";
+    ag_loss_config dflt;
+    if (!(cfg = ag__loss_config(op, cfg, true, false, &dflt))) return NULL;
+    double label_smoothing = cfg->label_smoothing;
     cls_info L;
     ag_tensor *xc, *tc;
-    if (!class_layout(op, logits, targets, ignore_index, reduction, &L, &xc, &tc)) return NULL;
+    if (!class_layout(op, logits, targets, cfg, &L, &xc, &tc)) return NULL;
     if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
         char b[128];
         ag_error(op, "input %s: label_smoothing %g, expected a value in [0, 1]", ag_shape_str(logits, b),
@@ -140,8 +183,12 @@ ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, int64_t ignor
     int64_t npos = L.n * L.s;
     ag_tensor *lse = ag__new(AG_F64, 1, &npos);
     double *loss = scratch(npos);
-    (logits->dtype == AG_F32 ? ce_forward_f32 : ce_forward_f64)(ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L,
-                                                                 (double *)ag__ptr(lse), loss);
+    if (L.cw)
+        (logits->dtype == AG_F32 ? ce_weighted_forward_f32 : ce_weighted_forward_f64)(
+            ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L, (double *)ag__ptr(lse), loss);
+    else
+        (logits->dtype == AG_F32 ? ce_forward_f32 : ce_forward_f64)(ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L,
+                                                                     (double *)ag__ptr(lse), loss);
     ag_tensor *y = reduce_positions(logits->dtype, targets, &L, loss);
     ag_node *n = ag_finish(&CROSS_ENTROPY, y, 1, &logits);
     if (n) {
@@ -167,10 +214,13 @@ static void nll_backward(ag_node *n) {
 }
 static const ag_op NLL_LOSS = {"ag_nll_loss", nll_backward, AG_SAVES_NONE}; /* its own targets */
 
-ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, int64_t ignore_index, ag_reduction reduction) {
+ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, const ag_loss_config *cfg) {
+    const char *op = "ag_nll_loss";
+    ag_loss_config dflt;
+    if (!(cfg = ag__loss_config(op, cfg, true, false, &dflt))) return NULL;
     cls_info L;
     ag_tensor *xc, *tc;
-    if (!class_layout("ag_nll_loss", log_probs, targets, ignore_index, reduction, &L, &xc, &tc)) return NULL;
+    if (!class_layout(op, log_probs, targets, cfg, &L, &xc, &tc)) return NULL;
     double *loss = scratch(L.n * L.s);
     (log_probs->dtype == AG_F32 ? nll_forward_f32 : nll_forward_f64)(ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L,
                                                                       loss);
@@ -211,8 +261,11 @@ static void mse_backward(ag_node *n) {
 }
 static const ag_op MSE_LOSS = {"ag_mse_loss", mse_backward, AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1)};
 
-ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, ag_reduction reduction) {
+ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, const ag_loss_config *cfg) {
     const char *op = "ag_mse_loss";
+    ag_loss_config dflt;
+    if (!(cfg = ag__loss_config(op, cfg, false, false, &dflt))) return NULL;
+    ag_reduction reduction = cfg->reduction;
     if (!ag__check_float(op, a) || !ag__check_float(op, b) || !check_reduction(op, reduction)) return NULL;
     if (!ag__same_shape(a, b) || a->dtype != b->dtype) {
         char b1[128], b2[128];

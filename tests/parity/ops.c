@@ -75,6 +75,15 @@ static ag_reduction reduction(parity_case *c) {
     return strcmp(r, "sum") == 0 ? AG_REDUCTION_SUM : strcmp(r, "none") == 0 ? AG_REDUCTION_NONE : AG_REDUCTION_MEAN;
 }
 
+/* reduction and ignore_index from the case's attributes, the weight from input 2 when present */
+static ag_loss_config loss_config(parity_case *c) {
+    ag_loss_config lc = ag_loss_defaults();
+    lc.reduction = reduction(c);
+    lc.ignore_index = pc_int(c, "ignore_index", -100);
+    lc.weight = c->nin > 2 ? c->in[2] : NULL;
+    return lc;
+}
+
 static int linear(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
     ag_linear_t m = ag_linear_new(pc_params(c), "", pc_int(c, "in_features", 0), pc_int(c, "out_features", 0),
@@ -123,18 +132,21 @@ static int mul_scalar_(parity_case *c, ag_tensor **out) {
 }
 
 static int cross_entropy(parity_case *c, ag_tensor **out) {
-    out[0] = ag_cross_entropy(pc_in(c, 0), pc_in(c, 1), pc_int(c, "ignore_index", -100),
-                              pc_double(c, "label_smoothing", 0), reduction(c));
+    ag_loss_config lc = loss_config(c);
+    lc.label_smoothing = pc_double(c, "label_smoothing", 0);
+    out[0] = ag_cross_entropy(pc_in(c, 0), pc_in(c, 1), &lc);
     return 1;
 }
 
 static int nll_loss(parity_case *c, ag_tensor **out) {
-    out[0] = ag_nll_loss(pc_in(c, 0), pc_in(c, 1), pc_int(c, "ignore_index", -100), reduction(c));
+    ag_loss_config lc = loss_config(c);
+    out[0] = ag_nll_loss(pc_in(c, 0), pc_in(c, 1), &lc);
     return 1;
 }
 
 static int mse_loss(parity_case *c, ag_tensor **out) {
-    out[0] = ag_mse_loss(pc_in(c, 0), pc_in(c, 1), reduction(c));
+    ag_loss_config lc = loss_config(c);
+    out[0] = ag_mse_loss(pc_in(c, 0), pc_in(c, 1), &lc);
     return 1;
 }
 
