@@ -150,7 +150,8 @@ ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, const ag_loss_config *cfg);
  * count. */
 /* F.binary_cross_entropy: -w·(y·max(log x, -100) + (1-y)·max(log(1-x), -100)), input x
  * probabilities in [0, 1] (a value outside is reported, as PyTorch raises). The gradient is
- * PyTorch's: w·(x - y) / max(x·(1-x), 1e-12). Reads reduction, weight. */
+ * PyTorch's: w·(x - y) / max(x·(1-x), 1e-12) for the input, w·(log(1-x) - log x) (unclamped:
+ * ±inf at 0 and 1) for the target. Reads reduction, weight. */
 ag_tensor *ag_binary_cross_entropy(ag_tensor *input, ag_tensor *target, const ag_loss_config *cfg);
 /* F.binary_cross_entropy_with_logits: w·((1-y)·x + (1 + (p-1)·y)·softplus(-x)), with
  * softplus(-x) = max(-x, 0) + log1p(exp(-|x|)) (finite for any x), p = pos_weight (1 without).

@@ -249,4 +249,5 @@ const parity_op parity_tensor_ops[] = {
 };
 
 const parity_op *const parity_tables[] = {parity_tensor_ops, parity_nn_ops, parity_transformer_ops, parity_gru_ops,
+                                          parity_nn_more_ops,
                                           NULL};

@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""PyTorch parity cases for the pointwise losses (F.binary_cross_entropy, ..._with_logits, F.l1_loss,
+F.smooth_l1_loss, F.kl_div), class weights in F.cross_entropy / F.nll_loss, Adam and AdamW with
+amsgrad, MultiheadAttention on unbatched input and the Transformer layers with the tanh GELU.
+
+Run from the repository root: /usr/bin/python3 tests/parity/gen_nn_more.py  -> tests/parity/nn_more.h5
+Schema: tests/parity/README.md; adapters: ops_nn_more.c."""
+import os
+import sys
+
+import h5py
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_parity import _np, leaf, module_params, run_with, write_case  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def losses(f):
+    torch.manual_seed(11)
+    # binary_cross_entropy: probabilities, including exact 0 and 1 (the log clamp at -100)
+    x = leaf(torch.rand(3, 4) * 0.98 + 0.01)
+    y = leaf(torch.rand(3, 4))
+    w = torch.rand(4) + 0.5
+    write_case(f, "bce_mean", "binary_cross_entropy", "f32", [x, y], [F.binary_cross_entropy(x, y)],
+               "F.binary_cross_entropy, soft targets, reduction mean", {"reduction": "mean"}, grad_outputs="random")
+    xd, yd = leaf(x.double()), leaf(y.double())
+    write_case(f, "bce_weight_none", "binary_cross_entropy", "f64", [xd, yd, w.double()],
+               [F.binary_cross_entropy(xd, yd, weight=w.double(), reduction="none")],
+               "F.binary_cross_entropy with a (4) weight broadcast over (3,4), reduction none",
+               {"reduction": "none"}, grad_outputs="random")
+    xc = torch.tensor([[0.0, 1.0, 0.5], [1.0, 0.0, 0.25]], requires_grad=True)
+    yc = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    write_case(f, "bce_clamped_log_sum", "binary_cross_entropy", "f32", [xc, yc],
+               [F.binary_cross_entropy(xc, yc, reduction="sum")],
+               "inputs at exactly 0 and 1: log clamped at -100, reduction sum", {"reduction": "sum"})
+    # with logits: large magnitudes stay finite; pos_weight along the last dim
+    z = leaf(torch.randn(4, 3) * 3)
+    z.data[0, 0], z.data[1, 1] = 80.0, -90.0
+    t = leaf(torch.rand(4, 3))
+    pw = torch.tensor([0.5, 2.0, 3.0])
+    write_case(f, "bce_logits_mean", "binary_cross_entropy_with_logits", "f32", [z, t],
+               [F.binary_cross_entropy_with_logits(z, t)],
+               "F.binary_cross_entropy_with_logits, logits up to +-90, reduction mean", {"reduction": "mean"},
+               grad_outputs="random")
+    w2 = torch.rand(4, 1) + 0.5
+    zd, td = leaf(z.double()), leaf(t.double())
+    write_case(f, "bce_logits_pos_weight_weight_sum", "binary_cross_entropy_with_logits", "f64",
+               [zd, td, w2.double(), pw.double()],
+               [F.binary_cross_entropy_with_logits(zd, td, weight=w2.double(), pos_weight=pw.double(), reduction="sum")],
+               "pos_weight (3) along the last dim, weight (4,1), reduction sum", {"reduction": "sum"},
+               grad_outputs="random")
+    write_case(f, "bce_logits_pos_weight_none", "binary_cross_entropy_with_logits", "f32",
+               [z, t, None, pw], [F.binary_cross_entropy_with_logits(z, t, pos_weight=pw, reduction="none")],
+               "pos_weight only, reduction none", {"reduction": "none"}, grad_outputs="random")
+    # l1 and smooth l1 (beta, beta = 0)
+    a, b = leaf(torch.randn(2, 5)), leaf(torch.randn(2, 5))
+    write_case(f, "l1_mean", "l1_loss", "f32", [a, b], [F.l1_loss(a, b)], "F.l1_loss, reduction mean",
+               {"reduction": "mean"}, grad_outputs="random")
+    ad, bd = leaf(a.double()), leaf(b.double())
+    write_case(f, "l1_none", "l1_loss", "f64", [ad, bd], [F.l1_loss(ad, bd, reduction="none")],
+               "F.l1_loss, reduction none", {"reduction": "none"}, grad_outputs="random")
+    for beta, red in ((1.0, "mean"), (0.5, "sum"), (0.0, "mean"), (2.0, "none")):
+        write_case(f, f"smooth_l1_beta{beta}_{red}", "smooth_l1_loss", "f32", [a, b],
+                   [F.smooth_l1_loss(a, b, beta=beta, reduction=red)],
+                   f"F.smooth_l1_loss, beta {beta}, reduction {red}" + (" (PyTorch's l1_loss)" if beta == 0 else ""),
+                   {"reduction": red, "beta": beta}, grad_outputs="random")
+    # kl_div: input log-probabilities; target probabilities (some 0) or log-probabilities
+    lp = leaf(torch.log_softmax(torch.randn(3, 4), -1))
+    p = torch.softmax(torch.randn(3, 4), -1)
+    pz = p.clone()
+    pz[0, 1] = 0.0
+    pz = pz.requires_grad_(False)
+    for red in ("batchmean", "sum", "mean", "none"):
+        write_case(f, f"kl_div_{red}", "kl_div", "f32", [lp, pz], [F.kl_div(lp, pz, reduction=red)],
+                   f"F.kl_div, probabilities as target (one exactly 0), reduction {red}",
+                   {"reduction": red, "log_target": 0}, grad_outputs="random")
+    lt = leaf(torch.log_softmax(torch.randn(3, 4), -1).double())
+    lpd = leaf(lp.double())
+    write_case(f, "kl_div_log_target_batchmean", "kl_div", "f64", [lpd, lt],
+               [F.kl_div(lpd, lt, reduction="batchmean", log_target=True)],
+               "F.kl_div with log_target, reduction batchmean; the target's gradient too",
+               {"reduction": "batchmean", "log_target": 1}, grad_outputs="random")
+    # class weights in cross_entropy and nll_loss (inputs: logits, targets, weight)
+    logits = leaf(torch.randn(6, 4) * 2)
+    tgt = torch.tensor([0, 3, -100, 2, 2, 1])
+    cw = torch.tensor([0.5, 2.0, 1.0, 3.0])
+    for red, ls in (("mean", 0.0), ("mean", 0.2), ("none", 0.1), ("sum", 0.1)):
+        write_case(f, f"cross_entropy_weight_{red}_smoothing{ls}", "cross_entropy", "f32", [logits, tgt, cw],
+                   [F.cross_entropy(logits, tgt, weight=cw, label_smoothing=ls, reduction=red)],
+                   f"cross entropy with class weights, reduction {red}, label_smoothing {ls}, one target ignored",
+                   {"ignore_index": -100, "label_smoothing": ls, "reduction": red}, grad_outputs="random")
+    l3 = leaf(torch.randn(2, 4, 3).double())
+    t3 = torch.tensor([[1, 3, 0], [2, 2, 1]])
+    write_case(f, "cross_entropy_weight_ncl", "cross_entropy", "f64", [l3, t3, cw.double()],
+               [F.cross_entropy(l3, t3, weight=cw.double(), label_smoothing=0.1, ignore_index=2)],
+               "(N,C,L) logits, class weights, ignore_index 2, smoothing", {"ignore_index": 2, "label_smoothing": 0.1},
+               grad_outputs="random")
+    lpn = leaf(torch.log_softmax(torch.randn(5, 4), -1))
+    tn = torch.tensor([1, 0, 3, 3, 2])
+    write_case(f, "nll_loss_weight_mean", "nll_loss", "f32", [lpn, tn, cw],
+               [F.nll_loss(lpn, tn, weight=cw, ignore_index=0)], "nll_loss with class weights, ignore_index 0",
+               {"ignore_index": 0, "reduction": "mean"}, grad_outputs="random")
+
+
+FAMILIES = [losses]
+
+
+def main():
+    path = os.path.join(HERE, "nn_more.h5")
+    tmp = path + ".tmp"
+    with h5py.File(tmp, "w") as f:
+        for fam in FAMILIES:
+            fam(f)
+    os.replace(tmp, path)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
