@@ -130,7 +130,11 @@ int main(int argc, char **argv) {
     ag_tensor *src = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids);
     ag_tensor *tin = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + n);
     ag_tensor *tout = ag_from_buffer(AG_I64, AG_SHAPE(c->batch, c->len), ids + 2 * n);
-    ag_optim *opt = ag_adam_new(p, 1e-4, 0.9, 0.98, 1e-9, 0);
+    ag_adam_config adam = ag_adam_defaults();
+    adam.lr = 1e-4;
+    adam.betas[1] = 0.98;
+    adam.eps = 1e-9;
+    ag_optim *opt = ag_adam_new(p, &adam);
 
     ag_arena_use(step);
     bool prev = ag_set_grad_enabled(false);

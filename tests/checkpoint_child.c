@@ -83,7 +83,8 @@ static trainer *trainer_new(const ag_train_state *cfg, uint64_t init_seed, doubl
     t->p = ag_params_new(AG_F32);
     t->l0 = ag_linear_new(t->p, "0", t->in, hidden, true, &init);
     t->l3 = ag_linear_new(t->p, "3", hidden, t->out, true, &init);
-    t->opt = ag_adam_new(t->p, t->base_lr, beta1, beta2, eps, 0.01);
+    t->opt = ag_adam_new(
+        t->p, &(ag_adam_config){.lr = t->base_lr, .betas = {beta1, beta2}, .eps = eps, .weight_decay = 0.01});
     /* the data set: normal features, labels from a fixed rule plus noise */
     ag_rng data = ag_rng_new((uint64_t)cfg_int(cfg, "data_seed"));
     double *v = malloc(sizeof(double) * (size_t)(t->nsamples * (t->in + 1)));
@@ -145,7 +146,9 @@ static double trainer_step(trainer *t) {
     ag_tensor *loss = ag_cross_entropy(ag_linear_forward(&t->l3, h), y, NULL);
     ag_params_zero_grad(t->p);
     ag_backward(loss, NULL);
-    t->opt->lr = ag_lr_warmup_inv_sqrt(t->opt->step + 1, t->base_lr, t->warmup);
+    ag_lr_schedule_config sched = ag_lr_schedule_defaults(AG_LR_WARMUP_INV_SQRT, t->base_lr);
+    sched.warmup_steps = t->warmup;
+    t->opt->lr = ag_lr_schedule_at(&sched, t->opt->step + 1);
     ag_optim_step(t->opt);
     double l = ag_item(loss);
     t->pos += t->batch;
@@ -266,11 +269,11 @@ static int cmd_resume(const char *ckpt, int64_t steps, const char *out, const ch
 static int cmd_save_loop(const char *path, int v) {
     char msg[2048];
     ag_params *p = version_params(AG_F32);
-    ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0);
+    ag_optim *o = ag_adam_new(p, NULL);
     ag_train_state st[2] = {{0}};
     version_fill(1, p, o, &st[0]);
     ag_params *q = version_params(AG_F32); /* version 2's values, kept to swap in with memcpy */
-    ag_optim *o2 = ag_adam_new(q, 0.001, 0.9, 0.999, 1e-8, 0);
+    ag_optim *o2 = ag_adam_new(q, NULL);
     version_fill(2, q, o2, &st[1]);
     ag_params *ps[2] = {p, q};
     ag_optim *os[2] = {o, o2};

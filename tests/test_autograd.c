@@ -346,7 +346,7 @@ static void test_parameters_share_their_slab_version_and_an_optimizer_step_moves
     ag_fill_(w, 0.5);
     assert_int_equal(ag_version(b), 1);
     assert_int_equal(ag_version(p->flat), 1);
-    ag_optim *o = ag_sgd_new(p, 0.1, 0, 0, 0, false);
+    ag_optim *o = ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1});
     ag_optim_step(o);
     assert_int_equal(ag_version(w), 2);
     assert_int_equal(ag_version(w->grad), 0); /* the gradients are the other slab */
@@ -421,7 +421,7 @@ static void test_optimizer_step_between_forward_and_backward_is_reported_by_name
     ag_params *p = ag_params_new(AG_F64);
     ag_rng r = ag_rng_new(2);
     ag_linear_t lin = ag_linear_new(p, "lin", 3, 2, true, &r);
-    ag_optim *o = ag_sgd_new(p, 0.1, 0, 0, 0, false);
+    ag_optim *o = ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1});
     ag_tensor *loss = ag_sum(ag_linear_forward(&lin, tu_seq(AG_F64, AG_SHAPE(4, 3), 0.5, 0.2)), 0, NULL, false);
     ag_optim_step(o);
     ag_backward(loss, NULL);

@@ -242,8 +242,11 @@ static ag_params *round_trip_params(ag_dtype dt) {
 static void round_trip(ag_dtype dt, bool sgd) {
     const char *path = in_tmp(sgd ? "rt_sgd.h5" : "rt_adam.h5");
     ag_params *p = round_trip_params(dt), *q = round_trip_params(dt);
-    ag_optim *o = sgd ? ag_sgd_new(p, 0.125, 0.9, 0, 1e-4, true) : ag_adamw_new(p, 3e-4, 0.85, 0.995, 1e-7, 0.05);
-    ag_optim *oq = sgd ? ag_sgd_new(q, 1, 0.5, 0.3, 0, false) : ag_adamw_new(q, 1, 0.5, 0.5, 1e-3, 0);
+    ag_optim *o =
+        sgd ? ag_sgd_new(p, &(ag_sgd_config){.lr = 0.125, .momentum = 0.9, .weight_decay = 1e-4, .nesterov = true})
+            : ag_adamw_new(p, &(ag_adam_config){.lr = 3e-4, .betas = {0.85, 0.995}, .eps = 1e-7, .weight_decay = 0.05});
+    ag_optim *oq = sgd ? ag_sgd_new(q, &(ag_sgd_config){.lr = 1, .momentum = 0.5, .dampening = 0.3})
+                       : ag_adamw_new(q, &(ag_adam_config){.lr = 1, .betas = {0.5, 0.5}, .eps = 1e-3});
     fill_special(p, p->data, 1);
     for (int k = 0; k < ag_optim_state_count(o); k++) {
         void *slab;
@@ -333,7 +336,7 @@ static int64_t h5_attr_i64(hid_t loc, const char *name) {
 static void test_file_layout_uses_state_dict_names_shapes_and_documented_attributes(void **state) {
     const char *path = in_tmp("layout.h5");
     ag_params *p = version_params(AG_F32);
-    ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0);
+    ag_optim *o = ag_adam_new(p, NULL);
     ag_train_state s = {0};
     version_fill(2, p, o, &s);
     save_ok(path, p, o, &s);
@@ -400,7 +403,7 @@ static void test_file_layout_uses_state_dict_names_shapes_and_documented_attribu
 static void test_strict_load_reports_every_missing_unexpected_and_misshapen_name_together(void **state) {
     const char *path = in_tmp("mismatch.h5");
     ag_params *p = small_params(AG_F32, 1);
-    ag_optim *o = ag_adam_new(p, 0.01, 0.9, 0.999, 1e-8, 0);
+    ag_optim *o = ag_adam_new(p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8});
     ag_train_state s = {0};
     ag_config_set_int(&s, "hidden", 4);
     save_ok(path, p, o, &s);
@@ -410,7 +413,7 @@ static void test_strict_load_reports_every_missing_unexpected_and_misshapen_name
     ag_params_add(q, "b.weight", AG_SHAPE(3, 4));
     ag_params_add(q, "c.bias", AG_SHAPE(2));
     ag_fill_(q->flat, 7);
-    ag_optim *oq = ag_adam_new(q, 0.5, 0.5, 0.5, 0.5, 0);
+    ag_optim *oq = ag_adam_new(q, &(ag_adam_config){.lr = 0.5, .betas = {0.5, 0.5}, .eps = 0.5});
     ag_train_state t = {0};
     ag_config_set_string(&t, "untouched", "yes");
     assert_load(AG_CKPT_EMISMATCH, path, q, oq, &t, NULL, "9 problems", "missing parameter 'c.bias' (2)",
@@ -456,13 +459,14 @@ static void test_shape_mismatch_message_names_file_dataset_and_both_shapes(void 
 static void test_optimizer_kind_mismatch_fails_even_when_not_strict(void **state) {
     const char *path = in_tmp("kind.h5");
     ag_params *p = small_params(AG_F64, 0);
-    ag_optim *adam = ag_adam_new(p, 0.01, 0.9, 0.999, 1e-8, 0), *sgd = ag_sgd_new(p, 0.1, 0.9, 0, 0, false);
+    ag_optim *adam = ag_adam_new(p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8}),
+             *sgd = ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9});
     save_ok(path, p, adam, NULL);
     ag_ckpt_load_opts loose = {.non_strict = true};
     assert_load(AG_CKPT_EMISMATCH, path, p, sgd, NULL, &loose, "the file holds a 'adam' optimizer",
                 "the optimizer given is 'sgd'");
     /* an SGD saved with momentum needs an SGD that keeps a momentum buffer */
-    ag_optim *plain = ag_sgd_new(p, 0.1, 0, 0, 0, false);
+    ag_optim *plain = ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1});
     save_ok(path, p, sgd, NULL);
     assert_load(AG_CKPT_EMISMATCH, path, p, plain, NULL, &loose, "the file's SGD has momentum 0.9",
                 "keeps no momentum buffer", "unexpected optimizer state 'momentum_buffer'");
@@ -772,7 +776,7 @@ static void test_save_failures_name_the_path_and_the_reason_and_keep_the_old_fil
     assert_memory_equal(r->data, p->data, slab_bytes(p));
     /* arguments */
     assert_int_equal(ag_checkpoint_save(keep, NULL, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
-    ag_optim *oq = ag_adam_new(q, 0.1, 0.9, 0.9, 1e-8, 0);
+    ag_optim *oq = ag_adam_new(q, &(ag_adam_config){.lr = 0.1, .betas = {0.9, 0.9}, .eps = 1e-8});
     assert_int_equal(ag_checkpoint_save(keep, p, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
     assert_non_null(strstr(msg, "another parameter set"));
     assert_int_equal(ag_checkpoint_load(keep, p, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
@@ -1184,7 +1188,7 @@ static void test_sigkill_during_saves_always_leaves_one_complete_version(void **
     char *path = strdup(in_tmp("killed.h5")), tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ag_params *p = version_params(AG_F32), *q = version_params(AG_F32);
-    ag_optim *o = ag_adam_new(p, 0.001, 0.9, 0.999, 1e-8, 0), *oq = ag_adam_new(q, 0.001, 0.9, 0.999, 1e-8, 0);
+    ag_optim *o = ag_adam_new(p, NULL), *oq = ag_adam_new(q, NULL);
     ag_train_state s = {0}, t = {0};
     version_fill(1, p, o, &s);
     save_ok(path, p, o, &s);

@@ -222,7 +222,7 @@ static model model_new(float base) {
     for (int k = 0; k < m.p->count; k++)
         for (int64_t i = 0; i < ag_numel(m.p->list[k]); i++)
             ((float *)m.p->data)[m.p->list[k]->offset + i] = base + 0.5f * (float)(k * 100 + i);
-    m.o = ag_adam_new(m.p, 0.01, 0.9, 0.999, 1e-8, 0);
+    m.o = ag_adam_new(m.p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8});
     return m;
 }
 

@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 /* the options of a case: reduction, ignore_index, label_smoothing */
-#define LOSS_CFG(red, ignore, smoothing)                                                                       \
+#define LOSS_CFG(red, ignore, smoothing)                                                                               \
     (&(ag_loss_config){.reduction = (red), .ignore_index = (ignore), .label_smoothing = (smoothing), .beta = 1})
 
 /* ==== cross entropy, (N, C) ================================================================= */
@@ -98,7 +98,8 @@ static void test_cross_entropy_reads_a_permuted_nlc_tensor(void **s) {
         for (int c = 0; c < 3; c++)
             for (int l = 0; l < 4; l++) nlc[n * 12 + l * 3 + c] = ncl[n * 12 + c * 4 + l];
     ag_tensor *base = tu_leaf(ag_from_buffer(AG_F64, AG_SHAPE(2, 4, 3), nlc));
-    ag_tensor *y = ag_cross_entropy(ag_permute(base, (int[]){0, 2, 1}), tu_tensor(AG_I32, AG_SHAPE(2, 4), NCL_T), LOSS_CFG(AG_REDUCTION_MEAN, -1, 0.1));
+    ag_tensor *y = ag_cross_entropy(ag_permute(base, (int[]){0, 2, 1}), tu_tensor(AG_I32, AG_SHAPE(2, 4), NCL_T),
+                                    LOSS_CFG(AG_REDUCTION_MEAN, -1, 0.1));
     tu_assert_values(y, 1e-12, 1.2211480806584425);
     ag_backward(y, NULL);
     /* element (n, l, c) of the grad is torch's x.grad[n, c, l] = -0.0945... for (0,0,0), 0.0950... for (0,0,1) */
@@ -170,7 +171,8 @@ static void test_cross_entropy_f32_matches_f64(void **s) {
 
 static void test_cross_entropy_unbatched_input(void **s) {
     /* hand-worked: log(e^0 + e^1 + e^2) - 1 = 1.4076059644443804 (also row 4 of the NCL 'none' case) */
-    ag_tensor *y = ag_cross_entropy(tu_tensor(AG_F64, AG_SHAPE(3), 0, 1, 2), ag_scalar(AG_I64, 1), LOSS_CFG(AG_REDUCTION_NONE, -100, 0));
+    ag_tensor *y = ag_cross_entropy(tu_tensor(AG_F64, AG_SHAPE(3), 0, 1, 2), ag_scalar(AG_I64, 1),
+                                    LOSS_CFG(AG_REDUCTION_NONE, -100, 0));
     assert_int_equal(y->ndim, 0);
     tu_assert_values(y, 1e-12, 1.4076059644443804);
 }
@@ -273,7 +275,8 @@ static void test_mse_loss_gradcheck(void **s) {
 }
 
 static void test_mse_loss_reports_shape_mismatch(void **s) {
-    assert_null(ag_mse_loss(ag_ones(AG_F32, AG_SHAPE(2, 3)), ag_ones(AG_F32, AG_SHAPE(3, 2)), LOSS_CFG(AG_REDUCTION_MEAN, -100, 0)));
+    assert_null(ag_mse_loss(ag_ones(AG_F32, AG_SHAPE(2, 3)), ag_ones(AG_F32, AG_SHAPE(3, 2)),
+                            LOSS_CFG(AG_REDUCTION_MEAN, -100, 0)));
     tu_assert_error("ag_mse_loss", "(2,3)", "(3,2)");
 }
 

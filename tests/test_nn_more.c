@@ -1,9 +1,14 @@
 /* The pointwise losses (binary cross entropy, with logits, L1, smooth L1, KL divergence) and class
  * weights in cross entropy: f64 gradchecks of input and target for every reduction, values
  * worked by hand, PyTorch's edge cases (log clamp, beta = 0, batchmean), misuse reporting.
- * Their PyTorch parity cases are in tests/parity/nn_more.h5 (gen_nn_more.py). */
+ * Adam's amsgrad by hand and through checkpoints (old files without it still load); the config
+ * defaults. Their PyTorch parity cases are in tests/parity/nn_more.h5 (gen_nn_more.py). */
+#include <hdf5.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -198,6 +203,163 @@ static void test_cross_entropy_weighted_mean_divides_by_target_weights(void **s)
     tu_assert_error("ag_cross_entropy", "weight (3)", "expected (2)");
 }
 
+/* ==== Adam's amsgrad ========================================================================= */
+
+/* hand-worked, one parameter, lr 1, betas (0, 0.5), eps 0: gradients 2 then 0.
+ * step 1: m = 2, v = 0.5·4 = 2, bias corrections 1 and 0.5: p -= 2 / (sqrt(2)/sqrt(0.5)) = 1
+ * step 2: m = 0, v = 1, vmax = 2: p -= 0 (m = 0) whatever the denominator; then gradient 1:
+ * step 3: m = 1, v = 0.5 + 0.5 = 1, vmax stays 2, bc2 = 0.875: p -= 1 / (sqrt(2)/sqrt(0.875))
+ * (without amsgrad sqrt(1)/sqrt(0.875)) */
+static void test_adam_amsgrad_divides_by_the_running_maximum(void **s) {
+    for (int ams = 0; ams < 2; ams++) {
+        ag_params *p = ag_params_new(AG_F64);
+        ag_tensor *w = ag_params_add(p, "w", AG_SHAPE(1));
+        ag_adam_config c = ag_adam_defaults();
+        c.lr = 1;
+        c.betas[0] = 0;
+        c.betas[1] = 0.5;
+        c.eps = 0;
+        c.amsgrad = ams;
+        ag_optim *o = ag_adam_new(p, &c);
+        assert_int_equal(ag_optim_state_count(o), ams ? 3 : 2);
+        double g[3] = {2, 0, 1};
+        for (int k = 0; k < 3; k++) {
+            ((double *)p->grad)[0] = g[k];
+            ag_optim_step(o);
+        }
+        double last = ams ? sqrt(0.875) / sqrt(2.0) : sqrt(0.875);
+        tu_assert_values(w, 1e-15, -1 - last);
+        if (ams) {
+            assert_string_equal(ag_optim_state(o, 2, NULL), "max_exp_avg_sq");
+            tu_assert_values(ag_optim_state_view(o, "max_exp_avg_sq", w), 0, 2);
+            tu_assert_values(ag_optim_state_view(o, "exp_avg_sq", w), 0, 1);
+        }
+        ag_optim_free(o);
+        ag_params_free(p);
+    }
+}
+
+static char ckpt_dir[256];
+
+static const char *ckpt_path(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    if (!ckpt_dir[0]) {
+        snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/ag_nn_more_XXXXXX");
+        assert_non_null(mkdtemp(ckpt_dir));
+    }
+    snprintf(buf[k], sizeof buf[k], "%s/%s", ckpt_dir, name);
+    return buf[k];
+}
+
+static ag_optim *adam_with(ag_params *p, bool amsgrad) {
+    ag_adam_config c = ag_adam_defaults();
+    c.lr = 0.1;
+    c.betas[1] = 0.5;
+    c.amsgrad = amsgrad;
+    return ag_adam_new(p, &c);
+}
+
+/* two steps with gradients that shrink, so max_exp_avg_sq differs from exp_avg_sq */
+static void two_steps(ag_params *p, ag_optim *o) {
+    for (int k = 0; k < 2; k++) {
+        for (int t = 0; t < p->count; t++) /* the parameters' elements; the gaps between them stay 0 */
+            for (int64_t i = 0; i < ag_numel(p->list[t]); i++)
+                ((float *)p->grad)[p->list[t]->offset + i] = (float)((k ? 0.1 : 3.0) * (double)(i + 1));
+        ag_optim_step(o);
+    }
+}
+
+static ag_params *small(void) {
+    ag_params *p = ag_params_new(AG_F32);
+    ag_params_add(p, "w", AG_SHAPE(2, 3));
+    ag_params_add(p, "b", AG_SHAPE(3));
+    ag_fill_(p->flat, 0.5);
+    return p;
+}
+
+static void test_amsgrad_state_round_trips_through_a_checkpoint(void **s) {
+    const char *path = ckpt_path("ams.h5");
+    char msg[1024];
+    ag_params *p = small(), *q = small();
+    ag_optim *o = adam_with(p, true), *oq = adam_with(q, true);
+    two_steps(p, o);
+    assert_int_equal(ag_checkpoint_save(path, p, o, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_load(path, q, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    for (int k = 0; k < 3; k++) {
+        void *a, *b;
+        assert_string_equal(ag_optim_state(o, k, &a), ag_optim_state(oq, k, &b));
+        assert_memory_equal(a, b, (size_t)p->numel * sizeof(float));
+    }
+    float *vm = o->max_exp_avg_sq, *v = o->exp_avg_sq;
+    assert_true(vm[0] > v[0]); /* the maximum is state of its own */
+    assert_int_equal(oq->step, 2);
+    /* an amsgrad file does not load into an Adam without it */
+    ag_optim *plain = adam_with(q, false);
+    assert_int_equal(ag_checkpoint_load(path, q, plain, NULL, NULL, msg, sizeof msg), AG_CKPT_EMISMATCH);
+    assert_non_null(strstr(msg, "amsgrad on"));
+    ag_optim_free(plain);
+    ag_optim_free(o);
+    ag_optim_free(oq);
+    ag_params_free(p);
+    ag_params_free(q);
+}
+
+/* a file written before amsgrad existed has no "amsgrad" attribute: an Adam without amsgrad
+ * loads it; one with amsgrad is told what is missing */
+static void test_adam_file_without_the_amsgrad_attribute_still_loads(void **s) {
+    const char *path = ckpt_path("old.h5");
+    char msg[1024];
+    ag_params *p = small(), *q = small();
+    ag_optim *o = adam_with(p, false), *oq = adam_with(q, false);
+    two_steps(p, o);
+    assert_int_equal(ag_checkpoint_save(path, p, o, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+    assert_true(H5Aexists(g, "amsgrad") > 0);
+    assert_true(H5Adelete(g, "amsgrad") >= 0);
+    H5Gclose(g);
+    H5Fclose(f);
+    tu_checkpoint_rehash(path);
+    assert_int_equal(ag_checkpoint_load(path, q, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_memory_equal(o->exp_avg_sq, oq->exp_avg_sq, (size_t)p->numel * sizeof(float));
+    assert_memory_equal(p->data, q->data, (size_t)p->numel * sizeof(float));
+    ag_optim *ams = adam_with(q, true);
+    assert_int_equal(ag_checkpoint_load(path, q, ams, NULL, NULL, msg, sizeof msg), AG_CKPT_EMISMATCH);
+    assert_non_null(strstr(msg, "amsgrad off"));
+    assert_non_null(strstr(msg, "no optimizer state 'max_exp_avg_sq'"));
+    ag_optim_free(ams);
+    ag_optim_free(o);
+    ag_optim_free(oq);
+    ag_params_free(p);
+    ag_params_free(q);
+    remove(ckpt_path("old.h5"));
+    remove(ckpt_path("ams.h5"));
+    rmdir(ckpt_dir);
+    ckpt_dir[0] = 0;
+}
+
+/* the defaults are torch.optim's */
+static void test_optimizer_defaults_are_torchs(void **s) {
+    ag_adam_config a = ag_adam_defaults(), w = ag_adamw_defaults();
+    assert_true(a.lr == 1e-3 && a.betas[0] == 0.9 && a.betas[1] == 0.999 && a.eps == 1e-8);
+    assert_true(a.weight_decay == 0 && !a.amsgrad);
+    assert_true(w.lr == 1e-3 && w.weight_decay == 1e-2 && !w.amsgrad);
+    ag_sgd_config sg = ag_sgd_defaults(0.5);
+    assert_true(sg.lr == 0.5 && sg.momentum == 0 && sg.dampening == 0 && sg.weight_decay == 0 && !sg.nesterov);
+    ag_loss_config l = ag_loss_defaults();
+    assert_true(l.reduction == AG_REDUCTION_MEAN && l.ignore_index == -100 && l.label_smoothing == 0);
+    assert_true(l.beta == 1 && !l.log_target && !l.weight && !l.pos_weight);
+    ag_params *p = small();
+    ag_optim *o = ag_adamw_new(p, NULL);
+    assert_true(o->weight_decay == 1e-2 && o->eps == 1e-8 && o->kind == AG_OPTIM_ADAMW);
+    ag_optim_free(o);
+    assert_null(ag_sgd_new(p, NULL));
+    tu_assert_error("ag_sgd_new", "ag_sgd_defaults(lr)");
+    ag_params_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, tu_setup, tu_teardown)
@@ -213,6 +375,10 @@ int main(void) {
         T(test_pointwise_losses_report_shape_and_option_misuse),
         T(test_cross_entropy_with_class_weights_gradcheck),
         T(test_cross_entropy_weighted_mean_divides_by_target_weights),
+        T(test_adam_amsgrad_divides_by_the_running_maximum),
+        T(test_amsgrad_state_round_trips_through_a_checkpoint),
+        T(test_adam_file_without_the_amsgrad_attribute_still_loads),
+        T(test_optimizer_defaults_are_torchs),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

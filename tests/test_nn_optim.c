@@ -186,12 +186,22 @@ static void run_case(const char *file, int line, make_fn make, const trajectory 
 }
 #define RUN_CASE(make, f32, f64) run_case(__FILE__, __LINE__, make, f32, f64)
 
-static ag_optim *make_sgd(ag_params *p) { return ag_sgd_new(p, 0.1, 0, 0, 0, false); }
-static ag_optim *make_sgd_momentum(ag_params *p) { return ag_sgd_new(p, 0.1, 0.9, 0.1, 0.01, false); }
-static ag_optim *make_sgd_nesterov(ag_params *p) { return ag_sgd_new(p, 0.1, 0.9, 0, 0.01, true); }
-static ag_optim *make_adam(ag_params *p) { return ag_adam_new(p, 0.01, 0.9, 0.999, 1e-8, 0); }
-static ag_optim *make_adam_wd(ag_params *p) { return ag_adam_new(p, 0.01, 0.8, 0.99, 1e-6, 0.1); }
-static ag_optim *make_adamw(ag_params *p) { return ag_adamw_new(p, 0.01, 0.9, 0.999, 1e-8, 0.1); }
+static ag_optim *make_sgd(ag_params *p) { return ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1}); }
+static ag_optim *make_sgd_momentum(ag_params *p) {
+    return ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
+}
+static ag_optim *make_sgd_nesterov(ag_params *p) {
+    return ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+}
+static ag_optim *make_adam(ag_params *p) {
+    return ag_adam_new(p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8});
+}
+static ag_optim *make_adam_wd(ag_params *p) {
+    return ag_adam_new(p, &(ag_adam_config){.lr = 0.01, .betas = {0.8, 0.99}, .eps = 1e-6, .weight_decay = 0.1});
+}
+static ag_optim *make_adamw(ag_params *p) {
+    return ag_adamw_new(p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8, .weight_decay = 0.1});
+}
 
 static void test_sgd_matches_torch_for_three_steps(void **s) { RUN_CASE(make_sgd, SGD_F32, SGD_F64); }
 static void test_sgd_with_momentum_dampening_and_weight_decay_matches_torch(void **s) {
@@ -206,7 +216,7 @@ static void test_adamw_decoupled_weight_decay_matches_torch(void **s) { RUN_CASE
  * momentum * 0 + (1 - dampening) * gradient: with dampening 0.5 the two differ by a factor 2. */
 static void test_sgd_momentum_buffer_starts_as_the_first_gradient(void **s) {
     model m = make_model(AG_F64);
-    ag_optim *opt = ag_sgd_new(m.p, 0.1, 0.9, 0.5, 0, false);
+    ag_optim *opt = ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9, .dampening = 0.5});
     set_grads(&m, 0);
     ag_optim_step(opt);
     tu_assert_values(ag_optim_state_view(opt, "momentum_buffer", m.b), 0, 1.0, -0.3, 0.02);
@@ -223,8 +233,9 @@ static void test_sgd_momentum_buffer_starts_as_the_first_gradient(void **s) {
 /* state slabs carry torch's state_dict names, and a parameter's state sits at its own offset */
 static void test_state_slabs_are_named_as_in_torch_and_sliced_per_parameter(void **s) {
     model m = make_model(AG_F32);
-    ag_optim *adam = ag_adam_new(m.p, 0.01, 0.9, 0.999, 1e-8, 0);
-    ag_optim *sgd = ag_sgd_new(m.p, 0.1, 0.9, 0, 0, false), *plain = ag_sgd_new(m.p, 0.1, 0, 0, 0, false);
+    ag_optim *adam = ag_adam_new(m.p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8});
+    ag_optim *sgd = ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9}),
+             *plain = ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1});
     void *slab = NULL;
     assert_int_equal(ag_optim_state_count(adam), 2);
     assert_string_equal(ag_optim_state(adam, 0, &slab), "exp_avg");
@@ -262,7 +273,7 @@ static void test_state_slabs_are_named_as_in_torch_and_sliced_per_parameter(void
 /* Schedules assign opt->lr between steps: p=(.25,...) g=(1,...) lr .1 then .2 gives .15 then -.05 */
 static void test_step_uses_the_lr_assigned_between_steps(void **s) {
     model m = make_model(AG_F64);
-    ag_optim *opt = ag_sgd_new(m.p, 0.1, 0, 0, 0, false);
+    ag_optim *opt = ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1});
     set_grads(&m, 0);
     ag_optim_step(opt);
     opt->lr = 0.2;
@@ -322,38 +333,73 @@ static void test_clip_grad_norm_leaves_small_gradients_bit_identical(void **s) {
     }
 }
 
+/* the three schedules through ag_lr_schedule_config, by the arguments the tests name */
+static double warmup_inv_sqrt(int64_t step, double base_lr, int64_t warmup) {
+    ag_lr_schedule_config c = ag_lr_schedule_defaults(AG_LR_WARMUP_INV_SQRT, base_lr);
+    c.warmup_steps = warmup;
+    return ag_lr_schedule_at(&c, step);
+}
+static double noam(int64_t step, int64_t d_model, int64_t warmup, double factor) {
+    ag_lr_schedule_config c = ag_lr_schedule_defaults(AG_LR_NOAM, factor);
+    c.d_model = d_model;
+    c.warmup_steps = warmup;
+    return ag_lr_schedule_at(&c, step);
+}
+static double cosine(int64_t step, double base_lr, int64_t warmup, int64_t total, double min_lr) {
+    ag_lr_schedule_config c = ag_lr_schedule_defaults(AG_LR_COSINE, base_lr);
+    c.warmup_steps = warmup;
+    c.total_steps = total;
+    c.min_lr = min_lr;
+    return ag_lr_schedule_at(&c, step);
+}
+
+/* the defaults: warmup 4000 and d_model 512 (the Transformer paper's), no cosine warmup */
+static void test_lr_schedule_defaults(void **s) {
+    ag_lr_schedule_config c = ag_lr_schedule_defaults(AG_LR_NOAM, 2);
+    assert_int_equal(c.kind, AG_LR_NOAM);
+    assert_int_equal(c.warmup_steps, 4000);
+    assert_int_equal(c.d_model, 512);
+    assert_close(ag_lr_schedule_at(&c, 4000), 2 * pow(512 * 4000.0, -0.5), 1e-18);
+    c = ag_lr_schedule_defaults(AG_LR_COSINE, 0.5);
+    assert_int_equal(c.warmup_steps, 0);
+    assert_true(isnan(ag_lr_schedule_at(&c, 1))); /* total_steps must be set */
+    tu_assert_error("ag_lr_schedule_at (cosine)", "total_steps 0");
+    c.total_steps = 10;
+    assert_close(ag_lr_schedule_at(&c, 10), 0, 1e-18);
+}
+
 /* hand-worked: base 0.01, warmup 4 */
 static void test_warmup_inv_sqrt_rises_linearly_then_decays_as_inverse_sqrt(void **s) {
-    assert_close(ag_lr_warmup_inv_sqrt(0, 0.01, 4), 0, 0);
-    assert_close(ag_lr_warmup_inv_sqrt(1, 0.01, 4), 0.0025, 1e-18);
-    assert_close(ag_lr_warmup_inv_sqrt(2, 0.01, 4), 0.005, 1e-18);
-    assert_close(ag_lr_warmup_inv_sqrt(4, 0.01, 4), 0.01, 1e-18);
-    assert_close(ag_lr_warmup_inv_sqrt(16, 0.01, 4), 0.005, 1e-18);  /* sqrt(4/16) = 1/2 */
-    assert_close(ag_lr_warmup_inv_sqrt(100, 0.01, 4), 0.002, 1e-18); /* sqrt(4/100) = 1/5 */
+    assert_close(warmup_inv_sqrt(0, 0.01, 4), 0, 0);
+    assert_close(warmup_inv_sqrt(1, 0.01, 4), 0.0025, 1e-18);
+    assert_close(warmup_inv_sqrt(2, 0.01, 4), 0.005, 1e-18);
+    assert_close(warmup_inv_sqrt(4, 0.01, 4), 0.01, 1e-18);
+    assert_close(warmup_inv_sqrt(16, 0.01, 4), 0.005, 1e-18);  /* sqrt(4/16) = 1/2 */
+    assert_close(warmup_inv_sqrt(100, 0.01, 4), 0.002, 1e-18); /* sqrt(4/100) = 1/5 */
 }
 
 /* hand-worked: d_model 16 (16^-0.5 = 1/4), warmup 4 (4^-1.5 = 1/8), factor 2 */
 static void test_noam_schedule_is_the_annotated_transformer_rate(void **s) {
-    assert_close(ag_lr_noam(1, 16, 4, 2), 2 * 0.25 * 0.125, 1e-18);  /* min(1, 1/8) */
-    assert_close(ag_lr_noam(0, 16, 4, 2), 2 * 0.25 * 0.125, 1e-18);  /* step 0 taken as 1 */
-    assert_close(ag_lr_noam(2, 16, 4, 2), 2 * 0.25 * 0.25, 1e-18);   /* min(1/sqrt2, 2/8) */
-    assert_close(ag_lr_noam(4, 16, 4, 2), 2 * 0.25 * 0.5, 1e-18);    /* min(1/2, 4/8) */
-    assert_close(ag_lr_noam(16, 16, 4, 2), 2 * 0.25 * 0.25, 1e-18);  /* min(1/4, 2) */
+    assert_close(noam(1, 16, 4, 2), 2 * 0.25 * 0.125, 1e-18);  /* min(1, 1/8) */
+    assert_close(noam(0, 16, 4, 2), 2 * 0.25 * 0.125, 1e-18);  /* step 0 taken as 1 */
+    assert_close(noam(2, 16, 4, 2), 2 * 0.25 * 0.25, 1e-18);   /* min(1/sqrt2, 2/8) */
+    assert_close(noam(4, 16, 4, 2), 2 * 0.25 * 0.5, 1e-18);    /* min(1/2, 4/8) */
+    assert_close(noam(16, 16, 4, 2), 2 * 0.25 * 0.25, 1e-18);  /* min(1/4, 2) */
     /* the same curve as warmup_inv_sqrt with base factor * (d_model * warmup)^-0.5 = 1/4 */
     for (int64_t step = 1; step < 50; step++)
-        assert_close(ag_lr_noam(step, 16, 4, 2), ag_lr_warmup_inv_sqrt(step, 0.25, 4), 1e-16);
+        assert_close(noam(step, 16, 4, 2), warmup_inv_sqrt(step, 0.25, 4), 1e-16);
 }
 
 /* hand-worked: base 1, min 0.1, warmup 10, total 110 (cosine over 100 steps) */
 static void test_cosine_schedule_warms_up_then_decays_to_min_lr(void **s) {
-    assert_close(ag_lr_cosine(0, 1, 10, 110, 0.1), 0, 0);
-    assert_close(ag_lr_cosine(5, 1, 10, 110, 0.1), 0.5, 1e-15);
-    assert_close(ag_lr_cosine(10, 1, 10, 110, 0.1), 1, 1e-15);
-    assert_close(ag_lr_cosine(35, 1, 10, 110, 0.1), 0.1 + 0.45 * (1 + 0.70710678118654752), 1e-15);
-    assert_close(ag_lr_cosine(60, 1, 10, 110, 0.1), 0.55, 1e-15); /* cos(pi/2) = 0 */
-    assert_close(ag_lr_cosine(110, 1, 10, 110, 0.1), 0.1, 1e-15);
-    assert_close(ag_lr_cosine(500, 1, 10, 110, 0.1), 0.1, 0);
-    assert_close(ag_lr_cosine(0, 1, 0, 100, 0), 1, 0); /* no warmup: starts at base_lr */
+    assert_close(cosine(0, 1, 10, 110, 0.1), 0, 0);
+    assert_close(cosine(5, 1, 10, 110, 0.1), 0.5, 1e-15);
+    assert_close(cosine(10, 1, 10, 110, 0.1), 1, 1e-15);
+    assert_close(cosine(35, 1, 10, 110, 0.1), 0.1 + 0.45 * (1 + 0.70710678118654752), 1e-15);
+    assert_close(cosine(60, 1, 10, 110, 0.1), 0.55, 1e-15); /* cos(pi/2) = 0 */
+    assert_close(cosine(110, 1, 10, 110, 0.1), 0.1, 1e-15);
+    assert_close(cosine(500, 1, 10, 110, 0.1), 0.1, 0);
+    assert_close(cosine(0, 1, 0, 100, 0), 1, 0); /* no warmup: starts at base_lr */
 }
 
 static void test_optimizer_step_and_clipping_allocate_nothing(void **s) {
@@ -381,7 +427,10 @@ static void train_big(int threads, ag_dtype dt, int which, void *out_params, voi
     ag_rng rng = ag_rng_new(7);
     ag_normal_(&rng, a, 0, 1);
     ag_normal_(&rng, b, 0, 1);
-    ag_optim *opt = which == 0 ? ag_adam_new(p, 1e-3, 0.9, 0.999, 1e-8, 0.01) : ag_sgd_new(p, 0.1, 0.9, 0.1, 1e-4, false);
+    ag_optim *opt =
+        which == 0
+            ? ag_adam_new(p, &(ag_adam_config){.lr = 1e-3, .betas = {0.9, 0.999}, .eps = 1e-8, .weight_decay = 0.01})
+            : ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-4});
     for (int k = 0; k < 2; k++) {
         ag_normal_(&rng, a->grad, 0, 1);
         ag_normal_(&rng, b->grad, 0, 1);
@@ -416,41 +465,43 @@ static void test_results_do_not_depend_on_the_thread_count(void **s) {
 
 static void test_bad_hyperparameters_are_reported_with_the_value(void **s) {
     model m = make_model(AG_F32);
-    assert_null(ag_sgd_new(m.p, -0.1, 0, 0, 0, false));
+    assert_null(ag_sgd_new(m.p, &(ag_sgd_config){.lr = -0.1}));
     tu_assert_error("ag_sgd_new", "learning rate", "-0.1");
-    assert_null(ag_sgd_new(m.p, 0.1, -0.5, 0, 0, false));
+    assert_null(ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1, .momentum = -0.5}));
     tu_assert_error("ag_sgd_new", "momentum", "-0.5");
-    assert_null(ag_sgd_new(m.p, 0.1, 0.9, 0, -1e-4, false));
+    assert_null(ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9, .weight_decay = -1e-4}));
     tu_assert_error("ag_sgd_new", "weight_decay", "-0.0001");
-    assert_null(ag_sgd_new(m.p, 0.1, 0, 0, 0, true));
+    assert_null(ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1, .nesterov = true}));
     tu_assert_error("ag_sgd_new", "Nesterov momentum requires a momentum and zero dampening", "momentum 0");
-    assert_null(ag_sgd_new(m.p, 0.1, 0.9, 0.1, 0, true));
+    assert_null(ag_sgd_new(m.p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}));
     tu_assert_error("ag_sgd_new", "Nesterov", "dampening 0.1");
-    assert_null(ag_adam_new(m.p, 0.01, 1.0, 0.999, 1e-8, 0));
+    assert_null(ag_adam_new(m.p, &(ag_adam_config){.lr = 0.01, .betas = {1.0, 0.999}, .eps = 1e-8}));
     tu_assert_error("ag_adam_new", "beta1", "1", "[0, 1)");
-    assert_null(ag_adam_new(m.p, 0.01, 0.9, -0.2, 1e-8, 0));
+    assert_null(ag_adam_new(m.p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, -0.2}, .eps = 1e-8}));
     tu_assert_error("ag_adam_new", "beta2", "-0.2");
-    assert_null(ag_adam_new(m.p, 0.01, 0.9, 0.999, -1e-8, 0));
+    assert_null(ag_adam_new(m.p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = -1e-8}));
     tu_assert_error("ag_adam_new", "epsilon", "-1e-08");
-    assert_null(ag_adam_new(m.p, NAN, 0.9, 0.999, 1e-8, 0));
+    assert_null(ag_adam_new(m.p, &(ag_adam_config){.lr = NAN, .betas = {0.9, 0.999}, .eps = 1e-8}));
     tu_assert_error("ag_adam_new", "learning rate", "nan");
-    assert_null(ag_adamw_new(m.p, 0.01, 0.9, 0.999, 1e-8, -0.01));
+    assert_null(
+        ag_adamw_new(m.p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8, .weight_decay = -0.01}));
     tu_assert_error("ag_adamw_new", "weight_decay", "-0.01");
-    assert_null(ag_adamw_new(NULL, 0.01, 0.9, 0.999, 1e-8, 0.01));
+    assert_null(
+        ag_adamw_new(NULL, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8, .weight_decay = 0.01}));
     tu_assert_error("ag_adamw_new", "NULL");
     ag_params *empty = ag_params_new(AG_F32);
-    assert_null(ag_adam_new(empty, 0.01, 0.9, 0.999, 1e-8, 0));
+    assert_null(ag_adam_new(empty, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8}));
     tu_assert_error("ag_adam_new", "empty parameter list");
     assert_true(isnan(ag_clip_grad_norm(m.p, -1)));
     tu_assert_error("ag_clip_grad_norm", "max_norm", "-1");
-    assert_true(isnan(ag_lr_warmup_inv_sqrt(5, 0.01, 0)));
-    tu_assert_error("ag_lr_warmup_inv_sqrt", "warmup_steps 0");
-    assert_true(isnan(ag_lr_noam(-3, 512, 4000, 1)));
-    tu_assert_error("ag_lr_noam", "step -3");
-    assert_true(isnan(ag_lr_cosine(5, 0.01, 10, 10, 0)));
-    tu_assert_error("ag_lr_cosine", "total_steps 10", "warmup_steps 10");
-    assert_true(isnan(ag_lr_cosine(5, 0.01, 1, 10, 0.02)));
-    tu_assert_error("ag_lr_cosine", "min_lr", "0.02");
+    assert_true(isnan(warmup_inv_sqrt(5, 0.01, 0)));
+    tu_assert_error("ag_lr_schedule_at (warmup_inv_sqrt)", "warmup_steps 0");
+    assert_true(isnan(noam(-3, 512, 4000, 1)));
+    tu_assert_error("ag_lr_schedule_at (noam)", "step -3");
+    assert_true(isnan(cosine(5, 0.01, 10, 10, 0)));
+    tu_assert_error("ag_lr_schedule_at (cosine)", "total_steps 10", "warmup_steps 10");
+    assert_true(isnan(cosine(5, 0.01, 1, 10, 0.02)));
+    tu_assert_error("ag_lr_schedule_at (cosine)", "min_lr", "0.02");
     ag_params_free(empty);
     ag_params_free(m.p);
 }
@@ -488,6 +539,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_warmup_inv_sqrt_rises_linearly_then_decays_as_inverse_sqrt, tu_setup,
                                         tu_teardown),
         cmocka_unit_test_setup_teardown(test_noam_schedule_is_the_annotated_transformer_rate, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_lr_schedule_defaults, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_cosine_schedule_warms_up_then_decays_to_min_lr, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_optimizer_step_and_clipping_allocate_nothing, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_results_do_not_depend_on_the_thread_count, tu_setup, tu_teardown),

@@ -319,7 +319,11 @@ static bool setup_model(run *r) {
     r->m = model_new(&cfg, AG_F32, (uint64_t)o->seed);
     if (!r->m) return false;
     r->stage = RUN_MODEL;
-    r->opt = ag_adam_new(model_params(r->m), o->lr, 0.9, 0.98, 1e-9, 0.0);
+    ag_adam_config adam = ag_adam_defaults(); /* the Transformer paper's betas and eps */
+    adam.lr = o->lr;
+    adam.betas[1] = 0.98;
+    adam.eps = 1e-9;
+    r->opt = ag_adam_new(model_params(r->m), &adam);
     r->rng = ag_rng_new((uint64_t)o->seed * 1000003 + 1);
     if (r->resuming) {
         if (ag_checkpoint_load(r->last_path, model_params(r->m), r->opt, &r->st, NULL, msg, sizeof msg) != AG_CKPT_OK) {
@@ -418,7 +422,9 @@ static void run_step(run *r) {
         model_loss(model_forward(r->m, src, tin, true, o->teacher_forcing, &r->rng), tout, o->label_smoothing);
     ag_backward(loss, NULL);
     if (o->clip > 0) ag_clip_grad_norm(model_params(r->m), o->clip);
-    r->opt->lr = ag_lr_warmup_inv_sqrt(st->global_step + 1, o->lr, o->warmup);
+    ag_lr_schedule_config sched = ag_lr_schedule_defaults(AG_LR_WARMUP_INV_SQRT, o->lr);
+    sched.warmup_steps = o->warmup;
+    r->opt->lr = ag_lr_schedule_at(&sched, st->global_step + 1);
     ag_optim_step(r->opt);
     double l = ag_item(loss);
     st->global_step++;

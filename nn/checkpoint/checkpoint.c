@@ -314,6 +314,7 @@ static herr_t write_all(hid_t f, const ag_params *p, const ag_optim *o, const ag
         TRY(attr_f64(g, "momentum", o->momentum));
         TRY(attr_f64(g, "dampening", o->dampening));
         TRY(attr_i64(g, "nesterov", o->nesterov));
+        if (o->kind != AG_OPTIM_SGD) TRY(attr_i64(g, "amsgrad", o->amsgrad));
         TRY(attr_i64(g, "step", o->step));
         for (int k = 0; k < ag_optim_state_count(o); k++) {
             void *slab;

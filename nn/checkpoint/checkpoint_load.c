@@ -339,6 +339,14 @@ static void load_optim(hid_t f, const ag_optim *opt, ag_optim *so, char **stage,
         check_range(W, "eps", so->eps, 0, INFINITY, false, r);
         for (int i = 0; betas && i < 2; i++) check_range(W, i ? "betas[1]" : "betas[0]", so->betas[i], 0, 1, true, r);
     }
+    /* amsgrad is absent from files written before it existed: those are Adams without it */
+    bool amsgrad = false;
+    if (so->kind != AG_OPTIM_SGD && H5Aexists(g, "amsgrad") > 0 && attr_get(g, W, "amsgrad", AG_CONFIG_INT, &e, r))
+        amsgrad = e.i != 0;
+    if (so->kind != AG_OPTIM_SGD && amsgrad != opt->amsgrad)
+        ag__ck_problem(r, MISMATCH, "the file's %s has amsgrad %s, the optimizer given %s (create it with amsgrad %s)",
+                       ag__ck_kind_name(opt->kind), amsgrad ? "on" : "off", opt->amsgrad ? "on" : "off",
+                       amsgrad ? "true" : "false");
     if (so->kind == AG_OPTIM_SGD && so->momentum != 0 && !opt->momentum_buffer)
         ag__ck_problem(r, MISMATCH, "the file's SGD has momentum %g, but the optimizer given keeps no momentum buffer "
                 "(create it with momentum != 0)", so->momentum);

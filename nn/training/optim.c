@@ -84,9 +84,24 @@ static ag_optim *optim_new(ag_optim_kind kind, ag_params *params, double lr, dou
     return o;
 }
 
-ag_optim *ag_sgd_new(ag_params *params, double lr, double momentum, double dampening, double weight_decay,
-                     bool nesterov) {
+ag_sgd_config ag_sgd_defaults(double lr) { return (ag_sgd_config){.lr = lr}; }
+
+ag_adam_config ag_adam_defaults(void) { return (ag_adam_config){.lr = 1e-3, .betas = {0.9, 0.999}, .eps = 1e-8}; }
+
+ag_adam_config ag_adamw_defaults(void) {
+    ag_adam_config c = ag_adam_defaults();
+    c.weight_decay = 1e-2;
+    return c;
+}
+
+ag_optim *ag_sgd_new(ag_params *params, const ag_sgd_config *cfg) {
     const char *op = "ag_sgd_new";
+    if (!cfg) {
+        ag_error(op, "cfg is NULL: SGD needs a learning rate (ag_sgd_defaults(lr))");
+        return NULL;
+    }
+    double lr = cfg->lr, momentum = cfg->momentum, dampening = cfg->dampening, weight_decay = cfg->weight_decay;
+    bool nesterov = cfg->nesterov;
     if (!check_params(op, params) || !check_range(op, "learning rate", lr, 0, INFINITY, false) ||
         !check_range(op, "momentum", momentum, 0, INFINITY, false) ||
         !check_range(op, "weight_decay", weight_decay, 0, INFINITY, false))
@@ -108,8 +123,8 @@ ag_optim *ag_sgd_new(ag_params *params, double lr, double momentum, double dampe
     return o;
 }
 
-static ag_optim *adam_new(const char *op, ag_optim_kind kind, ag_params *params, double lr, double beta1,
-                          double beta2, double eps, double weight_decay) {
+static ag_optim *adam_new(const char *op, ag_optim_kind kind, ag_params *params, const ag_adam_config *cfg) {
+    double lr = cfg->lr, beta1 = cfg->betas[0], beta2 = cfg->betas[1], eps = cfg->eps, weight_decay = cfg->weight_decay;
     if (!check_params(op, params) || !check_range(op, "learning rate", lr, 0, INFINITY, false) ||
         !check_range(op, "epsilon", eps, 0, INFINITY, false) || !check_range(op, "beta1", beta1, 0, 1, true) ||
         !check_range(op, "beta2", beta2, 0, 1, true) ||
@@ -119,23 +134,28 @@ static ag_optim *adam_new(const char *op, ag_optim_kind kind, ag_params *params,
     o->betas[0] = beta1;
     o->betas[1] = beta2;
     o->eps = eps;
+    o->amsgrad = cfg->amsgrad;
     o->exp_avg = zero_slab(params);
     o->exp_avg_sq = zero_slab(params);
+    if (o->amsgrad) o->max_exp_avg_sq = zero_slab(params);
     return o;
 }
 
-ag_optim *ag_adam_new(ag_params *params, double lr, double beta1, double beta2, double eps, double weight_decay) {
-    return adam_new("ag_adam_new", AG_OPTIM_ADAM, params, lr, beta1, beta2, eps, weight_decay);
+ag_optim *ag_adam_new(ag_params *params, const ag_adam_config *cfg) {
+    ag_adam_config d = ag_adam_defaults();
+    return adam_new("ag_adam_new", AG_OPTIM_ADAM, params, cfg ? cfg : &d);
 }
 
-ag_optim *ag_adamw_new(ag_params *params, double lr, double beta1, double beta2, double eps, double weight_decay) {
-    return adam_new("ag_adamw_new", AG_OPTIM_ADAMW, params, lr, beta1, beta2, eps, weight_decay);
+ag_optim *ag_adamw_new(ag_params *params, const ag_adam_config *cfg) {
+    ag_adam_config d = ag_adamw_defaults();
+    return adam_new("ag_adamw_new", AG_OPTIM_ADAMW, params, cfg ? cfg : &d);
 }
 
 void ag_optim_free(ag_optim *opt) {
     if (!opt) return;
     ag_xfree(opt->exp_avg);
     ag_xfree(opt->exp_avg_sq);
+    ag_xfree(opt->max_exp_avg_sq);
     ag_xfree(opt->momentum_buffer);
     ag_xfree(opt);
 }
@@ -170,14 +190,18 @@ void ag_optim_step(ag_optim *opt) {
 
 int ag_optim_state_count(const ag_optim *opt) {
     if (!opt) return 0;
-    return opt->kind == AG_OPTIM_SGD ? (opt->momentum_buffer ? 1 : 0) : 2;
+    return opt->kind == AG_OPTIM_SGD ? (opt->momentum_buffer ? 1 : 0) : opt->max_exp_avg_sq ? 3 : 2;
 }
 
 const char *ag_optim_state(const ag_optim *opt, int i, void **slab) {
     if (i < 0 || i >= ag_optim_state_count(opt)) return NULL;
-    const char *name = opt->kind == AG_OPTIM_SGD ? "momentum_buffer" : i == 0 ? "exp_avg" : "exp_avg_sq";
-    if (slab) *slab = opt->kind == AG_OPTIM_SGD ? opt->momentum_buffer : i == 0 ? opt->exp_avg : opt->exp_avg_sq;
-    return name;
+    if (opt->kind == AG_OPTIM_SGD) {
+        if (slab) *slab = opt->momentum_buffer;
+        return "momentum_buffer";
+    }
+    static const char *const names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    if (slab) *slab = i == 0 ? opt->exp_avg : i == 1 ? opt->exp_avg_sq : opt->max_exp_avg_sq;
+    return names[i];
 }
 
 ag_tensor *ag_optim_state_view(const ag_optim *opt, const char *name, const ag_tensor *t) {
@@ -237,17 +261,15 @@ static bool check_step(const char *op, int64_t step, int64_t warmup, int64_t min
     return true;
 }
 
-double ag_lr_warmup_inv_sqrt(int64_t step, double base_lr, int64_t warmup_steps) {
-    const char *op = "ag_lr_warmup_inv_sqrt";
+static double lr_warmup_inv_sqrt(const char *op, int64_t step, double base_lr, int64_t warmup_steps) {
     if (!check_step(op, step, warmup_steps, 1) || !check_range(op, "base_lr", base_lr, 0, INFINITY, false))
         return NAN;
     if (step <= warmup_steps) return base_lr * (double)step / (double)warmup_steps;
     return base_lr * sqrt((double)warmup_steps / (double)step);
 }
 
-double ag_lr_noam(int64_t step, int64_t d_model, int64_t warmup_steps, double factor) {
-    const char *op = "ag_lr_noam";
-    if (!check_step(op, step, warmup_steps, 1) || !check_range(op, "factor", factor, 0, INFINITY, false))
+static double lr_noam(const char *op, int64_t step, int64_t d_model, int64_t warmup_steps, double factor) {
+    if (!check_step(op, step, warmup_steps, 1) || !check_range(op, "base_lr", factor, 0, INFINITY, false))
         return NAN;
     if (d_model < 1) {
         ag_error(op, "invalid d_model %lld: must be >= 1", (long long)d_model);
@@ -257,8 +279,8 @@ double ag_lr_noam(int64_t step, int64_t d_model, int64_t warmup_steps, double fa
     return factor * pow((double)d_model, -0.5) * fmin(pow(s, -0.5), s * pow((double)warmup_steps, -1.5));
 }
 
-double ag_lr_cosine(int64_t step, double base_lr, int64_t warmup_steps, int64_t total_steps, double min_lr) {
-    const char *op = "ag_lr_cosine";
+static double lr_cosine(const char *op, int64_t step, double base_lr, int64_t warmup_steps, int64_t total_steps,
+                        double min_lr) {
     if (!check_step(op, step, warmup_steps, 0) || !check_range(op, "base_lr", base_lr, 0, INFINITY, false) ||
         !check_range(op, "min_lr", min_lr, 0, base_lr, false))
         return NAN;
@@ -271,4 +293,27 @@ double ag_lr_cosine(int64_t step, double base_lr, int64_t warmup_steps, int64_t 
     if (step > total_steps) return min_lr;
     double progress = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
     return min_lr + (base_lr - min_lr) * 0.5 * (1 + cos(M_PI * progress));
+}
+
+ag_lr_schedule_config ag_lr_schedule_defaults(ag_lr_kind kind, double base_lr) {
+    return (ag_lr_schedule_config){
+        .kind = kind, .base_lr = base_lr, .warmup_steps = kind == AG_LR_COSINE ? 0 : 4000, .d_model = 512};
+}
+
+double ag_lr_schedule_at(const ag_lr_schedule_config *s, int64_t step) {
+    const char *op = "ag_lr_schedule_at";
+    if (!s) {
+        ag_error(op, "schedule is NULL");
+        return NAN;
+    }
+    switch (s->kind) {
+    case AG_LR_WARMUP_INV_SQRT:
+        return lr_warmup_inv_sqrt("ag_lr_schedule_at (warmup_inv_sqrt)", step, s->base_lr, s->warmup_steps);
+    case AG_LR_NOAM:
+        return lr_noam("ag_lr_schedule_at (noam)", step, s->d_model, s->warmup_steps, s->base_lr);
+    case AG_LR_COSINE:
+        return lr_cosine("ag_lr_schedule_at (cosine)", step, s->base_lr, s->warmup_steps, s->total_steps, s->min_lr);
+    }
+    ag_error(op, "unknown schedule kind %d", (int)s->kind);
+    return NAN;
 }

@@ -105,7 +105,44 @@ def losses(f):
                {"ignore_index": 0, "reduction": "mean"}, grad_outputs="random")
 
 
-FAMILIES = [losses]
+def optim_amsgrad(f):
+    """three steps of Adam and AdamW with amsgrad; step 2's gradients are small, so the running
+    maximum of exp_avg_sq, not exp_avg_sq itself, sets the denominator (the cases would fail
+    without amsgrad)"""
+    torch.manual_seed(12)
+    w0, b0 = torch.randn(3, 4), torch.randn(5)
+    grads = [(torch.randn(3, 4) * 3, torch.randn(5) * 3), (torch.randn(3, 4) * 0.01, torch.randn(5) * 0.01),
+             (torch.randn(3, 4), torch.randn(5))]
+    configs = [
+        ("adam_amsgrad", torch.optim.Adam, {"lr": 0.01, "betas": (0.8, 0.9), "eps": 1e-8, "amsgrad": True}),
+        ("adam_amsgrad_l2", torch.optim.Adam, {"lr": 0.01, "betas": (0.9, 0.5), "weight_decay": 0.1, "amsgrad": True}),
+        ("adamw_amsgrad", torch.optim.AdamW, {"lr": 0.02, "betas": (0.9, 0.95), "weight_decay": 0.05,
+                                              "amsgrad": True}),
+    ]
+    for name, cls, kw in configs:
+        w, b = w0.clone().requires_grad_(True), b0.clone().requires_grad_(True)
+        opt = cls([w, b], foreach=False, **kw)
+        outs = []
+        for gw, gb in grads:
+            w.grad, b.grad = gw.clone(), gb.clone()
+            opt.step()
+            outs += [w.detach().clone(), b.detach().clone()]
+        attrs = {"optimizer": cls.__name__.lower(), "lr": kw["lr"], "steps": 3,
+                 "weight_decay": kw.get("weight_decay", 0.0 if cls is torch.optim.Adam else 1e-2), "amsgrad": 1}
+        if "betas" in kw:
+            attrs["beta1"], attrs["beta2"] = kw["betas"]
+        if "eps" in kw:
+            attrs["eps"] = kw["eps"]
+        write_case(f, f"optim_{name}", "optim", "f32", [], outs,
+                   f"three steps of torch.optim.{cls.__name__}({kw}), foreach=False", attrs, params={"w": w0, "b": b0})
+        gg = f[f"optim_{name}"].create_group("grads")
+        for k, (gw, gb) in enumerate(grads):
+            gk = gg.create_group(f"step{k}")
+            gk.create_dataset("w", data=_np(gw))
+            gk.create_dataset("b", data=_np(gb))
+
+
+FAMILIES = [losses, optim_amsgrad]
 
 
 def main():

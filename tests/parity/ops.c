@@ -195,11 +195,15 @@ static int optim(parity_case *c, ag_tensor **out) {
     if (!pc_load_params(c)) return -1;
     double lr = pc_double(c, "lr", 1e-3), wd = pc_double(c, "weight_decay", 0);
     ag_optim *o = NULL;
-    if (strcmp(kind, "sgd") == 0)
-        o = ag_sgd_new(p, lr, pc_double(c, "momentum", 0), pc_double(c, "dampening", 0), wd, pc_bool(c, "nesterov", 0));
-    else if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0)
-        o = (kind[4] ? ag_adamw_new : ag_adam_new)(p, lr, pc_double(c, "beta1", 0.9), pc_double(c, "beta2", 0.999),
-                                                   pc_double(c, "eps", 1e-8), wd);
+    if (strcmp(kind, "sgd") == 0) {
+        ag_sgd_config sc = {.lr = lr, .momentum = pc_double(c, "momentum", 0), .dampening = pc_double(c, "dampening", 0),
+                            .weight_decay = wd, .nesterov = pc_bool(c, "nesterov", 0)};
+        o = ag_sgd_new(p, &sc);
+    } else if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0) {
+        ag_adam_config ac = {.lr = lr, .betas = {pc_double(c, "beta1", 0.9), pc_double(c, "beta2", 0.999)},
+                             .eps = pc_double(c, "eps", 1e-8), .weight_decay = wd, .amsgrad = pc_bool(c, "amsgrad", 0)};
+        o = (kind[4] ? ag_adamw_new : ag_adam_new)(p, &ac);
+    }
     if (!o) {
         snprintf(c->msg, sizeof c->msg, "unknown optimizer '%s'", kind);
         return -1;
