@@ -21,12 +21,13 @@ ag_transformer_config ag_transformer_defaults(int64_t d_model, int64_t nhead) {
 bool ag__tf_check_config(const char *op, const char *prefix, const ag_transformer_config *c) {
     if (!c || c->d_model <= 0 || c->nhead <= 0 || c->d_model % c->nhead != 0 || c->dim_feedforward <= 0 ||
         !(c->dropout >= 0 && c->dropout <= 1) || !(c->layer_norm_eps >= 0) ||
-        (c->activation != AG_ACTIVATION_RELU && c->activation != AG_ACTIVATION_GELU)) {
+        (c->activation != AG_ACTIVATION_RELU && c->activation != AG_ACTIVATION_GELU &&
+         c->activation != AG_ACTIVATION_GELU_TANH)) {
         if (!c) ag_error(op, "'%s': config is NULL", prefix ? prefix : "");
         else
             ag_error(op, "'%s': d_model %lld, nhead %lld, dim_feedforward %lld, dropout %g, layer_norm_eps %g, "
                          "activation %d: d_model must be a positive multiple of nhead, dim_feedforward > 0, dropout "
-                         "in [0,1], eps >= 0, activation relu or gelu",
+                         "in [0,1], eps >= 0, activation relu, gelu or gelu_tanh",
                      prefix ? prefix : "", (long long)c->d_model, (long long)c->nhead, (long long)c->dim_feedforward,
                      c->dropout, c->layer_norm_eps, (int)c->activation);
         return false;
@@ -146,15 +147,16 @@ static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, 
 
 /* dropoutN(linear2(dropout(activation(linear1(x))))): _ff_block. relu: one op that keeps its
  * (N,L,ff) activation packed for backward (ag_feed_forward), unless keep_ff_activation asks for
- * the composed ops when backward will run; gelu: composed, its dropout in place (gelu's backward
- * reads gelu's input). The last dropout is in place (linear's output). */
+ * the composed ops when backward will run; gelu (exact or tanh): composed, its dropout in place
+ * (gelu's backward reads gelu's input). The last dropout is in place (linear's output). */
 ag_tensor *ag__tf_ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
                            const ag_transformer_args *a) {
     ag_tensor *h;
-    bool gelu = c->activation == AG_ACTIVATION_GELU;
+    bool gelu = c->activation == AG_ACTIVATION_GELU || c->activation == AG_ACTIVATION_GELU_TANH;
     if (gelu || (c->keep_ff_activation && ag_grad_enabled())) {
         TRY(h = ag_linear_forward(l1, x));
-        TRY(h = gelu ? ag_dropout_(ag_gelu(h), c->dropout, a->training, a->rng)
+        if (gelu) TRY(h = c->activation == AG_ACTIVATION_GELU ? ag_gelu(h) : ag_gelu_tanh(h));
+        TRY(h = gelu ? ag_dropout_(h, c->dropout, a->training, a->rng)
                      : ag_relu_dropout_(h, c->dropout, a->training, a->rng));
         TRY(h = ag_linear_forward(l2, h));
     } else {

@@ -1,7 +1,8 @@
 /* nn.TransformerEncoderLayer / TransformerDecoderLayer / TransformerEncoder / TransformerDecoder /
  * Transformer with PyTorch 1.13's contract: the same parameter names and shapes (state_dict
  * order), initialisation, options, mask rules and dropout positions. Post-norm (default) and
- * norm_first (pre-norm) layers; relu or exact gelu in the feed-forward block.
+ * norm_first (pre-norm) layers; relu, exact gelu or tanh-approximated gelu in the feed-forward
+ * block.
  *
  * Dropout sits where torch puts it: on the attention weights inside every attention block, after
  * each block's output (dropout1/2/3) and between the feed-forward activation and linear2
@@ -22,12 +23,15 @@
 extern "C" {
 #endif
 
-typedef enum { AG_ACTIVATION_RELU = 0, AG_ACTIVATION_GELU = 1 } ag_activation;
+/* The feed-forward activation. GELU is exact GELU, F.gelu(x), what torch 1.13's
+ * activation="gelu" means; GELU_TANH is F.gelu(x, approximate="tanh") (GPT-2's), which torch
+ * takes as a callable: activation=lambda x: F.gelu(x, approximate="tanh"). */
+typedef enum { AG_ACTIVATION_RELU = 0, AG_ACTIVATION_GELU = 1, AG_ACTIVATION_GELU_TANH = 2 } ag_activation;
 
 typedef struct {
     int64_t d_model, nhead, dim_feedforward;
     double dropout;           /* attention weights, block outputs and feed-forward hidden units */
-    ag_activation activation; /* of the feed-forward block: relu or exact gelu (F.gelu) */
+    ag_activation activation; /* of the feed-forward block: relu, exact gelu or tanh gelu */
     double layer_norm_eps;
     bool batch_first;         /* (N,L,E) instead of (L,N,E) */
     bool norm_first;          /* LayerNorm before each block (pre-norm) instead of after */

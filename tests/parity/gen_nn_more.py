@@ -142,7 +142,38 @@ def optim_amsgrad(f):
             gk.create_dataset("b", data=_np(gb))
 
 
-FAMILIES = [losses, optim_amsgrad]
+def transformer_gelu_tanh(f):
+    """Transformer layers whose feed-forward activation is F.gelu(x, approximate="tanh"), given to
+    torch as a callable (activation="gelu" is the exact GELU in torch 1.13)"""
+    from gen_transformer import E, FF, H, causal_bool, layer_attrs, pad_tail, randomize
+    torch.manual_seed(13)
+    act = lambda x: F.gelu(x, approximate="tanh")  # noqa: E731
+    nn = torch.nn
+    for norm_first in (False, True):
+        m = randomize(nn.TransformerEncoderLayer(E, H, FF, 0.1, act, 1e-5, True, norm_first))
+        p = module_params(m)
+        src = leaf(torch.randn(3, 5, E))
+        kpm = pad_tail(3, 5, [5, 3, 4])
+        out = run_with(m, p, src, src_key_padding_mask=kpm)
+        write_case(f, f"encoder_layer_gelu_tanh{'_norm_first' if norm_first else ''}", "transformer_encoder_layer",
+                   "f32", [src, None, kpm], [out],
+                   "TransformerEncoderLayer(activation=lambda x: F.gelu(x, approximate='tanh')), batch_first, "
+                   f"key padding{', norm_first' if norm_first else ''}",
+                   layer_attrs("gelu_tanh", True, norm_first), params=p, grad_outputs="random")
+    m = randomize(nn.TransformerDecoderLayer(E, H, FF, 0.1, act, 1e-5, False, False))
+    p = module_params(m)
+    tgt, memory = leaf(torch.randn(4, 2, E)), leaf(torch.randn(6, 2, E))
+    out = run_with(m, p, tgt, memory, tgt_mask=causal_bool(4))
+    write_case(f, "decoder_layer_gelu_tanh", "transformer_decoder_layer", "f32",
+               [tgt, memory, causal_bool(4), None, None, None], [out],
+               "TransformerDecoderLayer with the tanh GELU as a callable, causal target mask",
+               layer_attrs("gelu_tanh"), params=p, grad_outputs="random")
+    # the exact and the tanh GELU differ by more than the tolerance here, so the cases tell them apart
+    x = torch.linspace(-4, 4, 101)
+    assert (F.gelu(x) - F.gelu(x, approximate="tanh")).abs().max() > 1e-4
+
+
+FAMILIES = [losses, optim_amsgrad, transformer_gelu_tanh]
 
 
 def main():

@@ -12,6 +12,7 @@ static ag_transformer_config config(parity_case *c) {
     char act[16];
     pc_str(c, "activation", act, sizeof act, "relu");
     cfg.activation = strcmp(act, "gelu") == 0 ? AG_ACTIVATION_GELU : AG_ACTIVATION_RELU;
+    if (strcmp(act, "gelu_tanh") == 0) cfg.activation = AG_ACTIVATION_GELU_TANH;
     cfg.layer_norm_eps = pc_double(c, "layer_norm_eps", 1e-5);
     cfg.batch_first = pc_bool(c, "batch_first", false);
     cfg.norm_first = pc_bool(c, "norm_first", false);
