@@ -360,6 +360,102 @@ static void test_optimizer_defaults_are_torchs(void **s) {
     ag_params_free(p);
 }
 
+/* ==== MultiheadAttention on unbatched input, tanh GELU in the Transformer ==================== */
+
+typedef struct {
+    ag_mha_t *m;
+    ag_mha_args a;
+} mha_case;
+
+static ag_tensor *f_mha_unbatched(int n, ag_tensor **in, void *ctx) {
+    mha_case *c = ctx;
+    ag_tensor *w = NULL;
+    ag_tensor *y = ag_mha_forward(c->m, in[0], in[1], in[1], &c->a, &w);
+    return ag_add(y, ag_sum(w, 0, NULL, false)); /* the weights carry no gradient; the sum checks they exist */
+}
+
+/* (L,E) input gives what the (1,L,E) batch gives, without the batch dim; weights (H,L,S) */
+static void test_mha_unbatched_matches_a_batch_of_one_and_gradchecks(void **s) {
+    ag_rng r = ag_rng_new(7);
+    ag_params *p = ag_params_new(AG_F64);
+    ag_mha_config cfg = ag_mha_defaults(6, 2);
+    cfg.batch_first = true;
+    ag_mha_t m = ag_mha_new(p, "", &cfg, &r);
+    ag_normal_(&r, m.in_proj_bias, 0, 1);
+    ag_tensor *q = ag_randn(&r, AG_F64, AG_SHAPE(3, 6)), *kv = ag_randn(&r, AG_F64, AG_SHAPE(4, 6));
+    ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(4));
+    ((uint8_t *)kpm->data)[2] = 1;
+    ag_mha_args a = {.key_padding_mask = kpm, .need_weights = true, .average_attn_weights = true};
+    ag_tensor *w1 = NULL, *wb = NULL;
+    ag_tensor *y1 = ag_mha_forward(&m, q, kv, kv, &a, &w1);
+    tu_assert_shape(y1, 3, 6);
+    tu_assert_shape(w1, 3, 4);
+    ag_mha_args ab = {.key_padding_mask = ag_unsqueeze(kpm, 0), .need_weights = true, .average_attn_weights = true};
+    ag_tensor *yb = ag_mha_forward(&m, ag_unsqueeze(q, 0), ag_unsqueeze(kv, 0), ag_unsqueeze(kv, 0), &ab, &wb);
+    ag_tensor *d = ag_sub(y1, ag_squeeze(yb, 0));
+    tu_assert_values(ag_sum(ag_abs(d), 0, NULL, false), 0, 0);
+    tu_assert_values(ag_sum(ag_abs(ag_sub(w1, ag_squeeze(wb, 0))), 0, NULL, false), 0, 0);
+    ag_tensor *padded = ag_narrow(w1, 1, 2, 1); /* key 2 is padding: weight 0 for every query */
+    tu_assert_values(ag_sum(ag_abs(padded), 0, NULL, false), 0, 0);
+    mha_case c = {&m, {.key_padding_mask = kpm, .need_weights = true, .average_attn_weights = true}};
+    ag_tensor *in[2] = {tu_leaf(q), tu_leaf(kv)};
+    tu_assert_gradcheck(f_mha_unbatched, &c, 2, in);
+    ag_tensor *w2 = NULL;
+    c.a.average_attn_weights = false;
+    ag_mha_forward(&m, q, kv, kv, &c.a, &w2);
+    tu_assert_shape(w2, 2, 3, 4);
+    ag_params_free(p);
+}
+
+static void test_mha_unbatched_reports_mixed_dims(void **s) {
+    ag_rng r = ag_rng_new(8);
+    ag_params *p = ag_params_new(AG_F32);
+    ag_mha_config cfg = ag_mha_defaults(4, 2);
+    ag_mha_t m = ag_mha_new(p, "", &cfg, &r);
+    ag_tensor *q = ag_zeros(AG_F32, AG_SHAPE(3, 4)), *k3 = ag_zeros(AG_F32, AG_SHAPE(5, 1, 4));
+    assert_null(ag_mha_forward(&m, q, k3, k3, NULL, NULL));
+    tu_assert_error("ag_mha_forward", "query (3,4)", "key (5,1,4)", "unbatched");
+    ag_tensor *k = ag_zeros(AG_F32, AG_SHAPE(5, 4));
+    ag_mha_args a = {.key_padding_mask = ag_zeros(AG_BOOL, AG_SHAPE(1, 5))};
+    assert_null(ag_mha_forward(&m, q, k, k, &a, NULL));
+    tu_assert_error("ag_mha_forward", "key_padding_mask (1,5)", "1-d");
+    ag_params_free(p);
+}
+
+typedef struct {
+    ag_transformer_encoder_layer_t *l;
+} enc_case;
+
+static ag_tensor *f_encoder(int n, ag_tensor **in, void *ctx) {
+    enc_case *c = ctx;
+    return ag_transformer_encoder_layer_forward(c->l, in[0], NULL);
+}
+
+/* the tanh GELU layer differs from the exact one, gradchecks, and activation 3 is reported */
+static void test_transformer_gelu_tanh_layer_gradchecks(void **s) {
+    ag_rng r = ag_rng_new(9);
+    ag_params *p = ag_params_new(AG_F64);
+    ag_transformer_config cfg = ag_transformer_defaults(4, 2);
+    cfg.dim_feedforward = 8;
+    cfg.activation = AG_ACTIVATION_GELU_TANH;
+    ag_transformer_encoder_layer_t l = ag_transformer_encoder_layer_new(p, "", &cfg, &r);
+    ag_tensor *x = ag_randn(&r, AG_F64, AG_SHAPE(3, 4));
+    ag_tensor *yt = ag_transformer_encoder_layer_forward(&l, x, NULL);
+    l.cfg.activation = AG_ACTIVATION_GELU;
+    ag_tensor *ye = ag_transformer_encoder_layer_forward(&l, x, NULL);
+    double diff = ag_item(ag_sum(ag_abs(ag_sub(yt, ye)), 0, NULL, false)) / 12;
+    assert_true(diff > 1e-6 && diff < 1e-2); /* close, not equal */
+    l.cfg.activation = AG_ACTIVATION_GELU_TANH;
+    enc_case c = {&l};
+    ag_tensor *in[1] = {tu_leaf(x)};
+    tu_assert_gradcheck(f_encoder, &c, 1, in);
+    cfg.activation = (ag_activation)3;
+    ag_transformer_encoder_layer_t bad = ag_transformer_encoder_layer_new(p, "bad", &cfg, &r);
+    assert_null(bad.self_attn.in_proj_weight);
+    tu_assert_error("activation 3", "gelu_tanh");
+    ag_params_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, tu_setup, tu_teardown)
@@ -379,6 +475,9 @@ int main(void) {
         T(test_amsgrad_state_round_trips_through_a_checkpoint),
         T(test_adam_file_without_the_amsgrad_attribute_still_loads),
         T(test_optimizer_defaults_are_torchs),
+        T(test_mha_unbatched_matches_a_batch_of_one_and_gradchecks),
+        T(test_mha_unbatched_reports_mixed_dims),
+        T(test_transformer_gelu_tanh_layer_gradchecks),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -166,6 +166,36 @@ static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tenso
     return true;
 }
 
+/* Unbatched input as torch's _mha_shape_check reads it: query (L,E), key (S,kdim), value
+ * (S,vdim), key_padding_mask (S), attn_mask (L,S) or (num_heads,L,S). Run as a batch of one
+ * (batch-first views, whatever batch_first says, as torch ignores it here) and the batch dim
+ * taken off the output and the weights. */
+static ag_tensor *mha_unbatched(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
+                                const ag_mha_args *a, ag_tensor **weights) {
+    const char *op = "ag_mha_forward";
+    char b1[128], b2[128], b3[128];
+    ag_tensor *kpm = a->key_padding_mask, *am = a->attn_mask;
+    if (key->ndim != 2 || value->ndim != 2 || (kpm && kpm->ndim != 1) || (am && am->ndim != 2 && am->ndim != 3)) {
+        ag_error(op, "query %s, key %s, value %s, key_padding_mask %s, attn_mask %s: for unbatched (2-d) query, "
+                     "expected key and value 2-d, key_padding_mask 1-d and attn_mask 2-d or 3-d",
+                 ag_shape_str(query, b1), ag_shape_str(key, b2), ag_shape_str(value, b3),
+                 kpm ? ag_shape_str(kpm, (char[128]){0}) : "none", am ? ag_shape_str(am, (char[128]){0}) : "none");
+        return NULL;
+    }
+    ag_mha_t one = *m;
+    one.cfg.batch_first = true;
+    ag_mha_args a1 = *a;
+    if (kpm) a1.key_padding_mask = ag_unsqueeze(kpm, 0);
+    ag_tensor *q = ag_unsqueeze(query, 0);
+    ag_tensor *k = key == query ? q : ag_unsqueeze(key, 0);
+    ag_tensor *v = value == key ? k : ag_unsqueeze(value, 0);
+    ag_tensor *w = NULL;
+    ag_tensor *y = ag_mha_forward(&one, q, k, v, &a1, weights ? &w : NULL);
+    if (!y) return NULL;
+    if (weights) *weights = w ? ag_squeeze(w, 0) : NULL;
+    return ag_squeeze(y, 0);
+}
+
 ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
                           const ag_mha_args *args, ag_tensor **weights) {
     const ag_mha_config *c = &m->cfg;
@@ -175,6 +205,7 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
         ag_error("ag_mha_forward", "query, key and value are required");
         return NULL;
     }
+    if (query->ndim == 2) return mha_unbatched(m, query, key, value, a, weights);
     bool self_attn = query == key && key == value;
     ag_tensor *q_in = query, *k_in = key, *v_in = value;
     if (!c->batch_first) {

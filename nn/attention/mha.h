@@ -43,7 +43,7 @@ typedef struct {
 ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng);
 
 typedef struct {
-    ag_tensor *key_padding_mask; /* (N,S) bool (True = padding) or float (added), or NULL */
+    ag_tensor *key_padding_mask; /* (N,S) bool (True = padding) or float (added), or NULL; (S) unbatched */
     ag_tensor *attn_mask;        /* (L,S) or (N*num_heads,L,S), bool or float, or NULL */
     bool is_causal;              /* also mask key j > query i */
     bool need_weights;           /* return the attention weights in *weights */
@@ -54,7 +54,10 @@ typedef struct {
 
 /* query (L,N,E) / (N,L,E) with batch_first; key (S,N,kdim), value (S,N,vdim) likewise.
  * Returns attn_output shaped like query; *weights (if need_weights and weights != NULL) gets
- * the attention weights after dropout. args may be NULL (no masks, need_weights off). */
+ * the attention weights after dropout. args may be NULL (no masks, need_weights off).
+ * Unbatched, as PyTorch accepts it (batch_first does not apply): query (L,E), key (S,kdim),
+ * value (S,vdim), key_padding_mask (S), attn_mask (L,S) or (num_heads,L,S) -> attn_output
+ * (L,E), weights (L,S), or (num_heads,L,S) without average_attn_weights. */
 ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
                           const ag_mha_args *args, ag_tensor **weights);
 

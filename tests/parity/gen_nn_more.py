@@ -173,7 +173,54 @@ def transformer_gelu_tanh(f):
     assert (F.gelu(x) - F.gelu(x, approximate="tanh")).abs().max() > 1e-4
 
 
-FAMILIES = [losses, optim_amsgrad, transformer_gelu_tanh]
+def mha_unbatched(f):
+    """nn.MultiheadAttention on unbatched input: query (L,E), key (S,kdim), value (S,vdim),
+    key_padding_mask (S), attn_mask (L,S) or (H,L,S); outputs (L,E) and weights (L,S) or (H,L,S)"""
+    torch.manual_seed(14)
+    E, H, L, S = 8, 2, 4, 5
+
+    def case(name, desc, cfg, q, k=None, v=None, kpm=None, am=None, avg=True):
+        m = torch.nn.MultiheadAttention(E, H, **cfg)
+        with torch.no_grad():
+            if m.in_proj_bias is not None:
+                m.in_proj_bias.normal_()
+                m.out_proj.bias.normal_()
+        m.eval()
+        p = module_params(m)
+        kk = q if k is None else k
+        vv = kk if v is None else v
+        out, w = run_with(m, p, q, kk, vv, key_padding_mask=kpm, attn_mask=am, average_attn_weights=avg)
+        assert out.dim() == 2 and w.dim() == (2 if avg else 3), name
+        attrs = {"embed_dim": E, "num_heads": H, "need_weights": 1, "average_attn_weights": int(avg), "is_causal": 0}
+        for key in ("bias", "add_bias_kv", "add_zero_attn", "batch_first"):
+            if key in cfg:
+                attrs[key] = int(cfg[key])
+        for key in ("kdim", "vdim"):
+            if key in cfg:
+                attrs[key] = cfg[key]
+        write_case(f, name, "mha", "f32", [q, k, v, kpm, am], [out, w], desc, attrs, params=p,
+                   grad_outputs="first")
+
+    x = leaf(torch.randn(L, E))
+    kpm = torch.tensor([False, False, True, False])
+    case("mha_unbatched_self_key_padding", "unbatched self-attention (L,E), key_padding_mask (S), per-head weights "
+         "(H,L,S)", {}, x, kpm=kpm, avg=False)
+    q, k, v = leaf(torch.randn(L, E)), leaf(torch.randn(S, 5)), leaf(torch.randn(S, 7))
+    case("mha_unbatched_cross_kdim_vdim_float_mask", "unbatched cross-attention, kdim 5, vdim 7, float attn_mask "
+         "(L,S), averaged weights (L,S)", {"kdim": 5, "vdim": 7}, q, k, v, am=torch.randn(L, S))
+    k2, v2 = leaf(torch.randn(S, E)), leaf(torch.randn(S, E))
+    am3 = torch.rand(H, L, S) < 0.3
+    am3[:, :, 0] = False  # no query without a key
+    case("mha_unbatched_3d_bool_mask_batch_first", "unbatched input to a batch_first module (ignored, as torch), "
+         "bool attn_mask (H,L,S) and a bool key_padding_mask", {"batch_first": True}, q, k2, v2,
+         kpm=torch.tensor([False, True, False, False, False]), am=am3)
+    case("mha_unbatched_float_key_padding", "unbatched, float key_padding_mask (S) (added), per-head weights", {},
+         x, kpm=torch.tensor([0.0, -1.0, 0.5, -2.0]), avg=False)
+    case("mha_unbatched_bias_kv_zero_attn", "unbatched with add_bias_kv and add_zero_attn", {"add_bias_kv": True,
+         "add_zero_attn": True}, q, k2, v2, kpm=torch.tensor([False, True, False, False, False]))
+
+
+FAMILIES = [losses, optim_amsgrad, transformer_gelu_tanh, mha_unbatched]
 
 
 def main():
