@@ -174,7 +174,12 @@ static ag_tensor *f_ce(int n, ag_tensor **in, void *ctx) {
     return ag_cross_entropy(in[0], c->t, &c->cfg);
 }
 
-static void test_cross_entropy_with_class_weights_gradcheck(void **s) {
+static ag_tensor *f_nll(int n, ag_tensor **in, void *ctx) {
+    ce_case *c = ctx;
+    return ag_nll_loss(in[0], c->t, &c->cfg);
+}
+
+static void test_cross_entropy_and_nll_with_class_weights_gradcheck(void **s) {
     ag_rng r = ag_rng_new(5);
     ag_tensor *in[1] = {tu_leaf(ag_mul_scalar(ag_randn(&r, AG_F64, AG_SHAPE(5, 4)), 2))};
     ce_case c = {tu_tensor(AG_I64, AG_SHAPE(5), 0, 3, -100, 2, 1), ag_loss_defaults()};
@@ -185,6 +190,7 @@ static void test_cross_entropy_with_class_weights_gradcheck(void **s) {
             c.cfg.reduction = reds[k];
             c.cfg.label_smoothing = sm ? 0.2 : 0;
             tu_assert_gradcheck(f_ce, &c, 1, in);
+            if (!sm) tu_assert_gradcheck(f_nll, &c, 1, in);
         }
 }
 
@@ -469,7 +475,7 @@ int main(void) {
         T(test_kl_div_gradcheck_each_reduction_and_log_target),
         T(test_kl_div_values_batchmean_and_zero_target),
         T(test_pointwise_losses_report_shape_and_option_misuse),
-        T(test_cross_entropy_with_class_weights_gradcheck),
+        T(test_cross_entropy_and_nll_with_class_weights_gradcheck),
         T(test_cross_entropy_weighted_mean_divides_by_target_weights),
         T(test_adam_amsgrad_divides_by_the_running_maximum),
         T(test_amsgrad_state_round_trips_through_a_checkpoint),

@@ -1,6 +1,7 @@
 /* Losses as fused ops: cross entropy (log-softmax inside, never log of probabilities), NLL and
- * MSE, and the options every loss takes (ag_loss_config). Per-position work runs in parallel; the reduction over positions is one serial sum in
- * double, so results do not depend on the thread count. */
+ * MSE, and the options every loss takes (ag_loss_config). Per-position work runs in parallel;
+ * the reduction over positions is one serial sum in double, so results do not depend on the
+ * thread count. */
 #include <math.h>
 #include <string.h>
 
