@@ -7,7 +7,9 @@
  *   initialises them as PyTorch does. Forward functions take the module and tensors and return
  *   tensors from the current arena; they work in f32 and f64 (the params' dtype).
  * - Functional forms (ag_linear, ag_layer_norm, ag_cross_entropy, ...) are single fused ops
- *   with their backward beside them (tensor/node.h). */
+ *   with their backward beside them (tensor/node.h).
+ * - Hyperparameters go in config structs made by a _defaults() function with PyTorch's
+ *   defaults (ag_mha_defaults, ag_adam_defaults, ag_loss_defaults, ...), fields set by name. */
 #ifndef AG_NN_H
 #define AG_NN_H
 #include "../autograd/autograd.h"

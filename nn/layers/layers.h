@@ -109,7 +109,8 @@ typedef enum {
 
 /* The options of every loss below, by PyTorch's keyword names. A loss reads the fields that
  * concern it; weight or pos_weight given to a loss that has no such option is reported as
- * misuse. A NULL config means ag_loss_defaults(). */
+ * misuse. A NULL config means ag_loss_defaults(). Start from ag_loss_defaults() and set fields
+ * by name: a zeroed struct has ignore_index 0 (class 0 ignored) and beta 0. */
 typedef struct {
     ag_reduction reduction; /* 'mean' */
     ag_tensor *weight;      /* NULL. cross_entropy, nll_loss: (C) class weights; binary_cross_entropy

@@ -3,7 +3,8 @@
  *
  * Each optimizer is made from a config struct whose _defaults() gives torch.optim's defaults
  * (ag_sgd_defaults(lr), ag_adam_defaults(), ag_adamw_defaults()), the convention of every
- * module's config (ag_mha_defaults, ag_gru_defaults, ag_transformer_defaults).
+ * module's config (ag_mha_defaults, ag_gru_defaults, ag_transformer_defaults): start from it
+ * and set the fields that differ by name.
  *
  * State lives in slabs parallel to the parameter slab (llm.c's layout): exp_avg, exp_avg_sq,
  * max_exp_avg_sq and momentum_buffer are each one array of params->numel elements in the params' dtype, so a step
