@@ -7,7 +7,8 @@
  *
  * A GRU layer direction is two nodes: one GEMM for the input projection of every time step
  * (ag_linear) and one fused recurrence node (forward loop and backpropagation through time side
- * by side in gru.c). A GRU cell step is one fused node. All work in f32 and f64. */
+ * by side in recurrent.c, which LSTM and RNN share). A GRU cell step is one fused node. All work
+ * in f32 and f64. */
 #ifndef AG_NN_GRU_H
 #define AG_NN_GRU_H
 #include "../attention/attention.h"
