@@ -5,4 +5,5 @@
 #include "tensor/node.h"
 #include "autograd/autograd.h"
 #include "nn/nn.h"
+#include "data/data.h"
 #endif
