@@ -5,6 +5,7 @@
 #include "attograd.h"
 
 static ag_tensor *loss_fn(int n, ag_tensor **in, void *ctx) {
+    (void)n;
     ag_tensor **data = ctx; /* x (4,3), t (4,2) */
     ag_tensor *d = ag_sub(ag_matmul(data[0], ag_transpose(in[0], 0, 1)), data[1]);
     return ag_mean(ag_mul(d, d), 0, NULL, false);

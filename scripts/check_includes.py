@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Check the include rules of attograd's layers; exit 1 with one line per violation.
 
-Every #include "..." in tensor/, autograd/, nn/, examples/ and bench/ (and the umbrella
+Every #include "..." in tensor/, autograd/, nn/, data/, examples/ and bench/ (and the umbrella
 attograd.h) is resolved as the compiler does (the including file's folder, then the project
 root, then examples/translate for its programs) and checked against:
 
-  upward     Dependencies point down tensor/ -> autograd/ -> nn/ -> examples/ (bench/ sits with
-             examples/; attograd.h, which includes all of nn/, sits just above nn/): a file
-             never includes a header of a later layer.
+  upward     Dependencies point down tensor/ -> autograd/ -> nn/ -> data/ -> examples/ (bench/
+             sits with examples/; attograd.h, which includes all of nn/ and data/, sits just
+             above data/): a file never includes a header of a later layer.
   private    A private header is used only inside its own folder (subfolders included):
-             - every header of tensor/, autograd/ and nn/ that the folder's meson.build does
+             - every header of tensor/, autograd/, nn/ and data/ that the folder's meson.build does
                not install (install_headers) is private to that top folder;
              - every internal.h and *_internal.h is private to the folder it is in
                (nn/nn_internal.h to nn/, examples/translate/data_internal.h to
@@ -32,9 +32,9 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCANNED = ["tensor", "autograd", "nn", "examples", "bench"]
+SCANNED = ["tensor", "autograd", "nn", "data", "examples", "bench"]
 # the order of the layers: an include may point at the same layer or an earlier one
-RANK = {"tensor": 0, "autograd": 1, "nn": 2, "attograd.h": 2.5, "examples": 3, "bench": 3}
+RANK = {"tensor": 0, "autograd": 1, "nn": 2, "data": 2.2, "attograd.h": 2.5, "examples": 3, "bench": 3}
 # extra include directories a folder's meson.build gives its programs (besides the root)
 EXTRA_INC = {"examples/translate": ["examples/translate"]}
 # installed header -> the header that code outside its top folder reaches it through
@@ -62,7 +62,7 @@ def layer(path):
 def installed_headers():
     """Headers that some meson.build installs (install_headers('a.h', 'sub/b.h', ...))."""
     found = set()
-    for top in ("tensor", "autograd", "nn"):
+    for top in ("tensor", "autograd", "nn", "data"):
         for folder, _, files in os.walk(os.path.join(ROOT, top)):
             if "meson.build" not in files:
                 continue
@@ -80,7 +80,7 @@ def private_scope(header, installed):
     if name == "internal.h" or name.endswith("_internal.h"):
         return folder
     top = header.split("/", 1)[0]
-    if top in ("tensor", "autograd", "nn") and header not in installed:
+    if top in ("tensor", "autograd", "nn", "data") and header not in installed:
         return top
     return None
 

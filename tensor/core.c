@@ -124,7 +124,16 @@ void ag__zero(void *p, size_t bytes) {
 /* ---- arena ----
  * A list of blocks; allocation bumps within the last block and opens a new block (at least
  * twice the last) when full. Reset coalesces several blocks into one of their total size, so
- * after the first reset a step of the same shape runs in one block with no allocation. */
+ * after the first reset a step of the same shape runs in one block with no allocation.
+ *
+ * Tensor headers come from small arenas of their own, two pairs of halves. A step's headers go
+ * to one pair; a reset switches to the other pair and leaves the memory of the pair just used
+ * as it is until the reset after. Inside a step, a rewind switches to the other half of the
+ * pair, leaving the half just used as it is until the switch after. So a tensor kept past a
+ * reset (or past a rewind with none inside it) still has its header, generation stamp
+ * included, during the next generation, and is reported; one kept longer usually is. The
+ * halves' free space is not poisoned under AddressSanitizer: the stamp check reads it, and
+ * reports. */
 
 /* Under AddressSanitizer the free space is poisoned (AG_POISON): see internal.h. */
 
@@ -137,10 +146,72 @@ typedef struct block {
 struct ag_arena {
     block *first, *cur;
     size_t total_used;
+    uint32_t slot;         /* its row of ag__arena_gens (0: untracked, when every row is taken) */
+    bool poison;           /* poison free space under AddressSanitizer (not the halves) */
+    bool warned;           /* the growth warning was given */
+    size_t warn_bytes;     /* bytes in use (since the last reset) past which a new block warns; 0: never */
+    ag_arena *halves[4];   /* where its tensor headers come from: pairs 0-1, 2-3 (NULL in a half) */
+    int pair, half;        /* the pair in use (0 or 1), and its half in use (0 or 1) */
 };
 
+/* the position of a mark, packed into ag_arena_mark's words */
+typedef struct {
+    block *b[3];                 /* the arena, then the halves of the pair in use */
+    size_t used[3], total[3];
+    uint64_t generation;
+} mark_t;
+_Static_assert(sizeof(mark_t) <= sizeof(((ag_arena_mark *)0)->internal), "ag_arena_mark.internal too small");
+
+/* ---- arena generations ----
+ * A header notes its arena's row and that arena's generation when it was made (ag__stamp).
+ * The generation moves on at every reset, mark and rewind; the row says which generations are
+ * still alive: those from live_from on, except the interval [dead_lo, dead_hi] that the last
+ * rewinds forgot (adjacent intervals merge, so a loop rewinding to one mark stays one interval;
+ * a disjoint older one is dropped: it goes unreported, never misreported). Rows are never
+ * reused with a lower generation, so a tensor of a freed arena stays dead. */
+ag__arena_gen ag__arena_gens[AG_ARENA_SLOTS];
+static bool slot_taken[AG_ARENA_SLOTS];
+
+static uint32_t slot_take(void) {
+    for (uint32_t i = 1; i < AG_ARENA_SLOTS; i++)
+        if (!slot_taken[i]) {
+            slot_taken[i] = true;
+            ag__arena_gen *g = &ag__arena_gens[i];
+            g->live_from = ++g->gen;
+            g->dead_lo = 1;
+            g->dead_hi = 0;
+            return i;
+        }
+    return 0;
+}
+
+/* Everything made so far in the arena is dead; the next generation begins. */
+static void gen_reset(uint32_t slot) {
+    ag__arena_gen *g = &ag__arena_gens[slot];
+    g->live_from = ++g->gen;
+    g->dead_lo = 1;
+    g->dead_hi = 0;
+}
+
+bool ag__report_dead(const char *op, const ag_tensor *t) {
+    char b[128];
+    const ag__tensor_state *s = ag__state(t);
+    if (s->arena_slot >= AG_ARENA_SLOTS) {
+        ag_error(op, "a tensor whose header has been overwritten (its arena memory was reused): a tensor kept past "
+                 "ag_arena_reset or ag_arena_rewind?");
+        return false;
+    }
+    const ag__arena_gen *g = &ag__arena_gens[s->arena_slot];
+    const char *by = s->generation < g->live_from ? "ag_arena_reset (or ag_arena_free)" : "ag_arena_rewind";
+    ag_error(op, "%s %s tensor made in arena generation %llu, which %s has forgotten (the arena is at generation "
+             "%llu): its memory now holds newer tensors; copy what must outlive a step out of the arena first",
+             ag_shape_str(t, b), ag_dtype_name(t->dtype), (unsigned long long)s->generation, by,
+             (unsigned long long)g->gen);
+    return false;
+}
+
 /* NULL when the system cannot provide size bytes */
-static block *block_new(size_t size) {
+static block *block_new(size_t size, bool poison) {
     block *b = ag_xmalloc(sizeof *b);
     b->next = NULL;
     b->size = size;
@@ -149,19 +220,32 @@ static block *block_new(size_t size) {
         ag_xfree(b);
         return NULL;
     }
-    AG_POISON(b->mem, size);
+    if (poison) AG_POISON(b->mem, size);
     return b;
 }
 
-ag_arena *ag_arena_new(size_t initial_bytes) {
+static ag_arena *arena_make(size_t initial_bytes, bool halves) {
     ag_arena *a = ag_xmalloc(sizeof *a);
-    a->first = a->cur = block_new(initial_bytes < 4096 ? 4096 : initial_bytes);
+    memset(a, 0, sizeof *a);
+    a->poison = halves;
+    a->first = a->cur = block_new(initial_bytes < 4096 ? 4096 : initial_bytes, a->poison);
     if (!a->first) {
         fprintf(stderr, "attograd: out of memory allocating an arena of %zu bytes\n", initial_bytes);
         abort();
     }
-    a->total_used = 0;
+    if (halves) {
+        a->slot = slot_take();
+        a->warn_bytes = AG_ARENA_WARN_BYTES;
+        for (int h = 0; h < 4; h++) a->halves[h] = arena_make(16384, false);
+    }
     return a;
+}
+
+ag_arena *ag_arena_new(size_t initial_bytes) { return arena_make(initial_bytes, true); }
+
+void ag_arena_set_growth_warning(ag_arena *a, size_t bytes) {
+    a->warn_bytes = bytes;
+    a->warned = false;
 }
 
 static void free_blocks(block *b) {
@@ -176,26 +260,58 @@ static void free_blocks(block *b) {
 
 void ag_arena_free(ag_arena *a) {
     if (!a) return;
+    if (a->slot) {
+        gen_reset(a->slot);
+        slot_taken[a->slot] = false;
+    }
+    for (int h = 0; h < 4; h++) ag_arena_free(a->halves[h]);
     free_blocks(a->first);
     ag_xfree(a);
 }
 
-void ag_arena_reset(ag_arena *a) {
+static void blocks_reset(ag_arena *a) {
     if (a->first->next) {
         size_t total = 0;
         for (block *b = a->first; b; b = b->next) total += b->size;
         free_blocks(a->first);
-        a->first = block_new(total);
+        a->first = block_new(total, a->poison);
         if (!a->first) {
             fprintf(stderr, "attograd: out of memory allocating an arena block of %zu bytes\n", total);
             abort();
         }
     }
-    AG_POISON(a->first->mem, a->first->used);
+    if (a->poison) AG_POISON(a->first->mem, a->first->used);
     a->first->used = 0;
     a->cur = a->first;
     a->total_used = 0;
     ag__threads_between_steps(); /* a step ends: the thread count may follow the load */
+}
+
+/* back to the position (b, used, total): everything allocated after it is forgotten */
+static void blocks_rewind(ag_arena *a, block *b, size_t used, size_t total) {
+    if (a->poison) AG_POISON(b->mem + used, b->used - used);
+    b->used = used;
+    for (block *n = b->next; n; n = n->next) { /* later blocks stay for reuse */
+        if (a->poison) AG_POISON(n->mem, n->used);
+        n->used = 0;
+    }
+    a->cur = b;
+    a->total_used = total;
+}
+
+void ag_arena_reset(ag_arena *a) {
+    blocks_reset(a);
+    if (a->halves[0]) {
+        /* the pair to be used starts afresh; the other keeps its headers until the next reset */
+        for (int h = 0; h < 2; h++) {
+            ag_arena *keep = a->halves[2 * a->pair + h];
+            blocks_rewind(keep, keep->first, 0, 0);
+        }
+        a->pair ^= 1;
+        a->half = 0;
+        for (int h = 0; h < 2; h++) blocks_reset(a->halves[2 * a->pair + h]);
+        gen_reset(a->slot);
+    }
 }
 
 void *ag_arena_alloc(ag_arena *a, size_t asked) {
@@ -204,9 +320,15 @@ void *ag_arena_alloc(ag_arena *a, size_t asked) {
     while (b->used + bytes > b->size && b->next) b = a->cur = b->next; /* blocks kept by a rewind */
     if (bytes < asked) return NULL; /* asked is within 63 bytes of SIZE_MAX */
     if (b->used + bytes > b->size) {
+        if (a->warn_bytes && !a->warned && a->total_used + bytes > a->warn_bytes) {
+            a->warned = true;
+            fprintf(stderr, "attograd: warning: an arena holds %zu MiB allocated since its last ag_arena_reset and "
+                    "grows: reset it after every step (ag_arena_reset), or raise the threshold of %zu MiB "
+                    "(ag_arena_set_growth_warning)\n", (a->total_used + bytes) >> 20, a->warn_bytes >> 20);
+        }
         size_t size = b->size * 2 > bytes ? b->size * 2 : bytes;
-        block *next = block_new(size);
-        if (!next && size > bytes) next = block_new(size = bytes); /* doubling may ask too much */
+        block *next = block_new(size, a->poison);
+        if (!next && size > bytes) next = block_new(size = bytes, a->poison); /* doubling may ask too much */
         if (!next) return NULL;
         b->next = next;
         b = a->cur = next;
@@ -218,7 +340,22 @@ void *ag_arena_alloc(ag_arena *a, size_t asked) {
     return p;
 }
 
-size_t ag_arena_used(const ag_arena *a) { return a->total_used; }
+ag_tensor *ag__arena_header(ag_arena *a) {
+    ag_tensor *t = ag_arena_alloc(a->halves[0] ? a->halves[2 * a->pair + a->half] : a, sizeof *t);
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    ag__tensor_state *s = ag__state(t);
+    s->version = &s->own_version;
+    s->arena_slot = a->slot;
+    s->generation = ag__arena_gens[a->slot].gen;
+    return t;
+}
+
+size_t ag_arena_used(const ag_arena *a) {
+    size_t n = a->total_used;
+    for (int h = 0; h < 4 && a->halves[0]; h++) n += a->halves[h]->total_used;
+    return n;
+}
 
 void ag__drop_pages(const void *from, const void *to) {
 #ifdef MADV_DONTNEED
@@ -232,18 +369,34 @@ void ag_arena_trim(ag_arena *a) {
     for (block *b = a->first; b; b = b->next) ag__drop_pages(b->mem + b->used, b->mem + b->size);
 }
 
-ag_arena_mark ag_arena_get_mark(const ag_arena *a) { return (ag_arena_mark){a->cur, a->cur->used, a->total_used}; }
-
-void ag_arena_rewind(ag_arena *a, ag_arena_mark m) {
-    block *b = m.block;
-    AG_POISON(b->mem + m.used, b->used - m.used);
-    b->used = m.used;
-    for (block *n = b->next; n; n = n->next) { /* later blocks stay for reuse */
-        AG_POISON(n->mem, n->used);
-        n->used = 0;
+ag_arena_mark ag_arena_get_mark(const ag_arena *a) {
+    mark_t m = {{a->cur}, {a->cur->used}, {a->total_used}, 0};
+    for (int h = 0; h < 2 && a->halves[0]; h++) {
+        const ag_arena *half = a->halves[2 * a->pair + h];
+        m.b[h + 1] = half->cur;
+        m.used[h + 1] = half->cur->used;
+        m.total[h + 1] = half->total_used;
     }
-    a->cur = b;
-    a->total_used = m.total;
+    /* what is made from now on belongs to a new generation, which a rewind to the mark forgets */
+    m.generation = ag__arena_gens[a->slot].gen++;
+    ag_arena_mark r;
+    memcpy(&r, &m, sizeof m);
+    return r;
+}
+
+void ag_arena_rewind(ag_arena *a, ag_arena_mark mark) {
+    mark_t m;
+    memcpy(&m, &mark, sizeof m);
+    blocks_rewind(a, m.b[0], m.used[0], m.total[0]);
+    if (!a->halves[0]) return;
+    for (int h = 0; h < 2; h++) blocks_rewind(a->halves[2 * a->pair + h], m.b[h + 1], m.used[h + 1], m.total[h + 1]);
+    a->half ^= 1; /* the forgotten headers stay as they are for a generation */
+    ag__arena_gen *g = &ag__arena_gens[a->slot];
+    if (a->slot && m.generation >= g->live_from) { /* generations m.generation+1 .. gen are forgotten */
+        if (g->dead_lo > g->dead_hi || g->dead_hi < m.generation) g->dead_lo = m.generation + 1;
+        else if (g->dead_lo > m.generation + 1) g->dead_lo = m.generation + 1;
+        g->dead_hi = g->gen++;
+    }
 }
 
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes) {

@@ -26,6 +26,38 @@ ag_overlap ag__overlap(const ag_tensor *dst, const ag_tensor *src);
  * NULL. */
 const ag_tensor *ag__writable(const char *op, const ag_tensor *dst, const ag_tensor *src);
 
+/* ---- arena generations (tensor/core.c) ----
+ * Every arena has a row in ag__arena_gens (up to AG_ARENA_SLOTS - 1 arenas at once; more are
+ * untracked), and every header made in an arena notes the row and the arena's generation then
+ * (its ag__tensor_state). A header with row 0 (parameters' headers are made in an arena never
+ * reset, headers on the stack have none) is always alive. */
+#define AG_ARENA_SLOTS 256
+/* bytes an arena may hold since its last reset before growing past them warns (once): far
+ * above a training step of attograd-translate (29 MiB by default, under 400 MiB at 4x the
+ * width and batch), reached by a loop that never resets after some 20 000 small matmuls */
+#define AG_ARENA_WARN_BYTES ((size_t)1 << 30)
+typedef struct {
+    uint64_t gen;               /* the generation tensors made now get */
+    uint64_t live_from;         /* the first generation since the last reset */
+    uint64_t dead_lo, dead_hi;  /* generations a rewind forgot (empty when dead_lo > dead_hi) */
+} ag__arena_gen;
+extern ag__arena_gen ag__arena_gens[AG_ARENA_SLOTS];
+/* A zeroed header from a's current half (tensor/core.c), with a counter of its own (version 0)
+ * and a's row and generation noted; NULL when out of memory. */
+ag_tensor *ag__arena_header(ag_arena *a);
+/* Whether t may be used: made in the arena's current life and not forgotten by a rewind. A
+ * compare or two, nothing per element; a garbage row (the header overwritten) is dead. */
+static inline bool ag__alive(const ag_tensor *t) {
+    const ag__tensor_state *s = ag__state(t);
+    if (s->arena_slot == 0) return true;
+    if (s->arena_slot >= AG_ARENA_SLOTS) return false;
+    const ag__arena_gen *g = &ag__arena_gens[s->arena_slot];
+    uint64_t v = s->generation;
+    return v >= g->live_from && v <= g->gen && (v < g->dead_lo || v > g->dead_hi);
+}
+/* Report through op that t is dead (its shape, dtype, both generations); returns false. */
+bool ag__report_dead(const char *op, const ag_tensor *t);
+
 /* Strided loop over ndim/shape for nops operands. base[k] is operand k's first element,
  * bstride[k][d] its stride in bytes along d (0 where broadcast). fn gets every innermost run:
  * n elements, the run's pointers, and each operand's byte stride along the run. Parallel above

@@ -4,6 +4,10 @@
 #include "internal.h"
 
 int ag_broadcast_shape(const char *op, const ag_tensor *a, const ag_tensor *b, int64_t *out) {
+    if (!ag__alive(a) || !ag__alive(b)) {
+        ag__report_dead(op, ag__alive(a) ? b : a);
+        return -1;
+    }
     int n = a->ndim > b->ndim ? a->ndim : b->ndim;
     for (int i = 0; i < n; i++) {
         int ia = a->ndim - n + i, ib = b->ndim - n + i;

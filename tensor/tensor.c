@@ -102,7 +102,7 @@ const ag_tensor *ag__writable(const char *op, const ag_tensor *dst, const ag_ten
 }
 
 bool ag__check_not_null(const char *op, const ag_tensor *t) {
-    if (t) return true;
+    if (t) return ag__alive(t) || ag__report_dead(op, t);
     ag_error(op, "input tensor is NULL (an earlier op failed?)");
     return false;
 }
@@ -155,10 +155,7 @@ static bool check_shape(const char *op, int ndim, const int64_t *shape) {
 /* a zeroed header that starts a storage of its own as far as versions go: the counter lives in
  * the header, which an arena forgets no sooner than data allocated after it */
 static ag_tensor *header(void) {
-    ag_tensor *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
-    memset(t, 0, sizeof *t);
-    ag__state(t)->version = &ag__state(t)->own_version;
-    return t;
+    return ag__arena_header(ag_arena_current());
 }
 
 ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape) {

@@ -65,7 +65,20 @@ char *ag_shape_str(const ag_tensor *t, char *buf);
 const char *ag_dtype_name(ag_dtype dt);
 size_t ag_dtype_size(ag_dtype dt);
 
-/* ---- arenas --------------------------------------------------------------------------- */
+/* ---- arenas ---------------------------------------------------------------------------
+ * Use after reset: a tensor notes its arena's generation when it is made. ag_arena_reset
+ * starts a new generation (everything before is forgotten), and so does a mark: rewinding to
+ * it forgets what was made after it. An op given a forgotten tensor reports it through the
+ * error handler ("ag_add: (2,3) f32 tensor made in arena generation 4, which ag_arena_reset
+ * ... has forgotten (the arena is at generation 9)") and returns NULL; an op whose only check
+ * is the one every op ends with (ag_finish) reports it there and records nothing. The check is
+ * a compare or two per input. Parameters (their arena is never reset) and headers made outside
+ * any arena are never stale. The check reads the tensor's header, which an arena keeps intact
+ * for one generation after forgetting it: a tensor from the step (or decoding iteration) just
+ * before is always reported, an older one usually.
+ * Growth: an arena holding more than a threshold (1 GiB unless set with
+ * ag_arena_set_growth_warning) since its last reset warns once on stderr, naming
+ * ag_arena_reset, when it grows further. */
 ag_arena *ag_arena_new(size_t initial_bytes);
 void ag_arena_free(ag_arena *a);
 /* Forget everything allocated; keeps the memory (coalesced into one block) for the next step. */
@@ -79,9 +92,13 @@ size_t ag_arena_used(const ag_arena *a);
  * between steps that needs memory of its own (a checkpoint save), not for every step: the
  * next step faults the pages in again (zero-filled; arena memory is uninitialised anyway). */
 void ag_arena_trim(ag_arena *a);
+/* The growth warning's threshold for a (bytes allocated since the last reset; 0: never warn);
+ * also re-arms the warning. */
+void ag_arena_set_growth_warning(ag_arena *a, size_t bytes);
 /* A position in an arena, and going back to it: everything allocated after the mark is
- * forgotten (for loops inside a step, e.g. decoding one token at a time). */
-typedef struct { void *block; size_t used, total; } ag_arena_mark;
+ * forgotten (for loops inside a step, e.g. decoding one token at a time), and tensors made
+ * after the mark are stale. */
+typedef struct { uint64_t internal[10]; } ag_arena_mark; /* the arena's position: not API */
 ag_arena_mark ag_arena_get_mark(const ag_arena *a);
 void ag_arena_rewind(ag_arena *a, ag_arena_mark m);
 /* Rewind to m but keep one result: t's values move (contiguous, with t's shape) to the mark's

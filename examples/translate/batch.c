@@ -104,20 +104,6 @@ static bool dataset_pick(const tr_dataset *d, const bool *pick, bool want, tr_da
     return true;
 }
 
-/* Fisher-Yates shuffle of a[0..n) with uniforms drawn from r (n-1 of them, one at a time so the
- * caller needs no scratch memory) */
-static void shuffle(int64_t *a, int64_t n, ag_rng *r) {
-    for (int64_t i = n - 1; i > 0; i--) {
-        double u;
-        ag_rng_uniform_f64(r, 1, &u);
-        int64_t j = (int64_t)(u * (double)(i + 1));
-        if (j > i) j = i;
-        int64_t t = a[i];
-        a[i] = a[j];
-        a[j] = t;
-    }
-}
-
 int tr_dataset_split(const tr_dataset *all, double fraction, uint64_t seed, tr_dataset *train, tr_dataset *held,
                      char *err, size_t errsz) {
     tr_dataset unused;
@@ -135,7 +121,7 @@ int tr_dataset_split(const tr_dataset *all, double fraction, uint64_t seed, tr_d
     if (idx && pick) {
         for (int64_t i = 0; i < all->n; i++) idx[i] = i;
         ag_rng r = ag_rng_new(seed ^ 0x5be1d5eedull); /* not the batcher's stream for the same seed */
-        shuffle(idx, all->n, &r);
+        ag_shuffle(idx, all->n, &r);
         for (int64_t i = 0; i < nh; i++) pick[idx[i]] = true;
         if (dataset_pick(all, pick, false, train) && dataset_pick(all, pick, true, held)) rc = 0;
     }
@@ -153,77 +139,14 @@ int tr_dataset_split(const tr_dataset *all, double fraction, uint64_t seed, tr_d
 
 /* ---- batches ----------------------------------------------------------------------------- */
 
-typedef struct {
-    int32_t ls, lt;
-    double key;
-    int64_t i;
-} len_key;
-
-static int by_length(const void *pa, const void *pb) {
-    const len_key *a = pa, *b = pb;
-    if (a->ls != b->ls) return a->ls < b->ls ? -1 : 1;
-    if (a->lt != b->lt) return a->lt < b->lt ? -1 : 1;
-    if (a->key != b->key) return a->key < b->key ? -1 : 1;
-    return (a->i > b->i) - (a->i < b->i);
-}
-
-void tr_batcher_free(tr_batcher *b) {
-    free(b->order);
-    free(b->start);
-    free(b->size);
-    free(b->perm);
-    memset(b, 0, sizeof *b);
-}
-
-int tr_batcher_init(tr_batcher *b, const tr_dataset *d, int batch_size, uint64_t seed, bool shuffle_, char *err,
+int tr_batcher_init(tr_batcher *b, const tr_dataset *d, int batch_size, uint64_t seed, bool shuffle, char *err,
                     size_t errsz) {
     memset(b, 0, sizeof *b);
     if (batch_size < 1) return tr__fail(err, errsz, "batch size %d: must be at least 1", batch_size);
     if (d->n < 1) return tr__fail(err, errsz, "no pairs to make batches of");
-    int64_t n = d->n, nb = (n + batch_size - 1) / batch_size;
-    len_key *lk = malloc((size_t)n * sizeof *lk);
-    double *u = malloc((size_t)n * sizeof(double));
-    b->order = malloc((size_t)n * sizeof(int64_t));
-    b->start = malloc((size_t)nb * sizeof(int64_t));
-    b->size = malloc((size_t)nb * sizeof(int32_t));
-    b->perm = malloc((size_t)nb * sizeof(int64_t));
-    if (!lk || !u || !b->order || !b->start || !b->size || !b->perm) {
-        free(lk);
-        free(u);
-        tr_batcher_free(b);
-        return tr__fail(err, errsz, "out of memory making %lld batches", (long long)nb);
-    }
-    /* tie keys use counters [0, n) of the seed's stream; epoch orders use [(e+1)·2^32, ...) */
-    ag_rng r = ag_rng_new(seed);
-    ag_rng_uniform_f64(&r, n, u);
-    for (int64_t i = 0; i < n; i++) lk[i] = (len_key){d->src_len[i], d->tgt_len[i], u[i], i};
-    qsort(lk, (size_t)n, sizeof *lk, by_length);
-    for (int64_t i = 0; i < n; i++) {
-        b->order[i] = lk[i].i;
-        if (lk[i].ls > b->max_src_len) b->max_src_len = lk[i].ls;
-        if (lk[i].lt > b->max_tgt_len) b->max_tgt_len = lk[i].lt;
-    }
-    for (int64_t k = 0; k < nb; k++) {
-        b->start[k] = k * batch_size;
-        b->size[k] = (int32_t)(n - b->start[k] < batch_size ? n - b->start[k] : batch_size);
-    }
-    free(lk);
-    free(u);
-    b->nbatches = nb;
-    b->batch_size = batch_size;
-    b->seed = seed;
-    b->shuffle = shuffle_;
-    tr_batcher_set_epoch(b, 0);
-    return 0;
-}
-
-void tr_batcher_set_epoch(tr_batcher *b, int64_t epoch) {
-    for (int64_t k = 0; k < b->nbatches; k++) b->perm[k] = k;
-    b->epoch = epoch;
-    if (!b->shuffle) return;
-    ag_rng r = ag_rng_new(b->seed);
-    r.counter = ((uint64_t)epoch + 1) << 32;
-    shuffle(b->perm, b->nbatches, &r);
+    ag_batcher_config c = {.n = d->n, .len = {d->src_len, d->tgt_len}, .batch_size = batch_size, .seed = seed,
+                           .shuffle = shuffle};
+    return ag_batcher_init(b, &c, err, errsz);
 }
 
 void tr_batch_free(tr_batch *bt) {
@@ -238,30 +161,29 @@ void tr_batch_free(tr_batch *bt) {
 
 int tr_batch_alloc(tr_batch *bt, const tr_batcher *b, char *err, size_t errsz) {
     memset(bt, 0, sizeof *bt);
-    size_t B = (size_t)b->batch_size;
-    bt->src = malloc(B * (size_t)b->max_src_len * sizeof(int64_t));
-    bt->tgt_in = malloc(B * (size_t)b->max_tgt_len * sizeof(int64_t));
-    bt->tgt_out = malloc(B * (size_t)b->max_tgt_len * sizeof(int64_t));
+    size_t B = (size_t)b->max_batch;
+    bt->src = malloc(B * (size_t)b->max_len[0] * sizeof(int64_t));
+    bt->tgt_in = malloc(B * (size_t)b->max_len[1] * sizeof(int64_t));
+    bt->tgt_out = malloc(B * (size_t)b->max_len[1] * sizeof(int64_t));
     bt->src_len = malloc(B * sizeof(int32_t));
     bt->tgt_len = malloc(B * sizeof(int32_t));
     bt->index = malloc(B * sizeof(int64_t));
     if (!bt->src || !bt->tgt_in || !bt->tgt_out || !bt->src_len || !bt->tgt_len || !bt->index) {
         tr_batch_free(bt);
-        return tr__fail(err, errsz, "out of memory for a batch of %d", b->batch_size);
+        return tr__fail(err, errsz, "out of memory for a batch of %d", b->max_batch);
     }
-    bt->cap_B = b->batch_size;
-    bt->cap_Ls = b->max_src_len;
-    bt->cap_Lt = b->max_tgt_len;
+    bt->cap_B = b->max_batch;
+    bt->cap_Ls = b->max_len[0];
+    bt->cap_Lt = b->max_len[1];
     return 0;
 }
 
 int tr_batcher_get(const tr_batcher *b, const tr_dataset *d, int64_t step, tr_batch *bt) {
     bt->B = bt->Ls = bt->Lt = 0;
     bt->ntokens = 0;
-    if (step < 0 || step >= b->nbatches) return -1;
-    int64_t k = b->perm[step];
-    const int64_t *pairs = b->order + b->start[k];
-    int B = b->size[k], Ls = 0, Lt = 0;
+    const int64_t *pairs;
+    int B = ag_batcher_batch(b, step, &pairs), Ls = 0, Lt = 0;
+    if (B == 0) return -1;
     for (int r = 0; r < B; r++) {
         if (d->src_len[pairs[r]] > Ls) Ls = d->src_len[pairs[r]];
         if (d->tgt_len[pairs[r]] > Lt) Lt = d->tgt_len[pairs[r]];
@@ -271,12 +193,10 @@ int tr_batcher_get(const tr_batcher *b, const tr_dataset *d, int64_t step, tr_ba
         int64_t p = pairs[r];
         int ls = d->src_len[p], lt = d->tgt_len[p];
         const int64_t *s = d->ids + d->src_start[p], *t = d->ids + d->tgt_start[p];
-        int64_t *src = bt->src + (size_t)r * Ls, *in = bt->tgt_in + (size_t)r * Lt, *out = bt->tgt_out + (size_t)r * Lt;
-        for (int j = 0; j < Ls; j++) src[j] = j < ls ? s[j] : TR_PAD;
-        for (int j = 0; j < Lt; j++) {
-            in[j] = j == 0 ? TR_BOS : j < lt ? t[j - 1] : TR_PAD;
-            out[j] = j < lt ? t[j] : TR_PAD;
-        }
+        ag_pad_row(s, ls, Ls, TR_PAD, bt->src + (size_t)r * Ls);
+        /* t ends in its EOS: the decoder reads BOS + t[:-1] and predicts t */
+        ag_teacher_forcing_row(t, lt - 1, Lt, TR_BOS, t[lt - 1], TR_PAD, bt->tgt_in + (size_t)r * Lt,
+                               bt->tgt_out + (size_t)r * Lt);
         bt->src_len[r] = ls;
         bt->tgt_len[r] = lt;
         bt->index[r] = p;

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/data.h"
+
 #define TR_ERR_SIZE 512
 
 /* special token ids, the same in every vocabulary */
@@ -144,22 +146,13 @@ int tr_dataset_split(const tr_dataset *all, double fraction, uint64_t seed, tr_d
                      char *err, size_t errsz);
 
 /* ---- length-bucketed batches ------------------------------------------------------------ */
-/* Pairs are sorted by (source length, target length), ties in a seed-chosen order, and cut into
- * batches of batch_size consecutive pairs (the last may be smaller): a batch holds sentences of
- * similar length. The composition is fixed; each epoch visits the batches in an order that
- * depends only on (seed, epoch), so a run resumed at (epoch, step) sees the same batches. */
-typedef struct {
-    int64_t nbatches;
-    int batch_size;
-    int max_src_len, max_tgt_len; /* over all batches: the buffer size tr_batch needs */
-    bool shuffle;                 /* false: batches in length order every epoch */
-    uint64_t seed;
-    int64_t epoch;  /* the epoch perm belongs to */
-    int64_t *order; /* pair indices; batch k is order[start[k] .. +size[k]) */
-    int64_t *start;
-    int32_t *size;
-    int64_t *perm; /* (nbatches) batch visited at each step of the epoch */
-} tr_batcher;
+/* The library's batcher (data/data.h) over the pairs' (source, target) lengths: sorted by
+ * source length, then target length, ties in a seed-chosen order, cut into batches of
+ * batch_size consecutive pairs (the last may be smaller). The composition is fixed; each epoch
+ * visits the batches in an order that depends only on (seed, epoch), so a run resumed at
+ * (epoch, step) sees the same batches. max_len[0] and max_len[1] are the longest source and
+ * target: the buffer size tr_batch needs. */
+typedef ag_batcher tr_batcher;
 
 /* Buffers of one batch, row-major, padded with TR_PAD: wrap them with ag_wrap(AG_I64, ...). */
 typedef struct {
@@ -175,9 +168,9 @@ typedef struct {
 
 int tr_batcher_init(tr_batcher *b, const tr_dataset *d, int batch_size, uint64_t seed, bool shuffle, char *err,
                     size_t errsz);
-void tr_batcher_free(tr_batcher *b);
+static inline void tr_batcher_free(tr_batcher *b) { ag_batcher_free(b); }
 /* Make the batch order of epoch (any epoch, any order of calls; no allocation). */
-void tr_batcher_set_epoch(tr_batcher *b, int64_t epoch);
+static inline void tr_batcher_set_epoch(tr_batcher *b, int64_t epoch) { ag_batcher_set_epoch(b, epoch); }
 /* buffers big enough for every batch of b (the only allocation of the batching loop) */
 int tr_batch_alloc(tr_batch *bt, const tr_batcher *b, char *err, size_t errsz);
 void tr_batch_free(tr_batch *bt);

@@ -63,7 +63,7 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const
     tr_batcher_set_epoch(&b, 0);
     tr_bleu_stats bleu = {0};
     double loss_sum = 0;
-    int64_t tokens = 0, W = 2 * (int64_t)b.max_tgt_len + 8;
+    int64_t tokens = 0, W = 2 * (int64_t)b.max_len[1] + 8;
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(128 * W));
     bool grad = ag_set_grad_enabled(false);
     /* in the caller's arena (training's, between steps): evaluation reuses that memory */
