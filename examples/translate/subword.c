@@ -17,7 +17,7 @@ int tr_subword_default_size(const tr_corpus *c, int side) {
     if (tr_vocab_build(&chars, c, side, TR_CHARS, 1, err, sizeof err) == 0) ch = chars.size - TR_NUM_SPECIALS;
     tr_vocab_free(&words);
     tr_vocab_free(&chars);
-    int64_t more = c->n / 20 < w ? c->n / 20 : w;
+    int64_t more = c->n / 20 < 2 * w ? c->n / 20 : 2 * w;
     return TR_NUM_SPECIALS + 256 + ch + (int)more;
 }
 

@@ -11,8 +11,9 @@ typedef struct {
 } tr_subword_opts;
 
 /* The vocabulary size the defaults choose for a side of c: the 4 specials, the 256 byte pieces,
- * one piece per distinct character, and as many pieces more as there are distinct words but at
- * most one per 20 pairs, so that every piece is seen often enough to be learnt. */
+ * one piece per distinct character, and two pieces more per distinct word (a word and its form
+ * starting a sentence piece, "▁word") but at most one per 20 pairs, so that every piece is seen
+ * often enough to be learnt. */
 int tr_subword_default_size(const tr_corpus *c, int side);
 /* Train a model on the given side (TR_SIDE_SRC or TR_SIDE_TGT) of c. */
 int tr_vocab_train_spm(tr_vocab *v, const tr_corpus *c, int side, const tr_subword_opts *o, char *err, size_t errsz);
