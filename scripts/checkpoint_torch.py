@@ -363,7 +363,8 @@ def check_translate(binary):
             print(f"  {s!r}: attograd {a!r}, torch {t!r}")
         _expect(ours == theirs, "torch's greedy translations equal attograd's, text for text")
         distinct = len(set(t for t in theirs if t))
-        _expect(distinct >= 4, f"{distinct} distinct non-empty translations of {len(sentences)}: the comparison can fail")
+        _expect(distinct >= 4,
+                f"{distinct} distinct non-empty translations of {len(sentences)}: the comparison can fail")
     print("checkpoint_torch check-translate: all comparisons passed")
     return 0
 

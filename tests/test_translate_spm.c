@@ -356,7 +356,8 @@ static void test_spm_model_flag_uses_a_model_trained_elsewhere_shared_or_per_sid
         snprintf(ckpt, sizeof ckpt, "%s/last.h5", out);
         ag_train_state a = load_state(ck), b = load_state(ckpt);
         assert_string_equal(ag_config_get_string(&a, "tgt_spm"), ag_config_get_string(&b, "tgt_spm"));
-        assert_string_equal(ag_config_get_string(&a, shared ? "tgt_spm" : "src_spm"), ag_config_get_string(&b, "src_spm"));
+        assert_string_equal(ag_config_get_string(&a, shared ? "tgt_spm" : "src_spm"),
+                            ag_config_get_string(&b, "src_spm"));
         ag_train_state_clear(&a);
         ag_train_state_clear(&b);
     }

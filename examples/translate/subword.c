@@ -24,7 +24,8 @@ int tr_subword_default_size(const tr_corpus *c, int side) {
 int tr_vocab_train_spm(tr_vocab *v, const tr_corpus *c, int side, const tr_subword_opts *o, char *err, size_t errsz) {
     memset(v, 0, sizeof *v);
     const char *name = c->path ? c->path : "corpus", *what = side == TR_SIDE_SRC ? "source" : "target";
-    tr_spm_train_opts so = {o->type ? o->type : "unigram", o->vocab_size > 0 ? o->vocab_size : tr_subword_default_size(c, side)};
+    tr_spm_train_opts so = {o->type ? o->type : "unigram",
+                            o->vocab_size > 0 ? o->vocab_size : tr_subword_default_size(c, side)};
     char *model = NULL, msg[TR_ERR_SIZE];
     size_t len = 0;
     if (tr_spm_train((const char *const *)(side == TR_SIDE_SRC ? c->src : c->tgt), c->n, &so, &model, &len, msg,

@@ -20,8 +20,10 @@
 #include "train_internal.h"
 
 typedef struct {
-    const char *train, *dev, *test, *out, *model, *tokenizer, *spm_type, *spm_model;
-    int64_t vocab_size, steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
+    const char *train, *dev, *test, *out, *model;
+    const char *tokenizer, *spm_type, *spm_model;
+    int64_t vocab_size;
+    int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
         seed, threads, samples, beam, max_eval;
     double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
     bool chars, strict, resume, recompute_attention, keep_ff_activation, help;
@@ -148,7 +150,8 @@ static tr_tok_mode tok_mode(const train_opts *o) {
 static int longest_pair(const tr_corpus *c, const tr_vocab *src, const tr_vocab *tgt, tr_tok_mode mode) {
     int longest = 0;
     for (int64_t i = 0; i < c->n; i++) {
-        int ls = tr_vocab_encode(src, c->src[i], mode, NULL, 0) + 1, lt = tr_vocab_encode(tgt, c->tgt[i], mode, NULL, 0) + 1;
+        int ls = tr_vocab_encode(src, c->src[i], mode, NULL, 0) + 1;
+        int lt = tr_vocab_encode(tgt, c->tgt[i], mode, NULL, 0) + 1;
         if (ls > longest) longest = ls;
         if (lt > longest) longest = lt;
     }
@@ -230,7 +233,8 @@ static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed
     if (!read_corpus(&c->train_c, o->train, o)) return false;
     if (o->dev && !read_corpus(&c->dev_c, o->dev, o)) return false;
     if (resumed) {
-        if (tr_vocab_copy(&c->src, &resumed->src, err, sizeof err) || tr_vocab_copy(&c->tgt, &resumed->tgt, err, sizeof err))
+        if (tr_vocab_copy(&c->src, &resumed->src, err, sizeof err) ||
+            tr_vocab_copy(&c->tgt, &resumed->tgt, err, sizeof err))
             goto fail;
     } else if (c->mode == TR_SPM) {
         if (!subword_vocabs(c, o, err, sizeof err)) goto fail;
@@ -684,7 +688,8 @@ static const char *TRAIN_USAGE =
     "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/curves.svg and OUT/attention.svg.";
 
 int cmd_train(int argc, char **argv) {
-    train_opts o = {.out = "runs/translate", .model = "transformer", .tokenizer = "spm", .spm_type = "unigram", .steps = 2000, .batch = 64, .d_model = 128,
+    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 2000, .batch = 64, .d_model = 128,
+                    .tokenizer = "spm", .spm_type = "unigram",
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
                     .eval_every = 250, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
                     .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
