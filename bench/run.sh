@@ -103,7 +103,8 @@ for r in $(seq "$rounds"); do
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --recompute --rss
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --keep-ff --rss
   fi
-  # peak RSS of the whole translation training run (./run.sh's, both sides at 1 thread): once
+  # peak RSS of the whole translation training run (./run.sh's, both sides at 1 thread, word
+  # tokens as torch_translate.py reads them): once
   if [ "$r" = 1 ] && { [ -z "$only" ] || [ "$only" = translate ]; }; then
     steps=2000
     [ ${#quick[@]} -gt 0 ] && steps=300
@@ -112,7 +113,7 @@ for r in $(seq "$rounds"); do
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$PYTHON" bench/peak_rss.py attograd translate_run_rss \
       "num-en-fr,${steps}steps" 1 ru_maxrss -- "$BUILD/examples/translate/attograd-translate" train \
       --train $data/train.tsv --test $data/test.tsv --out "$tmp" --steps $steps --eval-every 250 --threads 1 \
-      >>"$OUT" 2>"$log"
+      --tokenizer word >>"$OUT" 2>"$log"
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$PYTHON" bench/peak_rss.py pytorch translate_run_rss \
       "num-en-fr,${steps}steps" 1 ru_maxrss -- "$PYTHON" bench/torch_translate.py --steps $steps --eval-every 250 \
       --stop-at 2 --threads 1 >>"$OUT" 2>>"$log"

@@ -15,6 +15,12 @@ an equivalent torch model computes what attograd computes (docs/checkpoint.md).
       their outputs, converts both ways and compares with torch.nn.Sequential(Linear, ReLU,
       Linear). Exits 0 when every comparison passed, 1 when one failed, 77 (meson's "skipped")
       when torch or h5py cannot be imported.
+  checkpoint_torch.py check-translate [--bin PATH]
+      trains a tiny attograd-translate model (PATH or $AG_TRANSLATE_BIN, SentencePiece subwords),
+      loads its checkpoint into bench/torch_translate.py's Seq2Seq (strict), tokenizes with
+      python3-sentencepiece from the model bytes the checkpoint holds, decodes greedily in torch
+      and compares the text with `attograd-translate translate`. Exits as check does (77 also
+      without sentencepiece).
 """
 import argparse
 import collections
@@ -32,7 +38,7 @@ try:
     import numpy as np
     import torch
 except ImportError as e:  # the check must not pass without running; conversions cannot run
-    if len(sys.argv) > 1 and sys.argv[1] == "check":
+    if len(sys.argv) > 1 and sys.argv[1] in ("check", "check-translate"):
         print(f"checkpoint_torch check: skipped, cannot import {e.name}", file=sys.stderr)
         sys.exit(SKIP)
     sys.exit(f"checkpoint_torch: needs torch, numpy and h5py ({e})")
@@ -286,6 +292,83 @@ def check(child):
     print("checkpoint_torch check: all comparisons passed")
 
 
+def _toy_corpus(path, lines, seed):
+    """letters to the same letters in capitals, reversed ("a b c" -> "C B A")"""
+    import random
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(lines):
+            w = [rng.choice("abcdef") for _ in range(rng.randint(2, 4))]
+            f.write(" ".join(w) + "\t" + " ".join(c.upper() for c in reversed(w)) + "\n")
+
+
+def _torch_greedy(model, sp_src, sp_tgt, sentence, max_len, positions):
+    """attograd-translate's greedy decoding of one sentence (model_translate, translate_ids)"""
+    ids = sp_src.encode(sentence)[:max_len - 1] + [2]
+    src = torch.tensor([ids])
+    limit = min(2 * len(ids) + 8, positions - 1)
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = [1]
+        for _ in range(limit):
+            nxt = int(model.decode(torch.tensor([ys]), memory, src)[0, -1].argmax())
+            if nxt == 2:
+                break
+            ys.append(nxt)
+    return sp_tgt.decode([i for i in ys[1:] if i not in (0, 1)])
+
+
+def check_translate(binary):
+    import base64
+    import importlib.util
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        print("checkpoint_torch check-translate: skipped, cannot import sentencepiece", file=sys.stderr)
+        return SKIP
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("torch_translate", os.path.join(here, "..", "bench",
+                                                                                  "torch_translate.py"))
+    tt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tt)
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory(prefix="ag_torch_translate_") as d:
+        corpus, out = os.path.join(d, "toy.tsv"), os.path.join(d, "run")
+        _toy_corpus(corpus, 200, 5)
+        r = subprocess.run([binary, "train", "--train", corpus, "--out", out, "--d-model", "32", "--heads", "2",
+                            "--layers", "1", "--ff", "64", "--batch", "16", "--steps", "300", "--eval-every", "300",
+                            "--warmup", "50", "--threads", "1", "--samples", "0"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CheckFailed(f"attograd-translate train failed ({r.returncode}): {r.stderr.strip()}")
+        ckpt = os.path.join(out, "best.h5")
+        cfg = read_config(ckpt)
+        _expect(cfg["tokens"] == "spm", "the checkpoint holds SentencePiece models")
+        sp_src = spm.SentencePieceProcessor(model_proto=base64.b64decode(cfg["src_spm"]))
+        sp_tgt = spm.SentencePieceProcessor(model_proto=base64.b64decode(cfg["tgt_spm"]))
+        sd = read_state_dict(ckpt)
+        model = tt.Seq2Seq(sp_src.get_piece_size(), sp_tgt.get_piece_size(), d=cfg["d_model"], heads=cfg["nhead"],
+                           layers=cfg["encoder_layers"], ff=cfg["dim_feedforward"], dropout=cfg["dropout"],
+                           max_len=cfg["positions"])
+        sd = collections.OrderedDict((k, torch.from_numpy(np.asarray(v))) for k, v in sd.items())
+        sd["pe"] = model.pe  # the sinusoidal table is computed, not stored
+        model.load_state_dict(sd, strict=True)
+        model.eval()
+        sentences = ["a b c", "f e d c", "b b", "a c e f", "d a", "c c c c", "e f a b"]
+        theirs = [_torch_greedy(model, sp_src, sp_tgt, s, cfg["max_len"], cfg["positions"]) for s in sentences]
+        r = subprocess.run([binary, "translate", "--checkpoint", ckpt, *sentences], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CheckFailed(f"attograd-translate translate failed ({r.returncode}): {r.stderr.strip()}")
+        ours = r.stdout.split("\n")[:-1]
+        for s, a, t in zip(sentences, ours, theirs):
+            print(f"  {s!r}: attograd {a!r}, torch {t!r}")
+        _expect(ours == theirs, "torch's greedy translations equal attograd's, text for text")
+        distinct = len(set(t for t in theirs if t))
+        _expect(distinct >= 4,
+                f"{distinct} distinct non-empty translations of {len(sentences)}: the comparison can fail")
+    print("checkpoint_torch check-translate: all comparisons passed")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -300,6 +383,8 @@ def main(argv=None):
     b.add_argument("--config-from", metavar="CKPT.h5", help="copy /config from an attograd checkpoint")
     c = sub.add_parser("check")
     c.add_argument("--child", default=os.environ.get("AG_CHECKPOINT_CHILD"))
+    t = sub.add_parser("check-translate")
+    t.add_argument("--bin", default=os.environ.get("AG_TRANSLATE_BIN"))
     args = ap.parse_args(argv)
     try:
         if args.cmd == "to-torch":
@@ -314,6 +399,12 @@ def main(argv=None):
                 cfg[k] = _parse_value(v)
             sd = from_torch(args.src, args.dst, args.dtype, cfg)
             print(f"{args.dst}: {len(sd)} tensors")
+        elif args.cmd == "check-translate":
+            if not args.bin or not os.access(args.bin, os.X_OK):
+                print("checkpoint_torch check-translate: needs attograd-translate (--bin or AG_TRANSLATE_BIN)",
+                      file=sys.stderr)
+                return 1
+            return check_translate(args.bin)
         else:
             if not args.child or not os.access(args.child, os.X_OK):
                 print("checkpoint_torch check: needs the checkpoint_child program (--child or AG_CHECKPOINT_CHILD)",

@@ -1,7 +1,7 @@
 # Shared by run.sh, test.sh and .ci/run: install what is missing, configure, build.
 # Sourced, not run.
 
-AG_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libhdf5-dev libcmocka-dev)
+AG_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libhdf5-dev libcmocka-dev g++ libsentencepiece-dev)
 
 # Install the Debian packages that are not installed yet (apt-get only when something is missing).
 ag_ensure_packages() {

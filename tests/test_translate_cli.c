@@ -30,10 +30,11 @@ static char *unk_run_stdout;      /* what the run of unk_run() printed */
 static char *trained_log[4][2];   /* stdout and stderr of trained_run(kind), by kind_slot */
 
 /* a model small enough that a run takes a fraction of a second, and the data options the
- * assertions count on (not the defaults, which may change) */
+ * assertions count on (not the defaults, which may change; word tokens: test_translate_spm
+ * covers subwords) */
 #define TINY "--d-model", "16", "--heads", "2", "--layers", "1", "--ff", "32", "--hidden", "16", "--batch", "8", \
              "--max-eval", "8", "--threads", "1", "--heldout", "0.05", "--max-len", "64", "--min-count", "1", \
-             "--seed", "1"
+             "--seed", "1", "--tokenizer", "word"
 
 /* ---- files ---- */
 
@@ -1083,13 +1084,19 @@ static void test_training_without_development_pairs_fails_saying_how_to_get_some
                   1);
     snprintf(expect, sizeof expect, "%s: --heldout 0 of 40 pairs holds out none", toy());
     assert_contains(err_text, expect);
-    /* a dev file whose pairs are all longer than --max-len */
+    /* a dev pair longer than --max-len is evaluated all the same; one longer than the model's
+     * positions (2 * 6 + 8 tokens) cannot be */
     const char *long_dev = in_dir("long-dev.tsv");
     write_text(long_dev, "a b c d e f a b\tB A F E D C B A\n");
+    assert_status(RUN("train", "--train", toy(), "--dev", long_dev, "--out", in_dir("run-long"), TINY, "--max-len", "6",
+                      "--steps", "2"),
+                  0);
+    assert_contains(err_text, "evaluating on 1 dev pairs");
+    write_text(long_dev, "a b c d e f a b a b c d e f a b a b c d e\tB A\n");
     assert_status(RUN("train", "--train", toy(), "--dev", long_dev, "--out", in_dir("run-four"), TINY, "--max-len", "6",
                       "--steps", "2"),
                   1);
-    snprintf(expect, sizeof expect, "%s: none of the 1 pairs has at most 6 tokens on both sides", long_dev);
+    snprintf(expect, sizeof expect, "%s: none of the 1 pairs has at most 20 tokens on both sides", long_dev);
     assert_contains(err_text, expect);
     assert_false(exists(in_dir("run-four/last.h5")));
 }

@@ -2,6 +2,7 @@
  * Everything here reports failures as a status plus a message; nothing aborts. */
 #include "data.h"
 #include "data_internal.h"
+#include "spm_shim.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -502,6 +503,8 @@ done:
 }
 
 void tr_vocab_free(tr_vocab *v) {
+    tr_spm_free(v->spm);
+    free(v->spm_model);
     free(v->token);
     free(v->slot);
     free(v->text);
@@ -607,6 +610,12 @@ int tr_vocab_load(tr_vocab *v, const char *path, char *err, size_t errsz) {
 }
 
 int tr_vocab_encode(const tr_vocab *v, const char *text, tr_tok_mode mode, int64_t *ids, int max) {
+    if (v->spm) {
+        int k = tr_spm_encode(v->spm, text, ids, max);
+        if (k >= 0) return k;
+        if (max > 0) ids[0] = TR_UNK; /* SentencePiece refused the text (not UTF-8) */
+        return 1;
+    }
     size_t n = strlen(text), pos = 0;
     int count = 0;
     tr_span t;
@@ -618,6 +627,21 @@ int tr_vocab_encode(const tr_vocab *v, const char *text, tr_tok_mode mode, int64
 }
 
 size_t tr_vocab_decode(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mode mode, char *out, size_t outsz) {
+    if (v->spm) { /* the sentence's ids without <pad> and <bos>, up to <eos> */
+        int k = 0;
+        for (int i = 0; i < n && ids[i] != TR_EOS; i++) k += ids[i] != TR_PAD && ids[i] != TR_BOS;
+        int64_t *sent = malloc(sizeof(int64_t) * (size_t)(k ? k : 1));
+        if (!sent) {
+            if (outsz) *out = 0;
+            return 0;
+        }
+        k = 0;
+        for (int i = 0; i < n && ids[i] != TR_EOS; i++)
+            if (ids[i] != TR_PAD && ids[i] != TR_BOS) sent[k++] = ids[i];
+        size_t len = tr_spm_decode(v->spm, sent, k, out, outsz);
+        free(sent);
+        return len;
+    }
     writer w = {out, outsz, 0, mode, {0}, false};
     for (int i = 0; i < n && ids[i] != TR_EOS; i++) {
         if (ids[i] == TR_PAD || ids[i] == TR_BOS) continue;

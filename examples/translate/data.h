@@ -69,7 +69,8 @@ int tr_corpus_skip_summary(const tr_corpus *c, char *buf, size_t n);
 int tr_corpus_note_summary(const tr_corpus *c, char *buf, size_t n);
 
 /* ---- tokenisation ---------------------------------------------------------------------- */
-typedef enum { TR_WORDS, TR_CHARS } tr_tok_mode;
+/* TR_SPM: SentencePiece subwords, the model held by the vocabulary (subword.h) */
+typedef enum { TR_WORDS, TR_CHARS, TR_SPM } tr_tok_mode;
 /* a token: len bytes at s (not NUL-terminated) */
 typedef struct {
     const char *s;
@@ -98,6 +99,11 @@ typedef struct {
     int32_t *slot; /* open-addressing table of ids, nslot a power of two */
     int nslot;
     char *text;
+    /* a SentencePiece vocabulary (subword.h): its model, which encodes and decodes, and the
+     * model's serialized bytes; NULL for word and character vocabularies */
+    struct tr_spm *spm;
+    char *spm_model;
+    size_t spm_len;
 } tr_vocab;
 
 enum { TR_SIDE_SRC = 1, TR_SIDE_TGT = 2 }; /* sides of a corpus, combinable */
@@ -117,7 +123,8 @@ int tr_vocab_from_string(tr_vocab *v, const char *s, const char *name, char *err
 /* one token per line, written atomically */
 int tr_vocab_save(const tr_vocab *v, const char *path, char *err, size_t errsz);
 int tr_vocab_load(tr_vocab *v, const char *path, char *err, size_t errsz);
-/* ids of text's tokens (unknown → TR_UNK, no <eos>); writes the first max, returns the count */
+/* ids of text's tokens (unknown → TR_UNK, no <eos>); writes the first max, returns the count.
+ * A SentencePiece vocabulary encodes and decodes with its model, whatever mode says. */
 int tr_vocab_encode(const tr_vocab *v, const char *text, tr_tok_mode mode, int64_t *ids, int max);
 /* Text of ids: stops at the first <eos>, skips <pad> and <bos>, out-of-range ids read "<unk>".
  * Returns the full length like tr_detokenize. */

@@ -19,8 +19,6 @@ import os
 import random
 import sys
 
-from num2words import num2words
-
 SEED = 20240917
 N_TRAIN, N_TEST = 20000, 2000
 
@@ -62,6 +60,8 @@ def split(rng, chosen):
 
 
 def write(path, numbers):
+    from num2words import num2words  # here, so gen_num_en_de.py can import the sampling
+
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for n in numbers:
             en, fr = num2words(n, lang="en"), num2words(n, lang="fr")

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "subword.h"
 #include "translate.h"
 #include "translate_version.h" /* AG_TRANSLATE_VERSION, made by meson from the project's version */
 
@@ -233,6 +234,21 @@ static char *load_text(const ag_train_state *st, const char *name) {
     return text;
 }
 
+/* the SentencePiece vocabulary whose model is the base64 config string key */
+static bool load_spm(const ag_train_state *st, const char *key, tr_vocab *v, const char *name, char *err,
+                     size_t errsz) {
+    const char *b64 = ag_config_get_string(st, key);
+    char *model = NULL;
+    size_t len = 0;
+    if (!b64 || tr_base64_decode(b64, &model, &len) != 0) {
+        snprintf(err, errsz, "%s: %s", key, b64 ? "not base64" : "missing");
+        return false;
+    }
+    bool ok = tr_vocab_from_spm(v, model, len, name, err, errsz) == 0;
+    free(model);
+    return ok;
+}
+
 bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src, const tr_vocab *tgt,
                   tr_tok_mode mode, int64_t max_len, char *msg, size_t msgsize) {
     bool ok = ag_config_set_string(st, "model", model_kind_name(c->kind)) &&
@@ -241,13 +257,17 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
               ag_config_set_int(st, "decoder_layers", c->dec_layers) && ag_config_set_int(st, "hidden", c->hidden) &&
               ag_config_set_double(st, "dropout", c->dropout) && ag_config_set_int(st, "positions", c->max_len) &&
               ag_config_set_int(st, "max_len", max_len) &&
-              ag_config_set_string(st, "tokens", mode == TR_CHARS ? "chars" : "words");
+              ag_config_set_string(st, "tokens", mode == TR_SPM ? "spm" : mode == TR_CHARS ? "chars" : "words");
     if (!ok) {
         snprintf(msg, msgsize, "the model configuration does not fit the checkpoint");
         return false;
     }
-    char *s = tr_vocab_to_string(src), *t = tr_vocab_to_string(tgt);
-    ok = s && t && ag_config_set_string(st, "src_vocab", s) && ag_config_set_string(st, "tgt_vocab", t);
+    /* a SentencePiece vocabulary is its model's bytes, in base64 (config strings are text) */
+    bool spm = mode == TR_SPM;
+    char *s = spm ? tr_base64_encode(src->spm_model, src->spm_len) : tr_vocab_to_string(src);
+    char *t = spm ? tr_base64_encode(tgt->spm_model, tgt->spm_len) : tr_vocab_to_string(tgt);
+    ok = s && t && ag_config_set_string(st, spm ? "src_spm" : "src_vocab", s) &&
+         ag_config_set_string(st, spm ? "tgt_spm" : "tgt_vocab", t);
     if (!ok)
         snprintf(msg, msgsize, "out of memory storing the vocabularies (%d and %d tokens) in the checkpoint's "
                  "configuration", src->size, tgt->size);
@@ -309,15 +329,21 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
         goto fail;
     }
     if (!check_config(path, &c, t->max_len, msg, msgsize)) goto fail;
-    t->mode = strcmp(tokens, "chars") == 0 ? TR_CHARS : TR_WORDS;
-    char *sv = load_text(&t->state, "src_vocab"), *tv = load_text(&t->state, "tgt_vocab");
-    char err[TR_ERR_SIZE];
-    ok = sv && tv && tr_vocab_from_string(&t->src, sv, "source vocabulary", err, sizeof err) == 0 &&
-         tr_vocab_from_string(&t->tgt, tv, "target vocabulary", err, sizeof err) == 0;
-    free(sv);
-    free(tv);
+    t->mode = strcmp(tokens, "spm") == 0 ? TR_SPM : strcmp(tokens, "chars") == 0 ? TR_CHARS : TR_WORDS;
+    char err[TR_ERR_SIZE] = "";
+    if (t->mode == TR_SPM) {
+        ok = load_spm(&t->state, "src_spm", &t->src, "source SentencePiece model", err, sizeof err) &&
+             load_spm(&t->state, "tgt_spm", &t->tgt, "target SentencePiece model", err, sizeof err);
+    } else {
+        char *sv = load_text(&t->state, "src_vocab"), *tv = load_text(&t->state, "tgt_vocab");
+        ok = sv && tv && tr_vocab_from_string(&t->src, sv, "source vocabulary", err, sizeof err) == 0 &&
+             tr_vocab_from_string(&t->tgt, tv, "target vocabulary", err, sizeof err) == 0;
+        free(sv);
+        free(tv);
+    }
     if (!ok) {
-        snprintf(msg, msgsize, "%s: the vocabularies in the checkpoint are missing or damaged", path);
+        snprintf(msg, msgsize, "%s: the vocabularies in the checkpoint are missing or damaged%s%s", path,
+                 *err ? ": " : "", err);
         goto fail;
     }
     c.src_vocab = t->src.size;

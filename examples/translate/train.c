@@ -13,6 +13,7 @@
 
 #include "metrics.h"
 #include "progress.h"
+#include "subword.h"
 #include "svg.h"
 #include "translate.h"
 #include "train_internal.h"
@@ -20,6 +21,8 @@
 
 typedef struct {
     const char *train, *dev, *test, *out, *model;
+    const char *tokenizer, *spm_type, *spm_model;
+    int64_t vocab_size;
     int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
         seed, threads, samples, beam, max_eval;
     double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
@@ -36,6 +39,12 @@ static const char *train_opts_problem(const train_opts *o) {
         o->warmup < 1 || o->samples < 0 || o->threads < 0 || o->max_eval < 0)
         return "sizes, counts and intervals must be positive";
     if (o->d_model % o->heads != 0) return "--d-model must be a multiple of --heads";
+    if (strcmp(o->tokenizer, "spm") != 0 && strcmp(o->tokenizer, "word") != 0 && strcmp(o->tokenizer, "char") != 0)
+        return "--tokenizer is spm, word or char";
+    if (strcmp(o->spm_type, "unigram") != 0 && strcmp(o->spm_type, "bpe") != 0) return "--spm-type is unigram or bpe";
+    if (o->vocab_size < 0) return "--vocab-size must be positive (0: chosen from the corpus)";
+    if ((o->spm_model || o->vocab_size) && strcmp(o->tokenizer, "spm") != 0)
+        return "--spm-model and --vocab-size are for --tokenizer spm";
     if (!(o->lr > 0) || !(o->dropout >= 0 && o->dropout < 1) || !(o->label_smoothing >= 0 && o->label_smoothing <= 1) ||
         !(o->clip >= 0) || !(o->heldout >= 0 && o->heldout < 1) ||
         !(o->teacher_forcing >= 0 && o->teacher_forcing <= 1))
@@ -140,32 +149,123 @@ static bool read_corpus(tr_corpus *c, const char *path, const train_opts *o) {
     return true;
 }
 
+static tr_tok_mode tok_mode(const train_opts *o) {
+    if (o->chars || strcmp(o->tokenizer, "char") == 0) return TR_CHARS;
+    return strcmp(o->tokenizer, "word") == 0 ? TR_WORDS : TR_SPM;
+}
+
+/* The longest side of c's pairs in tokens, counting the <eos> */
+static int longest_pair(const tr_corpus *c, const tr_vocab *src, const tr_vocab *tgt, tr_tok_mode mode) {
+    int longest = 0;
+    for (int64_t i = 0; i < c->n; i++) {
+        int ls = tr_vocab_encode(src, c->src[i], mode, NULL, 0) + 1;
+        int lt = tr_vocab_encode(tgt, c->tgt[i], mode, NULL, 0) + 1;
+        if (ls > longest) longest = ls;
+        if (lt > longest) longest = lt;
+    }
+    return longest;
+}
+
+/* The longest pair evaluation takes: what the model's positions hold (2 max_len + 8) */
+static int eval_limit(const train_opts *o) { return (int)(2 * o->max_len + 8); }
+
+/* SentencePiece vocabularies: --spm-model FILE (both sides) or SRC,TGT (one per side), else one
+ * trained on each side of the training corpus. */
+static bool subword_vocabs(corpora *c, const train_opts *o, char *err, size_t errsz) {
+    double t0 = now();
+    if (o->spm_model) {
+        char both[4096];
+        snprintf(both, sizeof both, "%s", o->spm_model);
+        struct stat sb;
+        char *comma = stat(both, &sb) != 0 ? strchr(both, ',') : NULL; /* a file named a,b is one file */
+        if (comma) *comma = 0;
+        if (tr_vocab_load_spm(&c->src, both, err, errsz) ||
+            tr_vocab_load_spm(&c->tgt, comma ? comma + 1 : both, err, errsz))
+            return false;
+        fprintf(stderr, "attograd-translate: SentencePiece models %s: %d and %d pieces\n", o->spm_model, c->src.size,
+                c->tgt.size);
+        return true;
+    }
+    tr_subword_opts so = {o->spm_type, (int)o->vocab_size};
+    if (tr_vocab_train_spm(&c->src, &c->train_c, TR_SIDE_SRC, &so, err, errsz) ||
+        tr_vocab_train_spm(&c->tgt, &c->train_c, TR_SIDE_TGT, &so, err, errsz))
+        return false;
+    fprintf(stderr, "attograd-translate: SentencePiece %s vocabularies of %d and %d pieces trained on %s in %.1f s\n",
+            o->spm_type, c->src.size, c->tgt.size, o->train, now() - t0);
+    return true;
+}
+
+/* Warns when a vocabulary looks wrong for the corpus: most of its types seen once in training
+ * (nothing to generalise from), or many unknown tokens in the dev pairs. */
+static void vocab_warnings(const corpora *c, const train_opts *o) {
+    static const char *unit[] = {"words", "characters", "pieces"};
+    for (int side = 0; side < 2; side++) {
+        const tr_vocab *v = side ? &c->tgt : &c->src;
+        int64_t *count = calloc((size_t)v->size, sizeof *count), types = 0, once = 0, unk = 0, total = 0;
+        if (!count) return;
+        for (int64_t i = 0; i < c->all.n; i++) {
+            const int64_t *ids = c->all.ids + (side ? c->all.tgt_start[i] : c->all.src_start[i]);
+            for (int32_t k = 0, n = side ? c->all.tgt_len[i] - 1 : c->all.src_len[i] - 1; k < n; k++)
+                if (ids[k] >= TR_NUM_SPECIALS && ids[k] < v->size) count[ids[k]]++;
+        }
+        for (int t = TR_NUM_SPECIALS; t < v->size; t++) types += count[t] > 0, once += count[t] == 1;
+        free(count);
+        for (int64_t i = 0; i < c->dev.n; i++) {
+            const int64_t *ids = c->dev.ids + (side ? c->dev.tgt_start[i] : c->dev.src_start[i]);
+            for (int32_t k = 0, n = side ? c->dev.tgt_len[i] - 1 : c->dev.src_len[i] - 1; k < n; k++)
+                unk += ids[k] == TR_UNK, total++;
+        }
+        const char *what = side ? "target" : "source";
+        const char *fix = c->mode == TR_SPM ? "a smaller --vocab-size makes fewer, more frequent pieces"
+                                            : "--tokenizer spm splits them into subwords seen often";
+        if (types >= 50 && 2 * once > types)
+            fprintf(stderr, "attograd-translate: warning: %lld of the %lld %s %s (%.0f%%) occur once in %s: the "
+                            "model cannot learn them (likely cause: %s written as one rarely repeated word, such as "
+                            "numbers or compounds, or a small corpus); %s\n",
+                    (long long)once, (long long)types, what, unit[c->mode], 100.0 * (double)once / (double)types,
+                    o->train, c->mode == TR_SPM ? "pieces too long for the corpus" : "text", fix);
+        if (total && 20 * unk > total)
+            fprintf(stderr, "attograd-translate: warning: %lld of the %lld %s tokens (%.0f%%) of the dev pairs are "
+                            "unknown to the vocabulary (likely cause: %s that the training file lacks%s); "
+                            "--tokenizer spm has no unknown tokens\n",
+                    (long long)unk, (long long)total, what, 100.0 * (double)unk / (double)total, unit[c->mode],
+                    o->min_count > 1 ? ", or --min-count too high" : "");
+    }
+}
+
 /* Corpora and vocabularies: built from the training file, or taken from the checkpoint when
  * resuming (so ids do not move). */
 static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed) {
     char err[TR_ERR_SIZE];
-    c->mode = resumed ? resumed->mode : o->chars ? TR_CHARS : TR_WORDS;
+    c->mode = resumed ? resumed->mode : tok_mode(o);
     if (!read_corpus(&c->train_c, o->train, o)) return false;
     if (o->dev && !read_corpus(&c->dev_c, o->dev, o)) return false;
     if (resumed) {
-        char *s = tr_vocab_to_string(&resumed->src), *t = tr_vocab_to_string(&resumed->tgt);
-        bool ok = s && t && tr_vocab_from_string(&c->src, s, "source vocabulary", err, sizeof err) == 0 &&
-                  tr_vocab_from_string(&c->tgt, t, "target vocabulary", err, sizeof err) == 0;
-        free(s);
-        free(t);
-        if (!ok) goto fail;
+        if (tr_vocab_copy(&c->src, &resumed->src, err, sizeof err) ||
+            tr_vocab_copy(&c->tgt, &resumed->tgt, err, sizeof err))
+            goto fail;
+    } else if (c->mode == TR_SPM) {
+        if (!subword_vocabs(c, o, err, sizeof err)) goto fail;
     } else if (tr_vocab_build(&c->src, &c->train_c, TR_SIDE_SRC, c->mode, (int)o->min_count, err, sizeof err) ||
                tr_vocab_build(&c->tgt, &c->train_c, TR_SIDE_TGT, c->mode, (int)o->min_count, err, sizeof err)) {
         goto fail;
     }
     if (tr_dataset_build(&c->all, &c->train_c, &c->src, &c->tgt, c->mode, (int)o->max_len, err, sizeof err)) goto fail;
-    if (c->all.dropped)
-        fprintf(stderr, "attograd-translate: %s: %lld pairs longer than %lld tokens left out\n", o->train,
-                (long long)c->all.dropped, (long long)o->max_len);
-    if (o->dev) {
-        if (tr_dataset_build(&c->dev, &c->dev_c, &c->src, &c->tgt, c->mode, (int)o->max_len, err, sizeof err) ||
+    if (c->all.dropped) {
+        int longest = longest_pair(&c->train_c, &c->src, &c->tgt, c->mode);
+        fprintf(stderr, "attograd-translate: warning: %s: %lld of %lld pairs (%.1f%%) have a side longer than "
+                        "--max-len %lld tokens and are left out of training; --max-len %d keeps them all\n",
+                o->train, (long long)c->all.dropped, (long long)c->train_c.n,
+                100.0 * (double)c->all.dropped / (double)c->train_c.n, (long long)o->max_len, longest);
+    }
+    if (o->dev) { /* evaluation keeps every pair the model's positions hold (eval_limit) */
+        if (tr_dataset_build(&c->dev, &c->dev_c, &c->src, &c->tgt, c->mode, eval_limit(o), err, sizeof err) ||
             tr_dataset_split(&c->all, 0.0, 0, &c->train, NULL, err, sizeof err))
             goto fail;
+        if (c->dev.dropped)
+            fprintf(stderr, "attograd-translate: warning: %s: %lld pairs longer than %d tokens, beyond the model's "
+                            "positions, cannot be evaluated (raise --max-len)\n", o->dev, (long long)c->dev.dropped,
+                    eval_limit(o));
     } else if (tr_dataset_split(&c->all, o->heldout, (uint64_t)o->seed, &c->train, &c->dev, err, sizeof err)) {
         goto fail;
     } else if (c->dev.n == 0) { /* best.h5 is chosen on the dev pairs: there must be some */
@@ -186,6 +286,7 @@ static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed
         c->dev_eval = c->dev_rest; /* all of dev */
         memset(&c->dev_rest, 0, sizeof c->dev_rest);
     }
+    if (!resumed) vocab_warnings(c, o);
     /* training reads token ids only: the text and the copies the splits were made from go */
     tr_corpus_free(&c->train_c);
     tr_corpus_free(&c->dev_c);
@@ -297,10 +398,20 @@ static bool resume_options(run *r) {
                         "--model out)\n", r->o.model, kind);
         ok = false;
     }
-    if (r->o.chars && r->resumed.mode != TR_CHARS) {
-        fprintf(stderr, "attograd-translate: cannot resume: --chars, but the checkpoint's model reads words (leave "
-                        "--chars out)\n");
+    const char *reads[] = {"words", "characters", "SentencePiece subwords"};
+    if ((r->o.chars || r->flagged[def_index(r, "--tokenizer")]) && tok_mode(&r->o) != r->resumed.mode) {
+        fprintf(stderr, "attograd-translate: cannot resume: %s %s, but the checkpoint's model reads %s (leave it "
+                        "out)\n", r->o.chars ? "--chars" : "--tokenizer", r->o.chars ? "" : r->o.tokenizer,
+                reads[r->resumed.mode]);
         ok = false;
+    }
+    for (int k = 0; k < 3; k++) {
+        const char *flag = (const char *[]){"--spm-model", "--spm-type", "--vocab-size"}[k];
+        if (r->flagged[def_index(r, flag)]) {
+            fprintf(stderr, "attograd-translate: cannot resume: %s: the vocabularies are the checkpoint's (leave it "
+                            "out)\n", flag);
+            ok = false;
+        }
     }
     const char *bad = ok ? train_opts_problem(&r->o) : NULL;
     if (bad) fprintf(stderr, "attograd-translate: cannot resume: the checkpoint's settings are invalid: %s\n", bad);
@@ -516,9 +627,15 @@ static bool report_best(run *r, trained *best) {
         tr_corpus tc = {0};
         tr_dataset td = {0};
         if (read_corpus(&tc, o->test, o) &&
-            tr_dataset_build(&td, &tc, &best->src, &best->tgt, r->c.mode, (int)o->max_len, err, sizeof err) == 0) {
-            printf("test (%s, %lld pairs), best checkpoint:\n", o->test, (long long)td.n);
+            tr_dataset_build(&td, &tc, &best->src, &best->tgt, r->c.mode, eval_limit(o), err, sizeof err) == 0) {
+            printf("test (%s, %lld pairs), best checkpoint:\n", o->test, (long long)tc.n);
             eval_result e = evaluate(best->m, &td, &best->src, &best->tgt, r->c.mode, 1, 0, (int)o->samples, stdout);
+            if (td.dropped) { /* longer than the model's positions: translated wrong, not left out */
+                fprintf(stderr, "attograd-translate: %s: %lld pairs longer than %d tokens, beyond the model's "
+                                "positions, count as wrong translations\n", o->test, (long long)td.dropped,
+                        eval_limit(o));
+                e.exact *= (double)td.n / (double)tc.n;
+            }
             printf("test loss %.4f, greedy exact match %.2f%%, BLEU %.2f\n", e.loss, 100 * e.exact, 100 * e.bleu);
         } else {
             ok = false;
@@ -671,7 +788,8 @@ static const char *TRAIN_USAGE =
     "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/curves.svg and OUT/attention.svg.";
 
 int cmd_train(int argc, char **argv) {
-    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 2000, .batch = 64, .d_model = 128,
+    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 4000, .batch = 64, .d_model = 128,
+                    .tokenizer = "spm", .spm_type = "unigram",
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
                     .eval_every = 250, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
                     .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
@@ -683,7 +801,7 @@ int cmd_train(int argc, char **argv) {
         {"--test", OPT_STRING, &o.test, "FILE  corpus evaluated with the best checkpoint at the end"},
         {"--out", OPT_STRING, &o.out, "DIR   where checkpoints and pictures go (runs/translate)"},
         {"--model", OPT_STRING, &o.model, "NAME  transformer, gru, lstm or rnn (transformer)"},
-        {"--steps", OPT_INT, &o.steps, "N     optimizer steps (2000)"},
+        {"--steps", OPT_INT, &o.steps, "N     optimizer steps (4000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
         {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
         {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (400)"},
@@ -698,7 +816,11 @@ int cmd_train(int argc, char **argv) {
         {"--teacher-forcing", OPT_DOUBLE, &o.teacher_forcing, "R     recurrent: probability of feeding the reference (1.0)"},
         {"--max-len", OPT_INT, &o.max_len, "N     drop pairs with a side longer than N tokens (64)"},
         {"--min-count", OPT_INT, &o.min_count, "N     vocabulary: tokens seen at least N times (1)"},
-        {"--chars", OPT_FLAG, &o.chars, "      character-level tokens instead of words"},
+        {"--tokenizer", OPT_STRING, &o.tokenizer, "NAME  spm (SentencePiece subwords), word or char (spm)"},
+        {"--spm-type", OPT_STRING, &o.spm_type, "NAME  SentencePiece model trained at start: unigram or bpe (unigram)"},
+        {"--vocab-size", OPT_INT, &o.vocab_size, "N     SentencePiece pieces per side (0: chosen from the corpus)"},
+        {"--spm-model", OPT_STRING, &o.spm_model, "FILE  a trained SentencePiece model for both sides, or SRC,TGT"},
+        {"--chars", OPT_FLAG, &o.chars, "      the same as --tokenizer char"},
         {"--strict", OPT_FLAG, &o.strict, "      stop at the first bad corpus line instead of skipping it"},
         {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (250)"},
         {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs (a fixed random subset) decoded per evaluation (1000; 0 = all)"},
