@@ -125,6 +125,17 @@ class Seq2Seq(nn.Module):
         return self.decode(tgt, self.encode(src), src)
 
 
+def vocabularies(cfg):
+    """(src, tgt) token lists of a checkpoint's config: its word or character vocabularies, or
+    the pieces of the SentencePiece models it carries (python3-sentencepiece reads them)."""
+    if cfg.get("tokens") == "spm":
+        import base64
+        import sentencepiece as spm
+        sps = [spm.SentencePieceProcessor(model_proto=base64.b64decode(cfg[k])) for k in ("src_spm", "tgt_spm")]
+        return [[sp.id_to_piece(i) for i in range(sp.get_piece_size())] for sp in sps]
+    return cfg["src_vocab"].rstrip("\n").split("\n"), cfg["tgt_vocab"].rstrip("\n").split("\n")
+
+
 def load_checkpoint(path):
     """(model in eval mode, src_itos, tgt_itos, config) from an attograd-translate Transformer
     checkpoint, its parameters loaded with strict=True (a missing or extra name is an error)."""
@@ -134,7 +145,7 @@ def load_checkpoint(path):
     cfg = checkpoint_torch.read_config(path)
     if cfg.get("model") != "transformer":
         raise ValueError(f"{path}: a {cfg.get('model')} model; this reference model is the Transformer")
-    src_itos, tgt_itos = cfg["src_vocab"].rstrip("\n").split("\n"), cfg["tgt_vocab"].rstrip("\n").split("\n")
+    src_itos, tgt_itos = vocabularies(cfg)
     model = Seq2Seq(len(src_itos), len(tgt_itos), d=cfg["d_model"], heads=cfg["nhead"], layers=cfg["encoder_layers"],
                     ff=cfg["dim_feedforward"], dropout=cfg["dropout"], max_len=cfg["positions"],
                     dec_layers=cfg["decoder_layers"])

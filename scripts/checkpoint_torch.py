@@ -345,14 +345,7 @@ def check_translate(binary):
         _expect(cfg["tokens"] == "spm", "the checkpoint holds SentencePiece models")
         sp_src = spm.SentencePieceProcessor(model_proto=base64.b64decode(cfg["src_spm"]))
         sp_tgt = spm.SentencePieceProcessor(model_proto=base64.b64decode(cfg["tgt_spm"]))
-        sd = read_state_dict(ckpt)
-        model = tt.Seq2Seq(sp_src.get_piece_size(), sp_tgt.get_piece_size(), d=cfg["d_model"], heads=cfg["nhead"],
-                           layers=cfg["encoder_layers"], ff=cfg["dim_feedforward"], dropout=cfg["dropout"],
-                           max_len=cfg["positions"])
-        sd = collections.OrderedDict((k, torch.from_numpy(np.asarray(v))) for k, v in sd.items())
-        sd["pe"] = model.pe  # the sinusoidal table is computed, not stored
-        model.load_state_dict(sd, strict=True)
-        model.eval()
+        model = tt.load_checkpoint(ckpt)[0]  # strict=True: a missing or extra name fails
         sentences = ["a b c", "f e d c", "b b", "a c e f", "d a", "c c c c", "e f a b"]
         theirs = [_torch_greedy(model, sp_src, sp_tgt, s, cfg["max_len"], cfg["positions"]) for s in sentences]
         r = subprocess.run([binary, "translate", "--checkpoint", ckpt, *sentences], capture_output=True, text=True)

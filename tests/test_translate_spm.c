@@ -316,9 +316,9 @@ static void test_the_checkpoint_carries_the_subword_model_to_translate_and_eval(
     assert_non_null(line);
     assert_int_equal(sscanf(line, "test loss %lf, greedy exact match %lf%%, BLEU %lf", &a, &exact_train, &b), 3);
     assert_status(RUN("eval", "--checkpoint", ck, "--data", test), 0);
-    line = strstr(out_text, "pairs, greedy exact match ");
+    line = strstr(out_text, "greedy exact match ");
     assert_non_null(line);
-    assert_int_equal(sscanf(line, "pairs, greedy exact match %lf%%", &exact_eval), 1);
+    assert_int_equal(sscanf(line, "greedy exact match %lf%%", &exact_eval), 1);
     assert_true(exact_eval == exact_train);
     free(train_out);
 }
@@ -426,7 +426,8 @@ static void test_a_vocabulary_of_words_seen_once_is_warned_about_naming_the_fix(
     /* subwords: neither warning */
     assert_status(RUN("train", "--train", path, "--dev", dev, "--out", in_dir("run-once-spm"), TINY, "--steps", "2",
                       "--eval-every", "2"), 0);
-    assert_true(strstr(err_text, "warning") == NULL);
+    assert_null(strstr(err_text, "occur once"));
+    assert_null(strstr(err_text, "are unknown"));
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {

@@ -31,7 +31,7 @@ static char dir[256];             /* this run's temporary directory */
 static char *out_text, *err_text; /* stdout and stderr of the last run */
 
 #define TINY "--d-model", "16", "--heads", "2", "--layers", "1", "--ff", "32", "--batch", "8", "--max-eval", "8", \
-             "--threads", "1", "--seed", "1"
+             "--threads", "1", "--seed", "1", "--tokenizer", "word"
 
 static const char *in_dir(const char *name) {
     static char buf[16][512];

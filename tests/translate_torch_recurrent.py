@@ -92,7 +92,7 @@ def check(bin_, kind, d):
     out = os.path.join(d, kind)
     run(bin_, "train", "--train", os.path.join(d, "toy.tsv"), "--out", out, "--model", kind, "--d-model", "16",
         "--hidden", "16", "--batch", "8", "--steps", "150", "--warmup", "10", "--lr", "0.01", "--eval-every", "150", "--max-eval", "8",
-        "--threads", "1", "--seed", "3", "--dropout", "0.1")
+        "--threads", "1", "--seed", "3", "--dropout", "0.1", "--tokenizer", "word")
     ckpt = os.path.join(out, "last.h5")
     sd = ct.to_torch(ckpt, os.path.join(out, "last.pt"))
     cfg = ct.read_config(ckpt)

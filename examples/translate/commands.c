@@ -22,17 +22,32 @@ static const opt_range DECODE_RANGES[] = {
  * them as <unk>), and the tokens past the first reads (what the model's positions allow). */
 static void report_input(const trained *t, const char *sentence, int reads, const char *where) {
     enum { MAXTOK = 1024 };
-    tr_span tok[MAXTOK];
-    int total = tr_tokenize(sentence, t->mode, tok, MAXTOK), n = total < MAXTOK ? total : MAXTOK, unknown = 0;
-    const char *unit = t->mode == TR_CHARS ? "character" : "word";
+    int64_t ids[MAXTOK];
+    bool spm = t->mode == TR_SPM;
+    int total = tr_vocab_encode(&t->src, sentence, t->mode, ids, MAXTOK);
+    const char *unit = spm ? "piece" : t->mode == TR_CHARS ? "character" : "word";
     if (total > reads)
         fprintf(stderr, "attograd-translate: %s%d %ss: the model reads the first %d (it was trained with --max-len "
                         "%lld)\n", where, total, unit, reads, (long long)t->max_len);
-    if (n > reads) n = reads;
-    char list[1024];
+    /* the words (characters) that become <unk>: a subword model names the words whose pieces
+     * include one (none with the byte pieces train gives its models) */
+    tr_span tok[MAXTOK];
+    int n = tr_tokenize(sentence, spm ? TR_WORDS : t->mode, tok, MAXTOK), unknown = 0;
+    if (n > MAXTOK) n = MAXTOK;
+    if (!spm && n > reads) n = reads;
+    char list[1024], word[256];
     size_t at = 0;
     for (int i = 0; i < n; i++) {
-        if (tr_vocab_id(&t->src, tok[i].s, tok[i].len) != TR_UNK) continue;
+        bool unk = false;
+        if (!spm) {
+            unk = tr_vocab_id(&t->src, tok[i].s, tok[i].len) == TR_UNK;
+        } else if (tok[i].len < (int)sizeof word) {
+            int64_t pieces[64];
+            snprintf(word, sizeof word, "%.*s", tok[i].len, tok[i].s);
+            int k = tr_vocab_encode(&t->src, word, t->mode, pieces, 64);
+            for (int j = 0; j < k && j < 64 && !unk; j++) unk = pieces[j] == TR_UNK;
+        }
+        if (!unk) continue;
         bool again = false;
         for (int j = 0; j < i && !again; j++)
             again = tok[j].len == tok[i].len && memcmp(tok[j].s, tok[i].s, (size_t)tok[i].len) == 0;
@@ -41,9 +56,11 @@ static void report_input(const trained *t, const char *sentence, int reads, cons
             at += (size_t)snprintf(list + at, sizeof list - at, "%s'%.*s'", unknown ? ", " : "", tok[i].len, tok[i].s);
         unknown++;
     }
-    if (unknown)
-        fprintf(stderr, "attograd-translate: %sunknown %s%s %s (not in the source vocabulary)\n", where, unit,
+    if (unknown) {
+        const char *what = spm ? "word" : unit;
+        fprintf(stderr, "attograd-translate: %sunknown %s%s %s (not in the source vocabulary)\n", where, what,
                 unknown > 1 ? "s" : "", list);
+    }
 }
 
 enum { ATTN_MAX = 256 }; /* rows and columns of an attention picture, at most */
