@@ -270,10 +270,17 @@ void ag_arena_free(ag_arena *a) {
     ag_xfree(a);
 }
 
-static void blocks_reset(ag_arena *a) {
-    if (a->first->next) {
-        size_t total = 0;
-        for (block *b = a->first; b; b = b->next) total += b->size;
+static size_t blocks_size(const ag_arena *a) {
+    size_t total = 0;
+    for (const block *b = a->first; b; b = b->next) total += b->size;
+    return total;
+}
+
+/* forget everything, keeping (at least) at_least bytes in one block */
+static void blocks_reset(ag_arena *a, size_t at_least) {
+    if (a->first->next || a->first->size < at_least) {
+        size_t total = blocks_size(a);
+        if (total < at_least) total = at_least;
         free_blocks(a->first);
         a->first = block_new(total, a->poison);
         if (!a->first) {
@@ -300,16 +307,17 @@ static void blocks_rewind(ag_arena *a, block *b, size_t used, size_t total) {
 }
 
 void ag_arena_reset(ag_arena *a) {
-    blocks_reset(a);
+    blocks_reset(a, 0);
     if (a->halves[0]) {
-        /* the pair to be used starts afresh; the other keeps its headers until the next reset */
+        /* The pair to be used starts afresh, as large as the pair just used (so a step like the
+         * last one allocates nothing); the other keeps its headers until the next reset. */
         for (int h = 0; h < 2; h++) {
-            ag_arena *keep = a->halves[2 * a->pair + h];
+            ag_arena *keep = a->halves[2 * a->pair + h], *next = a->halves[2 * (a->pair ^ 1) + h];
+            blocks_reset(next, blocks_size(keep));
             blocks_rewind(keep, keep->first, 0, 0);
         }
         a->pair ^= 1;
         a->half = 0;
-        for (int h = 0; h < 2; h++) blocks_reset(a->halves[2 * a->pair + h]);
         gen_reset(a->slot);
     }
 }
