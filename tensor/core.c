@@ -131,7 +131,8 @@ void ag__zero(void *p, size_t bytes) {
  * as it is until the reset after. Inside a step, a rewind switches to the other half of the
  * pair, leaving the half just used as it is until the switch after. So a tensor kept past a
  * reset (or past a rewind with none inside it) still has its header, generation stamp
- * included, during the next generation, and is reported; one kept longer usually is. The
+ * included, during the next generation, and is reported; one kept longer is only while no
+ * newer header has taken its place. The
  * halves' free space is not poisoned under AddressSanitizer: the stamp check reads it, and
  * reports. */
 
@@ -163,19 +164,20 @@ typedef struct {
 _Static_assert(sizeof(mark_t) <= sizeof(((ag_arena_mark *)0)->internal), "ag_arena_mark.internal too small");
 
 /* ---- arena generations ----
- * A header notes its arena's row and that arena's generation when it was made (ag__stamp).
+ * A header notes its arena's row and that arena's generation when it was made
+ * (ag__arena_header).
  * The generation moves on at every reset, mark and rewind; the row says which generations are
  * still alive: those from live_from on, except the interval [dead_lo, dead_hi] that the last
  * rewinds forgot (adjacent intervals merge, so a loop rewinding to one mark stays one interval;
  * a disjoint older one is dropped: it goes unreported, never misreported). Rows are never
- * reused with a lower generation, so a tensor of a freed arena stays dead. */
+ * reused with a lower generation, so a tensor of a freed arena stays dead. Arenas may be made
+ * and freed on several threads (each arena used by one at a time): rows are taken atomically. */
 ag__arena_gen ag__arena_gens[AG_ARENA_SLOTS];
-static bool slot_taken[AG_ARENA_SLOTS];
+static atomic_bool slot_taken[AG_ARENA_SLOTS];
 
 static uint32_t slot_take(void) {
     for (uint32_t i = 1; i < AG_ARENA_SLOTS; i++)
-        if (!slot_taken[i]) {
-            slot_taken[i] = true;
+        if (!atomic_exchange(&slot_taken[i], true)) {
             ag__arena_gen *g = &ag__arena_gens[i];
             g->live_from = ++g->gen;
             g->dead_lo = 1;
@@ -262,17 +264,24 @@ void ag_arena_free(ag_arena *a) {
     if (!a) return;
     if (a->slot) {
         gen_reset(a->slot);
-        slot_taken[a->slot] = false;
+        atomic_store(&slot_taken[a->slot], false);
     }
     for (int h = 0; h < 4; h++) ag_arena_free(a->halves[h]);
     free_blocks(a->first);
     ag_xfree(a);
 }
 
-static void blocks_reset(ag_arena *a) {
-    if (a->first->next) {
-        size_t total = 0;
-        for (block *b = a->first; b; b = b->next) total += b->size;
+static size_t blocks_size(const ag_arena *a) {
+    size_t total = 0;
+    for (const block *b = a->first; b; b = b->next) total += b->size;
+    return total;
+}
+
+/* forget everything, keeping (at least) at_least bytes in one block */
+static void blocks_reset(ag_arena *a, size_t at_least) {
+    if (a->first->next || a->first->size < at_least) {
+        size_t total = blocks_size(a);
+        if (total < at_least) total = at_least;
         free_blocks(a->first);
         a->first = block_new(total, a->poison);
         if (!a->first) {
@@ -300,16 +309,17 @@ static void blocks_rewind(ag_arena *a, block *b, size_t used, size_t total) {
 }
 
 void ag_arena_reset(ag_arena *a) {
-    blocks_reset(a);
+    blocks_reset(a, 0);
     if (a->halves[0]) {
-        /* the pair to be used starts afresh; the other keeps its headers until the next reset */
+        /* The pair to be used starts afresh, as large as the pair just used (so a step like the
+         * last one allocates nothing); the other keeps its headers until the next reset. */
         for (int h = 0; h < 2; h++) {
-            ag_arena *keep = a->halves[2 * a->pair + h];
+            ag_arena *keep = a->halves[2 * a->pair + h], *next = a->halves[2 * (a->pair ^ 1) + h];
+            blocks_reset(next, blocks_size(keep));
             blocks_rewind(keep, keep->first, 0, 0);
         }
         a->pair ^= 1;
         a->half = 0;
-        for (int h = 0; h < 2; h++) blocks_reset(a->halves[2 * a->pair + h]);
         gen_reset(a->slot);
     }
 }
@@ -320,16 +330,16 @@ void *ag_arena_alloc(ag_arena *a, size_t asked) {
     while (b->used + bytes > b->size && b->next) b = a->cur = b->next; /* blocks kept by a rewind */
     if (bytes < asked) return NULL; /* asked is within 63 bytes of SIZE_MAX */
     if (b->used + bytes > b->size) {
+        size_t size = b->size * 2 > bytes ? b->size * 2 : bytes;
+        block *next = block_new(size, a->poison);
+        if (!next && size > bytes) next = block_new(size = bytes, a->poison); /* doubling may ask too much */
+        if (!next) return NULL;
         if (a->warn_bytes && !a->warned && a->total_used + bytes > a->warn_bytes) {
             a->warned = true;
             fprintf(stderr, "attograd: warning: an arena holds %zu MiB allocated since its last ag_arena_reset and "
                     "grows: reset it after every step (ag_arena_reset), or raise the threshold of %zu MiB "
                     "(ag_arena_set_growth_warning)\n", (a->total_used + bytes) >> 20, a->warn_bytes >> 20);
         }
-        size_t size = b->size * 2 > bytes ? b->size * 2 : bytes;
-        block *next = block_new(size, a->poison);
-        if (!next && size > bytes) next = block_new(size = bytes, a->poison); /* doubling may ask too much */
-        if (!next) return NULL;
         b->next = next;
         b = a->cur = next;
     }
@@ -367,6 +377,7 @@ void ag__drop_pages(const void *from, const void *to) {
 
 void ag_arena_trim(ag_arena *a) {
     for (block *b = a->first; b; b = b->next) ag__drop_pages(b->mem + b->used, b->mem + b->size);
+    for (int h = 0; h < 4 && a->halves[0]; h++) ag_arena_trim(a->halves[h]);
 }
 
 ag_arena_mark ag_arena_get_mark(const ag_arena *a) {
@@ -378,7 +389,7 @@ ag_arena_mark ag_arena_get_mark(const ag_arena *a) {
         m.total[h + 1] = half->total_used;
     }
     /* what is made from now on belongs to a new generation, which a rewind to the mark forgets */
-    m.generation = ag__arena_gens[a->slot].gen++;
+    m.generation = a->slot ? ag__arena_gens[a->slot].gen++ : 0;
     ag_arena_mark r;
     memcpy(&r, &m, sizeof m);
     return r;

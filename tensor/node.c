@@ -29,7 +29,10 @@ ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *i
     /* every op's inputs pass here: one made before its arena's last reset (or after a mark since
      * rewound) is reported, and nothing is recorded */
     for (int i = 0; i < nin; i++)
-        if (in[i] && !ag__alive(in[i])) return ag__report_dead(op->name, in[i]), NULL;
+        if (in[i] && !ag__alive(in[i])) {
+            ag__report_dead(op->name, in[i]);
+            return NULL;
+        }
     if (ag__anomaly_hook) ag__anomaly_hook(op, out, nin, in);
     if (!ag_any_requires_grad(nin, in)) return NULL;
     return ag__record(op, out, nin, in);

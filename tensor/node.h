@@ -82,9 +82,12 @@ bool ag_grad_enabled(void);
 /* Does an op with these inputs need to record? (grad mode on and some input requires grad) */
 bool ag_any_requires_grad(int nin, ag_tensor *const *in);
 
-/* End of every op's forward: runs the anomaly check if enabled and records a node when
- * needed (copying the input pointers and noting their and out's versions). Returns the node,
- * or NULL when nothing was recorded. An in-place op has changed its tensor (and moved its
+/* End of every op's forward: reports an input that its arena has forgotten (made before the
+ * last ag_arena_reset, or after a mark since rewound: tensor.h) and then records nothing,
+ * runs the anomaly check if enabled and records a node when needed (copying the input
+ * pointers and noting their and out's versions). Returns the node, or NULL when nothing was
+ * recorded. An op that calls ag__check_not_null or ag__check_float (op.h) on an input gets the
+ * same check there, before it reads the input's data. An in-place op has changed its tensor (and moved its
  * version on) before it calls this. */
 ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
 

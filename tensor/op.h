@@ -114,9 +114,10 @@ char *ag__shape_str(int ndim, const int64_t *shape, char *buf);
 bool ag__same_shape(const ag_tensor *a, const ag_tensor *b);
 /* Byte strides of t broadcast into ndim/shape (t's dims aligned to the right). */
 void ag__bcast_bstrides(const ag_tensor *t, int ndim, const int64_t *shape, int64_t *bstride);
-/* Check that t is non-NULL and of a float dtype; reports through op. */
+/* Check that t is non-NULL, alive (not forgotten by its arena: tensor.h) and of a float dtype;
+ * reports through op. */
 bool ag__check_float(const char *op, const ag_tensor *t);
-/* Check that t is non-NULL; reports through op. */
+/* Check that t is non-NULL and alive; reports through op. */
 bool ag__check_not_null(const char *op, const ag_tensor *t);
 
 /* ---- gradient buffers and scratch ----------------------------------------------------------- */

@@ -75,7 +75,7 @@ size_t ag_dtype_size(ag_dtype dt);
  * a compare or two per input. Parameters (their arena is never reset) and headers made outside
  * any arena are never stale. The check reads the tensor's header, which an arena keeps intact
  * for one generation after forgetting it: a tensor from the step (or decoding iteration) just
- * before is always reported, an older one usually.
+ * before is always reported, an older one only while no newer header has taken its place.
  * Growth: an arena holding more than a threshold (1 GiB unless set with
  * ag_arena_set_growth_warning) since its last reset warns once on stderr, naming
  * ag_arena_reset, when it grows further. */

@@ -87,9 +87,9 @@ static void test_shuffle_is_fisher_yates_on_the_seeds_uniforms(void **s) {
     ag_shuffle(d, 64, &r3);
     assert_memory_equal(b, c, sizeof b);
     assert_true(memcmp(b, d, sizeof b) != 0);
-    int64_t seen = 0;
-    for (int i = 0; i < 64; i++) seen |= (int64_t)1 << b[i];
-    assert_true(seen == -1);
+    uint64_t seen = 0;
+    for (int i = 0; i < 64; i++) seen |= (uint64_t)1 << b[i];
+    assert_true(seen == UINT64_MAX);
 }
 
 /* the sequences of every batch of epoch e, batches in visiting order, -1 between batches */
