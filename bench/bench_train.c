@@ -14,8 +14,13 @@
  *     instead of recomputing it (keep_ff_activation); the row is then train_<config>_keepff
  *   --no-skip-padding: compute the padded positions too (skip_padding off; on by default, as
  *     attograd-translate trains: the loss ignores them); the row is then train_<config>_padded
+ *   --busy: only names the row train_<config>_busy: bench/run.sh runs it while a busy loop
+ *     (another process's work) occupies one core
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the
- * last step: equal for every thread count), allocs (heap allocations during the timed steps). */
+ * last step: equal for every thread count), allocs (heap allocations during the timed steps),
+ * used (the threads the timed steps ran with: fewer than asked while following the load). */
+
+#include <omp.h>
 
 #include "../attograd.h"
 #include "bench_util.h"
@@ -90,13 +95,14 @@ static ag_tensor *loss_of(const model *m, ag_tensor *src, ag_tensor *tin, ag_ten
 
 int main(int argc, char **argv) {
     const config *c = &CONFIGS[0];
-    bool rss = false, recompute = false, keep_ff = false, skip_padding = true;
+    bool rss = false, recompute = false, keep_ff = false, skip_padding = true, busy = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) c = !strcmp(argv[++i], "large") ? &CONFIGS[1] : &CONFIGS[0];
         if (!strcmp(argv[i], "--rss")) rss = true;
         if (!strcmp(argv[i], "--recompute")) recompute = true;
         if (!strcmp(argv[i], "--keep-ff")) keep_ff = true;
         if (!strcmp(argv[i], "--no-skip-padding")) skip_padding = false;
+        if (!strcmp(argv[i], "--busy")) busy = true;
     }
     int reps = rss ? 3 : bench_reps(argc, argv, c->reps), threads = bench_threads(), warm = rss ? 2 : 3;
     ag_arena *persist = ag_arena_new(1 << 20), *step = ag_arena_new(64 << 20);
@@ -137,10 +143,16 @@ int main(int argc, char **argv) {
 
     double *t = malloc(sizeof(double) * (size_t)reps), final = 0;
     uint64_t allocs = 0;
+    int used_min = 1 << 20, used_max = 0; /* the step's OpenMP count, taken up at the reset */
     for (int i = 0; i < warm + reps; i++) {
         if (i == warm) allocs = ag_alloc_count();
         double t0 = bench_now_ms();
         ag_arena_reset(step);
+        if (i >= warm) {
+            int used = omp_get_max_threads();
+            used_min = used < used_min ? used : used_min;
+            used_max = used > used_max ? used : used_max;
+        }
         ag_params_zero_grad(p);
         ag_tensor *loss = loss_of(&m, src, tin, tout, true);
         ag_backward(loss, NULL);
@@ -152,11 +164,13 @@ int main(int argc, char **argv) {
     char shape[96], note[160];
     snprintf(shape, sizeof shape, "d%d,h%d,%d+%d,ff%d,N%d,L%d,V%d", c->d, c->heads, c->enc, c->dec, c->ff, c->batch,
              c->len, c->vocab);
-    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB", loss0, final,
-             (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20));
+    char used[32];
+    snprintf(used, sizeof used, used_min == used_max ? "%d" : "%d-%d", used_min, used_max);
+    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB,used=%s", loss0, final,
+             (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20), used);
     char name[64];
-    snprintf(name, sizeof name, "train_%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
-             skip_padding ? "" : "_padded", rss ? "_rss" : "");
+    snprintf(name, sizeof name, "train_%s%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",
+             skip_padding ? "" : "_padded", busy ? "_busy" : "", rss ? "_rss" : "");
     if (rss) bench_result(name, shape, threads, bench_peak_rss_mib(), 0, "ru_maxrss");
     else bench_result(name, shape, threads, bench_median(t, reps), 3 * forward_flops(c) * 1e-9, note);
     free(t);

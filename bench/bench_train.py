@@ -26,6 +26,8 @@ suffix = "_recompute" if "--recompute" in sys.argv else ""
 suffix += "_keepff" if "--keep-ff" in sys.argv else ""
 # attograd's side computes the padded positions too (--no-skip-padding); torch's step is the same
 suffix += "_padded" if "--no-skip-padding" in sys.argv else ""
+# run while a busy loop occupies one core (bench/run.sh starts it); only the row's name
+suffix += "_busy" if "--busy" in sys.argv else ""
 threads = setup_threads()
 reps = 3 if rss else reps_from_argv(c["reps"])
 warm = 2 if rss else 3

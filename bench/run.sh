@@ -30,6 +30,7 @@ done
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" -Dbuildtype=release >/dev/null
 targets=(bench/bench_sgemm bench/bench_mha examples/translate/attograd-translate)
 [ -f bench/bench_train.c ] && targets+=(bench/bench_train)
+[ -f bench/bench_threads.c ] && targets+=(bench/bench_threads)
 ninja -C "$BUILD" "${targets[@]}" >/dev/null
 
 OUT=$(realpath -m "${BENCH_OUT:-$BUILD/bench.txt}") # absolute: the PyTorch side runs in bench/
@@ -40,12 +41,28 @@ note "$(date -u +%Y-%m-%dT%H:%MZ) $cpu, $(nproc) cores, load $(cut -d' ' -f1-3 /
 note "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset} (left as found)"
 [ -n "${AG_ISA:-}${DNNL_MAX_CPU_ISA:-}" ] && note "AG_ISA=${AG_ISA:-unset} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-unset}"
 note "torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), $(cc --version | head -1)"
+if [ -f bench/bench_threads.c ]; then # attograd's default thread count, alone and under mpirun
+  note "attograd's default threads: $(env -u OMP_NUM_THREADS "$BUILD/bench/bench_threads") alone," \
+    "$(env -u OMP_NUM_THREADS OMPI_COMM_WORLD_LOCAL_SIZE=2 "$BUILD/bench/bench_threads") under a simulated" \
+    "mpirun -np 2 on this machine (OMPI_COMM_WORLD_LOCAL_SIZE=2)"
+fi
 
 # side by side: attograd then PyTorch, same threads for OpenMP, OpenBLAS and torch
 pair() { # threads c-program python-script args...
   local t=$1 c=$2 py=$3; shift 3
   OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$BUILD/bench/$c" "${quick[@]}" "$@" >>"$OUT"
   (cd bench && OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$PYTHON" "$py" "${quick[@]}" "$@" >>"$OUT")
+}
+
+# busy CMD...: runs CMD while a busy loop (another process's work) occupies the last CPU
+busy_loop=""
+trap '[ -z "$busy_loop" ] || kill "$busy_loop" 2>/dev/null' EXIT
+busy() {
+  taskset -c "$(($(nproc --all) - 1))" sh -c 'while :; do :; done' &
+  busy_loop=$!
+  "$@"
+  kill "$busy_loop" && wait "$busy_loop" 2>/dev/null || true
+  busy_loop=""
 }
 
 for r in $(seq "$rounds"); do
@@ -66,6 +83,8 @@ for r in $(seq "$rounds"); do
       pair $t bench_train bench_train.py --config large
       pair $t bench_train bench_train.py --config large --keep-ff
     done
+    # one core busy with another process: 2 threads must not take longer than 1
+    for t in 1 2; do busy pair $t bench_train bench_train.py --config large --busy; done
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --rss
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --recompute --rss
     [ "$r" = 1 ] && pair 1 bench_train bench_train.py --config small --keep-ff --rss

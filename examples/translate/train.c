@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -629,6 +628,6 @@ int cmd_train(int argc, char **argv) {
         opts_usage(stderr, TRAIN_USAGE, defs);
         return 2;
     }
-    omp_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
+    ag_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
     return train_run(&o, defs, flagged);
 }
