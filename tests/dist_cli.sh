@@ -14,7 +14,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 mpi() { timeout 300 mpirun -np 2 --oversubscribe "$@"; }
 mpmd() { timeout 300 mpirun --oversubscribe -np 1 "$@"; } # mpmd A... : -np 1 B...: rank 0 runs A, rank 1 B
 tiny="--train $data/train.tsv --d-model 16 --heads 2 --layers 1 --ff 32 --batch 8 --max-eval 8 --samples 0
-      --dropout 0 --seed 3 --eval-every 3 --save-every 3 --threads 1"
+      --dropout 0 --seed 3 --eval-every 3 --save-every 3 --threads 1 --tokenizer word"
 
 # the evaluation lines without their time: "step N: train loss ..., BLEU x"
 losses() { grep -o 'step [0-9]*: train loss .*BLEU [0-9.]*' "$1"; }

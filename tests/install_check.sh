@@ -15,7 +15,7 @@ trap 'rm -rf "$root"' EXIT
 # the prefix and libdir the build was configured with
 intro=$("$meson" introspect "$build" --buildoptions)
 opt() { python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == sys.argv[1]))' "$1" <<<"$intro"; }
-prefix=$(opt prefix) libdir=$(opt libdir) datadir=$(opt datadir) bindir=$(opt bindir)
+prefix=$(opt prefix) libdir=$(opt libdir) datadir=$(opt datadir) bindir=$(opt bindir) sanitize=$(opt b_sanitize)
 case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
 case $datadir in /*) ;; *) datadir=$prefix/$datadir ;; esac
 case $bindir in /*) ;; *) bindir=$prefix/$bindir ;; esac
@@ -25,6 +25,8 @@ flags=$(PKG_CONFIG_PATH=$pc PKG_CONFIG_SYSROOT_DIR=$root pkg-config --cflags --l
 case " $flags " in *" -fopenmp "*) ;; *) echo "pkg-config flags lack -fopenmp: $flags"; exit 1 ;; esac
 example=$root$datadir/doc/attograd/examples/readme_example.c
 test -f "$example" || { echo "the README example is not installed ($example)"; exit 1; }
+# a library built with sanitizers needs their runtime in the program (first in its libraries)
+[ "$sanitize" = none ] || flags="-fsanitize=$sanitize $flags"
 # shellcheck disable=SC2086  # flags are words
 "$cc" -std=c11 -Wall -Wextra -Werror -o "$root/readme_example" "$example" $flags
 LD_LIBRARY_PATH=$root$libdir "$root/readme_example" >"$root/out.txt"
