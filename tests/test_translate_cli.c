@@ -101,25 +101,6 @@ static int count(const char *hay, const char *needle) {
     return n;
 }
 
-/* The toy task: lowercase letters to the same letters in capitals, reversed ("a b c" -> "C B A"),
- * so every word of a translation must come from the target vocabulary. */
-static void write_toy_corpus(const char *path, int lines, uint32_t seed) {
-    char *text = malloc((size_t)lines * 32), *p = text;
-    uint32_t x = seed;
-    for (int i = 0; i < lines; i++) {
-        char w[4];
-        x = x * 1664525u + 1013904223u;
-        int n = 2 + (int)(x >> 30) % 3;
-        for (int k = 0; k < n; k++) x = x * 1664525u + 1013904223u, w[k] = (char)('a' + (x >> 24) % 6);
-        for (int k = 0; k < n; k++) p += sprintf(p, k ? " %c" : "%c", w[k]);
-        *p++ = '\t';
-        for (int k = n - 1; k >= 0; k--) p += sprintf(p, k < n - 1 ? " %c" : "%c", w[k] - 'a' + 'A');
-        *p++ = '\n';
-    }
-    *p = 0;
-    write_text(path, text);
-    free(text);
-}
 
 /* ---- running the program ---- */
 
@@ -235,7 +216,7 @@ static void assert_usage_error(int status, const char *problem, const char *usag
 
 static const char *toy(void) {
     static const char *p;
-    if (!p) write_toy_corpus(p = in_dir("toy.tsv"), 40, 12345);
+    if (!p) tu_write_toy_corpus(p = in_dir("toy.tsv"), 40, 12345);
     return p;
 }
 
@@ -515,8 +496,8 @@ static void test_train_lstm_and_rnn_write_checkpoints_curves_and_attention(void 
 }
 
 static void test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_test(void **state) {
-    write_toy_corpus(in_dir("dev.tsv"), 6, 777);
-    write_toy_corpus(in_dir("test.tsv"), 5, 999);
+    tu_write_toy_corpus(in_dir("dev.tsv"), 6, 777);
+    tu_write_toy_corpus(in_dir("test.tsv"), 5, 999);
     const char *out = in_dir("run-dev-test");
     int st = RUN("train", "--train", toy(), "--dev", in_dir("dev.tsv"), "--test", in_dir("test.tsv"), "--out", out,
                  TINY, "--steps", "4", "--eval-every", "2", "--save-every", "2");
@@ -555,7 +536,7 @@ static void check_eval_output(const char *data, int pairs, const char *search) {
 
 static void test_eval_prints_exact_match_and_bleu_greedy_and_beam(void **state) {
     const char *kinds[] = {"transformer", "gru", "lstm"}, *few = in_dir("few.tsv");
-    write_toy_corpus(few, 8, 4242);
+    tu_write_toy_corpus(few, 8, 4242);
     for (int k = 0; k < 3; k++) {
         trained_run(kinds[k]);
         assert_status(RUN("eval", "--checkpoint", ckpt_of(kinds[k], "best"), "--data", toy()), 0);
@@ -732,7 +713,7 @@ static void test_attention_writes_well_formed_svg_labelled_with_source_and_trans
  * The hyperparameters that matter are given, so the run does not follow the defaults. */
 static const char *unk_test(void) {
     static const char *p;
-    if (!p) write_toy_corpus(p = in_dir("unk-test.tsv"), 70, 99); /* more than one batch of 64 */
+    if (!p) tu_write_toy_corpus(p = in_dir("unk-test.tsv"), 70, 99); /* more than one batch of 64 */
     return p;
 }
 

@@ -108,31 +108,13 @@ static ag_train_state load_state(const char *path) {
     return st;
 }
 
-/* The toy task of the CLI tests: letters to capitals, reversed ("a b c" -> "C B A"). */
-static void write_toy_corpus(const char *path, int lines, uint32_t seed) {
-    char *text = malloc((size_t)lines * 32), *p = text;
-    uint32_t x = seed;
-    for (int i = 0; i < lines; i++) {
-        char w[4];
-        x = x * 1664525u + 1013904223u;
-        int n = 2 + (int)(x >> 30) % 3;
-        for (int k = 0; k < n; k++) x = x * 1664525u + 1013904223u, w[k] = (char)('a' + (x >> 24) % 6);
-        for (int k = 0; k < n; k++) p += sprintf(p, k ? " %c" : "%c", w[k]);
-        *p++ = '\t';
-        for (int k = n - 1; k >= 0; k--) p += sprintf(p, k < n - 1 ? " %c" : "%c", w[k] - 'a' + 'A');
-        *p++ = '\n';
-    }
-    *p = 0;
-    write_text(path, text);
-    free(text);
-}
 
 static const char *toy(void) {
     static const char *p;
     if (!p) {
         static char path[512];
         snprintf(path, sizeof path, "%s/toy.tsv", dir);
-        write_toy_corpus(p = path, 40, 12345);
+        tu_write_toy_corpus(p = path, 40, 12345);
     }
     return p;
 }
@@ -284,7 +266,7 @@ static void first_sample(const char *text, char *src, char *hyp, size_t n) {
 
 static void test_the_checkpoint_carries_the_subword_model_to_translate_and_eval(void **state) {
     const char *out = in_dir("run-spm"), *test = in_dir("toy-test.tsv");
-    write_toy_corpus(test, 12, 777);
+    tu_write_toy_corpus(test, 12, 777);
     assert_status(RUN("train", "--train", toy(), "--test", test, "--out", out, TINY, "--steps", "60",
                       "--eval-every", "60"), 0);
     assert_contains(err_text, "SentencePiece unigram vocabularies of");

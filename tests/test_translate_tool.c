@@ -72,25 +72,6 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The toy task of test_translate_cli.c: lowercase letters a-f to the same letters in capitals,
- * reversed ("a b c" -> "C B A"). */
-static void write_toy_corpus(const char *path, int lines, uint32_t seed) {
-    char *text = malloc((size_t)lines * 32), *p = text;
-    uint32_t x = seed;
-    for (int i = 0; i < lines; i++) {
-        char w[4];
-        x = x * 1664525u + 1013904223u;
-        int n = 2 + (int)(x >> 30) % 3;
-        for (int k = 0; k < n; k++) x = x * 1664525u + 1013904223u, w[k] = (char)('a' + (x >> 24) % 6);
-        for (int k = 0; k < n; k++) p += sprintf(p, k ? " %c" : "%c", w[k]);
-        *p++ = '\t';
-        for (int k = n - 1; k >= 0; k--) p += sprintf(p, k < n - 1 ? " %c" : "%c", w[k] - 'a' + 'A');
-        *p++ = '\n';
-    }
-    *p = 0;
-    write_text(path, text);
-    free(text);
-}
 
 /* ---- running the program ---- */
 
@@ -174,7 +155,7 @@ static void assert_contains_(const char *file, int line, const char *hay, const 
 static const char *toy(void) {
     static char p[512];
     if (!p[0]) {
-        write_toy_corpus(in_dir("toy.tsv"), 40, 12345);
+        tu_write_toy_corpus(in_dir("toy.tsv"), 40, 12345);
         snprintf(p, sizeof p, "%s", in_dir("toy.tsv"));
     }
     return p;

@@ -193,3 +193,20 @@ void tu_checkpoint_rehash(const char *path) {
     assert_int_equal(fclose(f), 0);
     free(d);
 }
+
+void tu_write_toy_corpus(const char *path, int lines, uint32_t seed) {
+    FILE *f = fopen(path, "w");
+    if (!f) fail_msg("cannot write %s", path);
+    uint32_t x = seed;
+    for (int i = 0; i < lines; i++) {
+        char w[4];
+        x = x * 1664525u + 1013904223u;
+        int n = 2 + (int)(x >> 30) % 3;
+        for (int k = 0; k < n; k++) x = x * 1664525u + 1013904223u, w[k] = (char)('a' + (x >> 24) % 6);
+        for (int k = 0; k < n; k++) fprintf(f, k ? " %c" : "%c", w[k]);
+        fputc('\t', f);
+        for (int k = n - 1; k >= 0; k--) fprintf(f, k < n - 1 ? " %c" : "%c", w[k] - 'a' + 'A');
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) fail_msg("cannot write %s", path);
+}

@@ -69,4 +69,9 @@ void tu_assert_same_state(const ag_train_state *a, const ag_train_state *b);
  * it here, a witness independent of the library's own. */
 void tu_checkpoint_rehash(const char *path);
 
+/* The translation programs' toy task, `lines` pairs drawn from seed: 2-4 letters of a-f to the
+ * same letters in capitals, reversed ("a b c" -> "C B A"), so every word of a translation must
+ * come from the target vocabulary. Written to path as TSV; fails the test if it cannot be. */
+void tu_write_toy_corpus(const char *path, int lines, uint32_t seed);
+
 #endif
