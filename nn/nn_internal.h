@@ -49,6 +49,41 @@ ag_tensor *ag__take_rows(ag_tensor *x, const int64_t *rows, int64_t n);
  * distinct). Backward takes those rows of the gradient. */
 ag_tensor *ag__put_rows(ag_tensor *x, const int64_t *rows, int ndim, const int64_t *shape);
 
+/* Where a dropout mask's elements sit in the mask of the whole batch (ag_rng_share_batch): the
+ * batch's mask is drawn sample-major, each sample's elements in their own order, so a sample's
+ * mask depends neither on the layout of the batch nor on the process that runs it. Dense: the
+ * elements are (pre, n, inner) with the n samples along the middle (pre = 1: batch first).
+ * Packed rows (pos set): the live rows of a padded batch of n samples of len rows of D
+ * elements, row i being row pos[i] = b·len + t of it (padding is skipped, not drawn). first
+ * and total place this batch in the whole one (ag__place_bind: 0 and n when not shared). */
+typedef struct {
+    int64_t pre, n, inner;
+    const int64_t *pos;
+    int64_t len, D;
+    int64_t first, total;
+} ag__mask_place;
+/* a tensor of this shape with its samples along dim (a 0-d one is one sample) */
+ag__mask_place ag__place_dense(int ndim, const int64_t *shape, int dim);
+/* packed rows of D elements, row i being row pos[i] of a padded batch of n samples of len rows */
+ag__mask_place ag__place_rows(const int64_t *pos, int64_t n, int64_t len, int64_t D);
+/* m's place in r's shared batch; false (reported through op, naming x) when r is shared for
+ * another number of samples than m holds */
+bool ag__place_bind(const char *op, ag__mask_place *m, const ag_rng *r, const ag_tensor *x);
+/* elements of the whole batch's mask: a draw moves the counter past them */
+int64_t ag__place_numel(const ag__mask_place *m);
+/* For elements e0 .. e0+cnt-1 of the tensor: keep[e - e0] = (x < t) != at_least, x being the
+ * element's word of the whole batch's mask at counter base (ag__rng_keep), and bit e of bits too
+ * when bits is not NULL (the bits past the range left as they were). */
+void ag__place_keep(const ag__mask_place *m, uint64_t seed, uint64_t base, int64_t e0, int64_t cnt, uint64_t t,
+                    bool at_least, uint8_t *keep, uint8_t *bits);
+/* ag_dropout, ag_dropout_ (inplace) or ag_relu_dropout_ (relu: in place too) with the mask
+ * placed by m (dropout.c) */
+ag_tensor *ag__dropout_placed(ag_tensor *x, double p, bool training, ag_rng *rng, bool inplace, bool relu,
+                              const ag__mask_place *m);
+/* ag_feed_forward with its hidden activation's dropout mask placed by hidden (feed_forward.c) */
+ag_tensor *ag__feed_forward_placed(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2,
+                                   double p, bool training, ag_rng *rng, const ag__mask_place *hidden);
+
 /* rows[0..n) within [0, R), else reported through op */
 bool ag__check_rows(const char *op, const int64_t *rows, int64_t n, int64_t R);
 /* zero the rows of y (R rows of row_bytes) that are not among rows[0..n) */

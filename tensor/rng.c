@@ -127,9 +127,23 @@ void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uin
 
 /* ---- the public generator ---- */
 
-ag_rng ag_rng_new(uint64_t seed) { return (ag_rng){seed, 0}; }
+ag_rng ag_rng_new(uint64_t seed) { return (ag_rng){.seed = seed}; }
 
-static ag_rng global_rng = {0x5eed, 0};
+void ag_rng_share_batch(ag_rng *rng, int64_t first, int64_t count, int64_t total) {
+    if (!rng) rng = ag_rng_global();
+    bool off = first == 0 && count == 0 && total == 0;
+    if (!off && !(first >= 0 && count > 0 && total >= first + count)) {
+        ag_error("ag_rng_share_batch", "samples %lld .. %lld of %lld: expected 0 <= first, 0 < count and "
+                 "first + count <= total (or all 0 to end the sharing)",
+                 (long long)first, (long long)(first + count - 1), (long long)total);
+        return;
+    }
+    rng->share_first = first;
+    rng->share_count = count;
+    rng->share_total = total;
+}
+
+static ag_rng global_rng = {.seed = 0x5eed};
 ag_rng *ag_rng_global(void) { return &global_rng; }
 void ag_manual_seed(uint64_t seed) { global_rng = ag_rng_new(seed); }
 

@@ -140,9 +140,23 @@ bool ag_set_follow_load(bool on);
 
 /* ---- random numbers (Philox4x32-10, counter based: value i depends only on seed and i) ---- */
 /* counter counts draws (53-bit uniforms); two draws share one Philox block, and a dropout mask
- * of n elements takes (n + 1) / 2 draws, a 32-bit word each (tensor/rng.c) */
-typedef struct { uint64_t seed, counter; } ag_rng;
+ * of n elements takes (n + 1) / 2 draws, a 32-bit word each (tensor/rng.c); n counts the whole
+ * batch's elements when the generator is shared (ag_rng_share_batch) */
+typedef struct {
+    uint64_t seed, counter;
+    int64_t share_first, share_count, share_total; /* ag_rng_share_batch; all 0 when not shared */
+} ag_rng;
 ag_rng ag_rng_new(uint64_t seed);
+/* Data-parallel training: this process's batch is samples first .. first+count-1 of a global
+ * batch of total samples, and the dropout masks drawn from rng are the global batch's. Sample b
+ * here gets the mask sample first+b gets in one process running the whole batch, and each draw
+ * moves the counter past the whole batch's mask, so N processes with the same seed draw what one
+ * process draws. The ops see the batch along dim 0 (ag_dropout, ag_feed_forward, ag_attention),
+ * the layers along their own batch dim (batch_first); a dropout over a batch of another size
+ * than count is reported. Masks are drawn sample by sample whether shared or not: a batch of n
+ * samples draws as samples 0 .. n-1 of a batch of n. count 0 (first and total 0) ends the
+ * sharing. */
+void ag_rng_share_batch(ag_rng *rng, int64_t first, int64_t count, int64_t total);
 /* the global generator used when an ag_rng* argument is NULL */
 ag_rng *ag_rng_global(void);
 void ag_manual_seed(uint64_t seed);

@@ -209,7 +209,7 @@ static void version_fill(int v, ag_params *p, ag_optim *o, ag_train_state *st) {
     st->global_step = 100 * v;
     st->epoch = v;
     st->data_position = 8 * v;
-    ag_state_set_rng(st, "shuffle", &(ag_rng){(uint64_t)v, 1000u * (uint64_t)v});
+    ag_state_set_rng(st, "shuffle", &(ag_rng){.seed = (uint64_t)v, .counter = 1000u * (uint64_t)v});
     ag_config_set_int(st, "version", v);
     ag_config_set_double(st, "scale", 0.5 * v);
     ag_config_set_string(st, "name", v == 1 ? "A" : "B");

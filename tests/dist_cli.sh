@@ -1,10 +1,11 @@
 #!/bin/sh
-# Data-parallel runs end to end, under mpirun with 2 processes (tests/meson.build passes the
-# programs): attograd-translate train on 2 ranks against 1 process, resume from 1 process on 2
-# ranks and from 2 ranks in 1 process, a 2-rank checkpoint translating in one process, a rank
-# that cannot open its corpus or trains another model, and ranks that die (test_dist die ...):
-# the job must end within 10 s of the death (every mpirun has a 300 s guard against a hang, for
-# the sanitizer build on a busy machine). Each check prints what it compared.
+# Data-parallel runs end to end, under mpirun (tests/meson.build passes the programs):
+# attograd-translate train with dropout on 2 and on 4 ranks against 1 process (each pair draws
+# its own dropout masks wherever it runs), a run placed by a hostfile, resume from 1 process on
+# 2 ranks and from 2 ranks in 1 process, 2- and 4-rank checkpoints translating in one process, a
+# rank that cannot open its corpus or trains another model, and ranks that die (test_dist die
+# ...): the job must end within 10 s of the death (every mpirun has a 300 s guard against a
+# hang, for the sanitizer build on a busy machine). Each check prints what it compared.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 bin=$1 test_dist=$2 data=$3
@@ -14,12 +15,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 mpi() { timeout 300 mpirun -np 2 --oversubscribe "$@"; }
 mpmd() { timeout 300 mpirun --oversubscribe -np 1 "$@"; } # mpmd A... : -np 1 B...: rank 0 runs A, rank 1 B
 tiny="--train $data/train.tsv --d-model 16 --heads 2 --layers 1 --ff 32 --batch 8 --max-eval 8 --samples 0
-      --dropout 0 --seed 3 --eval-every 3 --save-every 3 --threads 1 --tokenizer word"
+      --dropout 0.3 --seed 3 --eval-every 3 --save-every 3 --threads 1 --tokenizer word"
 
 # the evaluation lines without their time: "step N: train loss ..., BLEU x"
 losses() { grep -o 'step [0-9]*: train loss .*BLEU [0-9.]*' "$1"; }
 
-# 2 ranks x 4 pairs train as 1 process x 8 pairs: the same losses at every evaluation (4 decimals)
+# 2 ranks x 4 pairs train as 1 process x 8 pairs, dropout 0.3 included: the same losses at
+# every evaluation (4 decimals); with dropout 0 they differ (the masks are drawn, not skipped)
 "$bin" train $tiny --steps 6 --out "$tmp/one" >/dev/null 2>"$tmp/one.log" || fail "1 process: $(cat "$tmp/one.log")"
 mpi "$bin" train $tiny --steps 6 --out "$tmp/two" >"$tmp/two.out" 2>"$tmp/two.log" || fail "2 ranks: $(cat "$tmp/two.log")"
 [ "$(losses "$tmp/one.log")" = "$(losses "$tmp/two.log")" ] && [ -n "$(losses "$tmp/one.log")" ] ||
@@ -27,12 +29,30 @@ mpi "$bin" train $tiny --steps 6 --out "$tmp/two" >"$tmp/two.out" 2>"$tmp/two.lo
 echo "ok 2 ranks = 1 process: $(losses "$tmp/two.log" | tail -1)"
 [ "$(grep -c 'train loss' "$tmp/two.log")" = 2 ] || fail "rank 1 printed too: $(cat "$tmp/two.log")"
 echo "ok only rank 0 reports"
+"$bin" train $tiny --dropout 0 --steps 6 --out "$tmp/nodrop" >/dev/null 2>"$tmp/nodrop.log" || fail "no dropout"
+[ "$(losses "$tmp/nodrop.log")" != "$(losses "$tmp/one.log")" ] || fail "dropout 0.3 changed nothing"
 
-# a 2-rank checkpoint translates in one process, as the 1-process one does
-a=$("$bin" translate --checkpoint "$tmp/two/last.h5" "one hundred and two" 2>&1) || fail "translate: $a"
+# 4 ranks x 2 pairs, and 2 ranks on the slots of a hostfile (the form a run across machines
+# takes; here both slots are this machine's): the same losses again
+timeout 300 mpirun -np 4 --oversubscribe "$bin" train $tiny --steps 6 --out "$tmp/four" >/dev/null \
+    2>"$tmp/four.log" || fail "4 ranks: $(cat "$tmp/four.log")"
+[ "$(losses "$tmp/one.log")" = "$(losses "$tmp/four.log")" ] ||
+    fail "4 ranks and 1 process differ: $(losses "$tmp/one.log") / $(losses "$tmp/four.log")"
+echo "ok 4 ranks = 1 process: $(losses "$tmp/four.log" | tail -1)"
+echo "localhost slots=2" >"$tmp/hosts"
+timeout 300 mpirun --hostfile "$tmp/hosts" -np 2 "$bin" train $tiny --steps 6 --out "$tmp/hosts.out" >/dev/null \
+    2>"$tmp/hosts.log" || fail "hostfile: $(cat "$tmp/hosts.log")"
+[ "$(losses "$tmp/one.log")" = "$(losses "$tmp/hosts.log")" ] ||
+    fail "hostfile run and 1 process differ: $(losses "$tmp/one.log") / $(losses "$tmp/hosts.log")"
+echo "ok 2 ranks from a hostfile = 1 process"
+
+# 2- and 4-rank checkpoints translate in one process, as the 1-process one does
 b=$("$bin" translate --checkpoint "$tmp/one/last.h5" "one hundred and two" 2>&1)
-[ "$a" = "$b" ] || fail "translations differ: '$a' / '$b'"
-echo "ok the 2-rank checkpoint translates in one process: '$a'"
+for n in two four; do
+    a=$("$bin" translate --checkpoint "$tmp/$n/last.h5" "one hundred and two" 2>&1) || fail "translate: $a"
+    [ "$a" = "$b" ] || fail "translations differ ($n ranks): '$a' / '$b'"
+done
+echo "ok the 2- and 4-rank checkpoints translate in one process: '$a'"
 
 # 3 steps in one process, resumed on 2 ranks to 6: the losses of the 6-step run
 "$bin" train $tiny --steps 3 --out "$tmp/res" >/dev/null 2>&1 || fail "3 steps"
@@ -48,16 +68,15 @@ mpi "$bin" train $tiny --steps 3 --out "$tmp/res2" >/dev/null 2>&1 || fail "3 st
     fail "resumed in 1 process: $(losses "$tmp/res2.log") / $(losses "$tmp/one.log" | tail -1)"
 echo "ok 2 ranks resumed in 1 process: $(losses "$tmp/res2.log")"
 
-# with dropout: 2 ranks for 6 steps, and 2 ranks for 3 resumed on 2 ranks to 6, give the same
-# losses (each rank's dropout stream continues exactly), twice the same bits in the checkpoint
-mpi "$bin" train $tiny --dropout 0.3 --steps 6 --out "$tmp/d6" >/dev/null 2>"$tmp/d6.log" || fail "dropout run"
-mpi "$bin" train $tiny --dropout 0.3 --steps 3 --out "$tmp/d3" >/dev/null 2>&1 || fail "dropout run, 3 steps"
-mpi "$bin" train $tiny --dropout 0.3 --steps 6 --out "$tmp/d3" --resume >/dev/null 2>"$tmp/d3.log" ||
-    fail "dropout run resumed: $(cat "$tmp/d3.log")"
-[ "$(losses "$tmp/d3.log")" = "$(losses "$tmp/d6.log" | tail -1)" ] ||
-    fail "resumed with dropout: $(losses "$tmp/d3.log") / $(losses "$tmp/d6.log" | tail -1)"
-echo "ok 2 ranks with dropout resumed on 2 ranks: $(losses "$tmp/d3.log")"
-a=$("$bin" translate --checkpoint "$tmp/d6/last.h5" "one hundred and two" "seven" 2>&1)
+# 2 ranks for 3 steps resumed on 2 ranks to 6 give the 6-step run's losses (the dropout stream
+# continues exactly), and the two checkpoints translate alike
+mpi "$bin" train $tiny --steps 3 --out "$tmp/d3" >/dev/null 2>&1 || fail "2 ranks, 3 steps"
+mpi "$bin" train $tiny --steps 6 --out "$tmp/d3" --resume >/dev/null 2>"$tmp/d3.log" ||
+    fail "2 ranks resumed: $(cat "$tmp/d3.log")"
+[ "$(losses "$tmp/d3.log")" = "$(losses "$tmp/two.log" | tail -1)" ] ||
+    fail "resumed on 2 ranks: $(losses "$tmp/d3.log") / $(losses "$tmp/two.log" | tail -1)"
+echo "ok 2 ranks resumed on 2 ranks: $(losses "$tmp/d3.log")"
+a=$("$bin" translate --checkpoint "$tmp/two/last.h5" "one hundred and two" "seven" 2>&1)
 b=$("$bin" translate --checkpoint "$tmp/d3/last.h5" "one hundred and two" "seven" 2>&1)
 [ "$a" = "$b" ] || fail "resumed and straight runs translate differently: '$a' / '$b'"
 

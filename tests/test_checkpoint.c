@@ -258,8 +258,8 @@ static void round_trip(ag_dtype dt, bool sgd) {
     s.global_step = (int64_t)1 << 53; /* the largest count accepted */
     s.epoch = 0;
     s.data_position = 77;
-    ag_state_set_rng(&s, "shuffle", &(ag_rng){UINT64_MAX, 0x8000000000000001ull});
-    ag_state_set_rng(&s, "dropout", &(ag_rng){0, 42});
+    ag_state_set_rng(&s, "shuffle", &(ag_rng){.seed = UINT64_MAX, .counter = 0x8000000000000001ull});
+    ag_state_set_rng(&s, "dropout", &(ag_rng){.counter = 42});
     ag_config_set_int(&s, "d_model", INT64_MIN);
     ag_config_set_double(&s, "dropout", 0.1);
     ag_config_set_double(&s, "neg_zero", -0.0);
@@ -800,9 +800,9 @@ static void test_state_setters_replace_by_name_and_report_misuse(void **state) {
     for (int i = 0; i < AG_CKPT_MAX_RNGS; i++) {
         char n[8];
         snprintf(n, sizeof n, "r%d", i);
-        assert_true(ag_state_set_rng(&s, n, &(ag_rng){(uint64_t)i, 0}));
+        assert_true(ag_state_set_rng(&s, n, &(ag_rng){.seed = (uint64_t)i}));
     }
-    assert_false(ag_state_set_rng(&s, "one_more", &(ag_rng){0, 0}));
+    assert_false(ag_state_set_rng(&s, "one_more", &(ag_rng){0}));
     tu_assert_error("ag_state_set_rng", "one_more", "16 rngs");
     ag_rng r;
     assert_true(ag_state_get_rng(&s, "r7", &r) && r.seed == 7);

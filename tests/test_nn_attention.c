@@ -415,7 +415,7 @@ static void test_attention_dropout_drops_exactly_the_draws_below_p_at_any_thread
     int prev = omp_get_max_threads();
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);
-        ag_rng r = {11, ((uint64_t)3 << 32) - 777}, ru = r;
+        ag_rng r = {.seed = 11, .counter = ((uint64_t)3 << 32) - 777}, ru = r;
         ag_tensor *wt, *ot = ag_attention(q, k, k, NULL, false, 0.2, &r, true, &wt);
         w[threads - 1] = values(wt), o[threads - 1] = values(ot);
         assert_true(r.counter == ru.counter + (uint64_t)n / 2);

@@ -479,7 +479,7 @@ static void test_dropout_keeps_exactly_the_draws_below_one_minus_p(void **s) {
         double p = (double[]){0.1, 0.5, 0.3, 0x1.0p-50}[k];
         for (int threads = 1; threads <= 2; threads++) {
             omp_set_num_threads(threads);
-            ag_rng r = {9, c0};
+            ag_rng r = {.seed = 9, .counter = c0};
             ag_tensor *xl = tu_leaf(ag_detach(x)), *y = ag_dropout(xl, p, true, &r);
             ag_backward(y, ag_ones(AG_F64, AG_SHAPE(n)));
             const double *v = raw(y), *g = raw(xl->grad);

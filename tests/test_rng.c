@@ -116,7 +116,7 @@ static void test_vector_path_draws_the_reference_uniforms_bit_for_bit(void **sta
                                  (unsigned long long)SEEDS[s], (unsigned long long)COUNTERS[c], (long long)n);
                 }
                 if (n > 0) { /* and the public entry (its parallel blocks) draws the same */
-                    ag_rng r = {SEEDS[s], COUNTERS[c]};
+                    ag_rng r = {.seed = SEEDS[s], .counter = COUNTERS[c]};
                     ag_rng_uniform_f64(&r, n, a);
                     assert_memory_equal(a, b, (size_t)n * sizeof(double));
                     assert_true(r.counter == COUNTERS[c] + (uint64_t)n);

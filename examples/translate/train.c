@@ -550,7 +550,7 @@ static void run_step(run *r) {
     /* under mpirun this rank's rows of the batch (train_dist.h), else all of them */
     int64_t first, rows;
     double scale, l = 0;
-    tr_dist_rows(bt, &first, &rows, &scale);
+    tr_dist_rows(bt, &r->rng, &first, &rows, &scale);
     ag_params_zero_grad(model_params(r->m));
     if (rows > 0) {
         ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Ls), (char *)(bt->src + first * bt->Ls));
@@ -731,7 +731,7 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
     tr_dist_quiet_setup();
     bool ok = tr_dist_setup_agree(run_setup(&r, given)) && train_same_run(&r);
     if (ok) {
-        tr_dist_attach(model_params(r.m), &r.rng);
+        tr_dist_attach(model_params(r.m));
         FILE *devnull = lead ? NULL : fopen("/dev/null", "w"); /* rank 0 alone shows progress */
         if (devnull) r.prog.out = devnull;
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {

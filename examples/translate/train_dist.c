@@ -14,7 +14,7 @@ static int64_t tokens_of_rows(const tr_batch *bt, int64_t first, int64_t n) {
     return t;
 }
 
-void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale) {
+void tr_dist_rows(const tr_batch *bt, ag_rng *rng, int64_t *first, int64_t *n, double *loss_scale) {
     int r = tr_dist_rank(), size = tr_dist_size();
     if (size == 1) {
         *first = 0;
@@ -25,6 +25,7 @@ void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_s
     *first = (int64_t)bt->B * r / size;
     *n = (int64_t)bt->B * (r + 1) / size - *first;
     *loss_scale = bt->ntokens ? (double)size * (double)tokens_of_rows(bt, *first, *n) / (double)bt->ntokens : 0.0;
+    if (*n > 0) ag_rng_share_batch(rng, *first, *n, bt->B);
 }
 
 #ifdef AG_HAVE_MPI
@@ -115,13 +116,8 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
     return ok;
 }
 
-/* rank r's seed: Philox keys this far apart give independent streams */
-static uint64_t rank_seed(uint64_t seed, int r) { return seed + (uint64_t)r * 0x9E3779B97F4A7C15ull; }
-
-void tr_dist_attach(ag_params *p, ag_rng *rng) {
-    if (!on) return;
-    dist = ag_dist_new(p, NULL);
-    rng->seed = rank_seed(rng->seed, ag_dist_rank());
+void tr_dist_attach(ag_params *p) {
+    if (on) dist = ag_dist_new(p, NULL);
 }
 
 bool tr_dist_step_done(ag_rng *rng, bool interrupted) {
@@ -136,7 +132,7 @@ void tr_dist_detach(ag_rng *rng) {
     if (!on) return;
     ag_dist_free(dist);
     dist = NULL;
-    rng->seed = rank_seed(rng->seed, -ag_dist_rank());
+    ag_rng_share_batch(rng, 0, 0, 0);
 }
 
 void tr_dist_sync(void) { ag_dist_sync_grads(dist); }
@@ -160,7 +156,7 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
                       const char *config) {
     return true;
 }
-void tr_dist_attach(ag_params *p, ag_rng *rng) {}
+void tr_dist_attach(ag_params *p) {}
 void tr_dist_detach(ag_rng *rng) {}
 bool tr_dist_step_done(ag_rng *rng, bool interrupted) { return interrupted; }
 void tr_dist_sync(void) {}

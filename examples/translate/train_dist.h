@@ -27,27 +27,27 @@ bool tr_dist_setup_agree(bool ok);
  * in config, a short text); reports the first rank that differs. Collective. */
 bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_vocab *tgt, const ag_params *p,
                       const char *config);
-/* Data-parallel training of p from here on (rank 0's values broadcast); rng (dropout's and the
- * GRU's teacher-forcing draws) becomes this rank's stream: rank r draws with seed + r * a large
- * odd number (rank 0 with the run's own, which checkpoints keep), so the ranks' samples get
- * independent masks. */
-void tr_dist_attach(ag_params *p, ag_rng *rng);
-/* the end of data-parallel training: rng back to the run's seed */
+/* Data-parallel training of p from here on (rank 0's values broadcast). */
+void tr_dist_attach(ag_params *p);
+/* the end of data-parallel training: rng (dropout's and the teacher-forcing draws) no longer
+ * shared over a global batch */
 void tr_dist_detach(ag_rng *rng);
 
 /* This rank's rows of a batch: first, n (n may be 0 when the batch has fewer pairs than there
  * are ranks), and the factor that makes the mean loss over its target tokens, averaged over the
- * ranks, the mean over the whole batch's tokens (size * local tokens / batch tokens). */
-void tr_dist_rows(const tr_batch *bt, int64_t *first, int64_t *n, double *loss_scale);
+ * ranks, the mean over the whole batch's tokens (size * local tokens / batch tokens). Every
+ * rank draws from the run's rng, shared over the batch (ag_rng_share_batch): each pair gets the
+ * dropout mask it gets in one process, whatever rank runs it. */
+void tr_dist_rows(const tr_batch *bt, ag_rng *rng, int64_t *first, int64_t *n, double *loss_scale);
 /* After backward (or instead of one, on a rank with no rows): the averaged gradient. */
 void tr_dist_sync(void);
 /* The batch's mean loss from this rank's (its mean over its tokens). Collective. */
 double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n);
 /* Whether flag is set on any rank. Collective (one rank: flag). */
 bool tr_dist_any(bool flag);
-/* After a step: every rank's rng counter moves to the largest (the ranks drew masks of different
- * sizes), so rank 0's, which checkpoints save, is every rank's and a resumed run continues each
- * rank's stream exactly; returns whether *interrupted is set on any rank. Collective. */
+/* After a step: every rank's rng counter moves to the largest (a rank with no rows drew
+ * nothing), so rank 0's, which checkpoints save, is every rank's and a resumed run continues the
+ * stream exactly; returns whether interrupted is set on any rank. Collective. */
 bool tr_dist_step_done(ag_rng *rng, bool interrupted);
 
 #endif

@@ -261,17 +261,22 @@ static void heads_backward(ag_node *n) {
 }
 static const ag_op ATTENTION_HEADS = {"ag_attention", heads_backward, ATTENTION_SAVES};
 
-/* keep[i] when element i of a mask from rng is a uniform >= p (with probability 1-p); blocks
- * of it go to the threads, each element from its own word of the stream, so the mask is the
- * same for any thread count */
-static void draw_keep(ag_rng *rng, double p, uint8_t *keep, int64_t n) {
+/* keep[i] when element i of the (B,H,L,S) mask from rng is a uniform >= p (with probability
+ * 1-p), the B samples placed in rng's batch (ag_rng_share_batch); blocks of it go to the threads,
+ * each element from its own word of the stream, so the mask is the same for any thread count.
+ * False (reported through op) when rng is shared for another number of samples. */
+static bool draw_keep(const char *op, ag_rng *rng, double p, ag_tensor *keep) {
     if (!rng) rng = ag_rng_global();
+    ag__mask_place m = ag__place_dense(keep->ndim, keep->shape, 0);
+    if (!ag__place_bind(op, &m, rng, keep)) return false;
     uint64_t seed = rng->seed, base = rng->counter, below_p = ag__u32_count_below(p);
-    int64_t par_work = n;
+    int64_t n = ag_numel(keep), par_work = n;
+    uint8_t *k = (uint8_t *)keep->data;
     AG_PAR_FOR
     for (int64_t i = 0; i < n; i += 4096)
-        ag__rng_keep(seed, base, i, n - i < 4096 ? n - i : 4096, below_p, true, keep + i, NULL);
-    rng->counter += ag__mask_draws(n);
+        ag__place_keep(&m, seed, base, i, n - i < 4096 ? n - i : 4096, below_p, true, k + i, NULL);
+    rng->counter += ag__mask_draws(ag__place_numel(&m));
+    return true;
 }
 
 /* Checks the mask and dropout_p, then computes out (a->o's storage) into a; the probabilities
@@ -299,7 +304,7 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
         *keep = ag__new(AG_BOOL, 4, sshape);
         a->pd_per_thread = !want_weights;
         *pd = want_weights ? ag__new(dt, 4, sshape) : ag__new(dt, 3, (int64_t[]){head_slots(), a->L, a->S});
-        draw_keep(rng, dropout_p, (uint8_t *)(*keep)->data, ag_numel(*keep));
+        if (!draw_keep(op, rng, dropout_p, *keep)) return false;
         a->keep = (const uint8_t *)(*keep)->data;
         a->pd = (*pd)->data;
         a->keep_scale = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;

@@ -391,7 +391,7 @@ static herr_t rng_attr(hid_t loc, const char *name, const H5A_info_t *info, void
     else if (attr_array(loc, "/training/rng", name, H5T_INTEGER, H5T_NATIVE_UINT64, 2, v, c->r)) {
         ag_named_rng *n = &c->s->rng[c->s->nrng++];
         strcpy(n->name, name);
-        n->rng = (ag_rng){v[0], v[1]};
+        n->rng = (ag_rng){.seed = v[0], .counter = v[1]};
     }
     return 0;
 }

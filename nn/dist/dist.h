@@ -16,25 +16,32 @@
  *         if (!ag_dist_init(&argc, &argv)) return 1;
  *         int rank = ag_dist_rank(), size = ag_dist_size();
  *         ag_params *p = ag_params_new(AG_F32);
- *         ag_rng rng = ag_rng_new(1);
+ *         ag_rng rng = ag_rng_new(1);                  // the same seed on every rank
  *         ag_linear_t fc = ag_linear_new(p, "fc", 64, 10, true, &rng);
- *         ag_dist *d = ag_dist_new(p, NULL);         // every rank starts from rank 0's values
- *         ag_optim *opt = ag_adam_new(p, 1e-3, 0.9, 0.999, 1e-8, 0.0);
+ *         ag_dist *d = ag_dist_new(p, NULL);          // every rank starts from rank 0's values
+ *         ag_adam_config adam = ag_adam_defaults();
+ *         ag_optim *opt = ag_adam_new(p, &adam);
  *         for (int step = 0; step < 100; step++) {
- *             // this rank's rows of the global batch: B / size of them, from row rank * B / size
- *             ag_tensor *x = my_rows(step, rank, size), *y = my_labels(step, rank, size);
+ *             int64_t n = B / size, first = rank * n;  // this rank's rows of the global batch
+ *             ag_tensor *x = rows_of(step, first, n), *y = labels_of(step, first, n);
+ *             ag_rng_share_batch(&rng, first, n, B);   // each row's dropout mask, as in one process
  *             ag_params_zero_grad(p);
- *             ag_tensor *loss = ag_cross_entropy(ag_linear_forward(&fc, x), y, -100, 0.0, AG_REDUCTION_MEAN);
- *             ag_backward(loss, NULL);
- *             ag_dist_sync_grads(d);                 // the mean of the ranks' gradients
+ *             ag_tensor *h = ag_dropout(x, 0.1, true, &rng);
+ *             ag_backward(ag_cross_entropy(ag_linear_forward(&fc, h), y, NULL), NULL);
+ *             ag_dist_sync_grads(d);                  // the mean of the ranks' gradients
  *             ag_clip_grad_norm(p, 1.0);
  *             ag_optim_step(opt);
  *             ag_arena_reset(ag_arena_current());
  *         }
- *         if (rank == 0) save_checkpoint(p, opt);   // every rank holds the same parameters
+ *         if (rank == 0) save_checkpoint(p, opt);    // every rank holds the same parameters
  *         ag_dist_free(d);
  *         ag_dist_finalize();
  *     }
+ *
+ * Dropout: with the same seed on every rank and the generator shared over the global batch
+ * (ag_rng_share_batch, tensor.h), row first + i here draws the mask it draws in one process
+ * running all B rows, and every rank's counter moves as that process's does: N ranks train as
+ * one process, to f32 rounding, dropout included.
  *
  * Averaging is exact for a loss that is a mean over equal shares. A loss averaged over a
  * varying number of items per rank (tokens) must be scaled so that the average of the ranks'

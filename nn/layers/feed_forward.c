@@ -64,8 +64,10 @@ static void feed_forward_backward(ag_node *n) {
 static const ag_op FEED_FORWARD = {"ag_feed_forward", feed_forward_backward,
                                    AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(3)};
 
-ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
-                           bool training, ag_rng *rng) {
+/* ag_feed_forward, the hidden activation's dropout mask placed by hidden (NULL: the samples along
+ * x's dim 0) */
+static ag_tensor *feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
+                               bool training, ag_rng *rng, const ag__mask_place *hidden) {
     const char *op = "ag_feed_forward";
     if (!ag__check_float(op, x) || !ag__check_float(op, w1) || !ag__check_float(op, w2) ||
         (b1 && !ag__check_float(op, b1)) || (b2 && !ag__check_float(op, b2)) || !ag__check_p(op, x, p))
@@ -85,6 +87,10 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
     int64_t d = w1->shape[1], ff = w1->shape[0], out = w2->shape[0], m = ag__shape_numel(x->ndim - 1, x->shape);
     int64_t shape[AG_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
+    ag_rng *r = rng ? rng : ag_rng_global();
+    shape[x->ndim - 1] = ff; /* the hidden activation's, its samples along x's dim 0 */
+    ag__mask_place place = hidden ? *hidden : ag__place_dense(x->ndim, shape, 0);
+    if (p > 0 && p < 1 && !ag__place_bind(op, &place, r, x)) return NULL;
     shape[x->ndim - 1] = out;
     ag_tensor *y = ag__new(dt, x->ndim, shape);
     bool record = ag_any_requires_grad(5, (ag_tensor *[]){x, w1, b1, w2, b2});
@@ -95,7 +101,6 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
     ag__operand(x, m, d, &xm);
     ag__operand(w1, ff, d, &w1m);
     ag__operand(w2, out, ff, &w2m);
-    ag_rng *r = rng ? rng : ag_rng_global();
     size_t es = ag_dtype_size(dt);
     int64_t rows = ff_block_rows(ff), packed = 0;
     ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff));
@@ -103,13 +108,13 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
         int64_t n = m - r0 < rows ? m - r0 : rows;
         ag__linear_fwd(dt, rows_from(xm, r0, es), w1m, b1, n, d, ff, ag__ptr(a));
-        ag__drop_apply(dt, ag__ptr(a), ag__ptr(a), n * ff, r0 * ff, p, true, r->seed, r->counter, NULL, false);
+        ag__drop_apply(dt, ag__ptr(a), ag__ptr(a), n * ff, r0 * ff, p, true, &place, r, NULL);
         if (record)
             packed += ag__nz_pack(dt, ag__ptr(a), n * ff, r0 * ff, (uint8_t *)ag__ptr(nz), vals + (size_t)packed * es);
         ag__linear_fwd(dt, (mat){ag__ptr(a), false, max1(ff)}, w2m, b2, n, ff, out,
                        ag__ptr(y) + (size_t)(r0 * out) * es);
     }
-    ag__drop_advance(r, m * ff, p);
+    ag__drop_advance(r, &place, p);
     ag_tensor *kept = NULL;
     if (record) /* the packed values to the mark, in place of the scratch */
         kept = ag_wrap(dt, 1, (int64_t[]){packed}, ag__arena_rewind_move(arena, mark, vals, (size_t)packed * es));
@@ -122,4 +127,13 @@ ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor
         nd->ctx.d[0] = p;
     }
     return y;
+}
+
+ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2, double p,
+                           bool training, ag_rng *rng) {
+    return feed_forward(x, w1, b1, w2, b2, p, training, rng, NULL);
+}
+ag_tensor *ag__feed_forward_placed(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_tensor *w2, ag_tensor *b2,
+                                   double p, bool training, ag_rng *rng, const ag__mask_place *hidden) {
+    return feed_forward(x, w1, b1, w2, b2, p, training, rng, hidden);
 }

@@ -8,6 +8,7 @@
 
 #include "../../tensor/op.h"
 #include "layers.h"
+#include "../nn_internal.h"
 
 /* columns handled by one thread in column reductions (a block's partial sums stay in registers/L1) */
 #define COLS 64
@@ -39,11 +40,12 @@ char *ag__grad_ptr(ag_tensor *t);
 
 /* p a probability, else reported through op */
 bool ag__check_p(const char *op, const ag_tensor *x, double p);
-/* y = dropout(x) (relu first when asked) for elements e0 .. e0+n-1 of a mask (dropout.c) */
-void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu, uint64_t seed,
-                    uint64_t base, uint8_t *bits, bool replay);
-/* the generator's counter moves past a mask of n elements (none when nothing is drawn) */
-void ag__drop_advance(ag_rng *r, int64_t n, double p);
+/* y = dropout(x) (relu first when asked) for elements e0 .. e0+n-1 of a mask placed by m, drawn
+ * from r at its counter (dropout.c) */
+void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
+                    const ag__mask_place *m, const ag_rng *r, uint8_t *bits);
+/* the generator's counter moves past the whole batch's mask (none when nothing is drawn) */
+void ag__drop_advance(ag_rng *r, const ag__mask_place *m, double p);
 /* dx += (kept)·g·scale, or dx = when not acc; kept from bits, or (bits NULL) where y ≠ 0 */
 void ag__drop_bwd(ag_dtype dt, const uint8_t *bits, const char *y, const char *g, char *dx, int64_t n, double scale,
                   bool acc);

@@ -375,7 +375,10 @@ ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *ne
             for (int i = 0; i < k->states; i++) fin[i][l * D + d] = ag_select(seq, 0, L + i);
         }
         in = D == 2 ? ag_cat(2, outs, 2) : outs[0];
-        if (l < NL - 1) in = ag_dropout(in, s->dropout, training, rng);
+        if (l < NL - 1 && in) { /* (L,N,*): the samples along dim 1 */
+            ag__mask_place m = ag__place_dense(in->ndim, in->shape, 1);
+            in = ag__dropout_placed(in, s->dropout, training, rng, false, false, &m);
+        }
         if (!in) return NULL;
     }
     ag_tensor *y = unbatched ? ag_squeeze(in, 1) : s->batch_first ? ag_transpose(in, 0, 1) : in;

@@ -75,7 +75,7 @@ static ag_tensor *dec_layer_run(const ag_transformer_decoder_layer_t *m, ag_tens
                        .qr = d->r, .kr = d->r};
     ag__tf_block ca = {.attn = &m->multihead_attn, .kv = mx, .mask = a->memory_mask, .kpm = d->mkpm,
                        .causal = a->memory_is_causal, .weights = a->cross_attn_weights, .qr = d->r, .kr = d->rmem};
-    ag__tf_block ff = {.l1 = &m->linear1, .l2 = &m->linear2};
+    ag__tf_block ff = {.l1 = &m->linear1, .l2 = &m->linear2, .qr = d->r};
     TRY(x = ag__tf_residual(x, &m->norm1, &sa, c, a));
     TRY(x = ag__tf_residual(x, &m->norm2, &ca, c, a));
     return ag__tf_residual(x, &m->norm3, &ff, c, a);
@@ -239,7 +239,7 @@ static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_t *L, ag
     x = cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm2, ag_add_(y, x));
     /* feed-forward */
     h = cf->norm_first ? ag_layer_norm_forward(&L->norm3, x) : x;
-    TRY(y = ag__tf_ff_block(&L->linear1, &L->linear2, cf, h, &eval));
+    TRY(y = ag__tf_ff_block(&L->linear1, &L->linear2, cf, h, NULL, &eval));
     return cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm3, ag_add_(y, x));
 }
 

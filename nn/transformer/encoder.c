@@ -55,7 +55,7 @@ static ag_tensor *enc_layer_run(const ag_transformer_encoder_layer_t *m, ag_tens
     const ag_transformer_config *c = &m->cfg;
     ag__tf_block sa = {.attn = &m->self_attn, .mask = a->src_mask, .kpm = e->kpm, .causal = a->src_is_causal,
                        .qr = e->r, .kr = e->r};
-    ag__tf_block ff = {.l1 = &m->linear1, .l2 = &m->linear2};
+    ag__tf_block ff = {.l1 = &m->linear1, .l2 = &m->linear2, .qr = e->r};
     TRY(x = ag__tf_residual(x, &m->norm1, &sa, c, a));
     return ag__tf_residual(x, &m->norm2, &ff, c, a);
 }

@@ -120,7 +120,18 @@ typedef struct {
     ag_tensor **weights; /* the attention weights wanted (never when recomputed) */
     bool packed;         /* skip_padding: q and kv are the rows qr and kr (copies: ag_recompute */
     ag__rowset qr, kr;   /* keeps this context for backward, after the caller's frame is gone) */
+    bool batch_first;
 } attn_ctx;
+
+/* The place of a dropout mask over a block's rows of D elements: the packed rows r with
+ * skip_padding, else x's samples along the batch dim (x is batched inside the layers). */
+static ag__mask_place rows_place(const ag_tensor *x, const ag__rowset *r, bool batch_first, int64_t D) {
+    if (r) return ag__place_rows(r->bf, r->N, r->L, D);
+    int64_t shape[AG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = D;
+    return ag__place_dense(x->ndim, shape, batch_first ? 0 : 1);
+}
 
 /* dropoutN(attn(q, kv, kv)): _sa_block / _mha_block */
 static ag_tensor *attn_run(void *ctx, ag_tensor *const *in) {
@@ -129,16 +140,20 @@ static ag_tensor *attn_run(void *ctx, ag_tensor *const *in) {
     ag_tensor *y = c->packed ? ag__mha_forward_rows(c->attn, in[0], &c->qr, kv, &c->kr, &c->ma)
                          : ag_mha_forward(c->attn, in[0], kv, kv, &c->ma, c->weights);
     TRY(y);
-    return ag_dropout_(y, c->p, c->ma.training, c->ma.rng); /* out_proj's output: its backward reads only its input */
+    /* out_proj's output, in place: its backward reads only its input */
+    ag__mask_place m = rows_place(in[0], c->packed ? &c->qr : NULL, c->batch_first, y->shape[y->ndim - 1]);
+    return ag__dropout_placed(y, c->p, c->ma.training, c->ma.rng, true, false, &m);
 }
 
 static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
-                             bool causal, double p, const ag_transformer_args *a, ag_tensor **weights,
-                             bool recompute, const ag__rowset *qr, const ag__rowset *kr) {
+                             bool causal, const ag_transformer_config *cfg, const ag_transformer_args *a,
+                             ag_tensor **weights, const ag__rowset *qr, const ag__rowset *kr) {
     attn_ctx c = {.attn = attn,
                   .ma = {.key_padding_mask = kpm, .attn_mask = mask, .is_causal = causal, .training = a->training,
                          .rng = a->rng, .need_weights = weights != NULL},
-                  .p = p, .self_attn = q == kv, .weights = weights, .packed = qr != NULL};
+                  .p = cfg->dropout, .self_attn = q == kv, .weights = weights, .packed = qr != NULL,
+                  .batch_first = cfg->batch_first};
+    bool recompute = cfg->recompute_attention;
     if (qr) c.qr = *qr, c.kr = *kr;
     ag_tensor *in[2] = {q, kv};
     if (recompute && !weights) return ag_recompute(attn_run, &c, sizeof c, c.self_attn ? 1 : 2, in, a->rng);
@@ -150,26 +165,27 @@ static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, 
  * the composed ops when backward will run; gelu (exact or tanh): composed, its dropout in place
  * (gelu's backward reads gelu's input). The last dropout is in place (linear's output). */
 ag_tensor *ag__tf_ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
-                           const ag_transformer_args *a) {
+                           const ag__rowset *r, const ag_transformer_args *a) {
     ag_tensor *h;
     bool gelu = c->activation == AG_ACTIVATION_GELU || c->activation == AG_ACTIVATION_GELU_TANH;
+    ag__mask_place hidden = rows_place(x, r, c->batch_first, l1->weight->shape[0]);
     if (gelu || (c->keep_ff_activation && ag_grad_enabled())) {
         TRY(h = ag_linear_forward(l1, x));
         if (gelu) TRY(h = c->activation == AG_ACTIVATION_GELU ? ag_gelu(h) : ag_gelu_tanh(h));
-        TRY(h = gelu ? ag_dropout_(h, c->dropout, a->training, a->rng)
-                     : ag_relu_dropout_(h, c->dropout, a->training, a->rng));
+        TRY(h = ag__dropout_placed(h, c->dropout, a->training, a->rng, true, !gelu, &hidden));
         TRY(h = ag_linear_forward(l2, h));
     } else {
-        TRY(h = ag_feed_forward(x, l1->weight, l1->bias, l2->weight, l2->bias, c->dropout, a->training, a->rng));
+        TRY(h = ag__feed_forward_placed(x, l1->weight, l1->bias, l2->weight, l2->bias, c->dropout, a->training, a->rng,
+                                        &hidden));
     }
-    return ag_dropout_(h, c->dropout, a->training, a->rng);
+    ag__mask_place out = rows_place(h, r, c->batch_first, h->shape[h->ndim - 1]);
+    return ag__dropout_placed(h, c->dropout, a->training, a->rng, true, false, &out);
 }
 
 static ag_tensor *block_run(const ag__tf_block *b, ag_tensor *h, const ag_transformer_config *c,
                             const ag_transformer_args *a) {
-    if (!b->attn) return ag__tf_ff_block(b->l1, b->l2, c, h, a);
-    return attn_block(b->attn, h, b->kv ? b->kv : h, b->mask, b->kpm, b->causal, c->dropout, a, b->weights,
-                      c->recompute_attention, b->qr, b->kr);
+    if (!b->attn) return ag__tf_ff_block(b->l1, b->l2, c, h, b->qr, a);
+    return attn_block(b->attn, h, b->kv ? b->kv : h, b->mask, b->kpm, b->causal, c, a, b->weights, b->qr, b->kr);
 }
 
 /* post-norm: norm(x + block(x));  norm_first: x + block(norm(x)).

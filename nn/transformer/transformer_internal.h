@@ -27,9 +27,10 @@ bool ag__tf_check_seq(const char *op, const char *what, ag_tensor *t, const ag_t
  * (then *kpm is replaced by its (1,S) view) */
 bool ag__tf_check_masks(const char *op, const char *mask_name, ag_tensor *am, const char *kpm_name, ag_tensor **kpm,
                         bool unbatched, int64_t N, int64_t H, int64_t L, int64_t S);
-/* dropout(linear2(dropout(activation(linear1(x))))): torch's _ff_block */
+/* dropout(linear2(dropout(activation(linear1(x))))): torch's _ff_block; x is the packed rows r
+ * with skip_padding, else r is NULL */
 ag_tensor *ag__tf_ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
-                           const ag_transformer_args *a);
+                           const ag__rowset *r, const ag_transformer_args *a);
 /* A block of a layer: an attention block (attn set) or the feed-forward block (l1, l2). */
 typedef struct {
     const ag_mha_t *attn;
@@ -37,7 +38,7 @@ typedef struct {
     ag_tensor *mask, *kpm;
     bool causal;
     ag_tensor **weights;         /* the attention weights wanted, or NULL */
-    const ag__rowset *qr, *kr;   /* skip_padding's rows, or NULL */
+    const ag__rowset *qr, *kr;   /* skip_padding's rows (the input's, the keys'), or NULL */
     const ag_linear_t *l1, *l2;
 } ag__tf_block;
 /* x through block b with its residual connection and norm (post-norm or norm_first) */
