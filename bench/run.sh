@@ -66,15 +66,18 @@ busy() {
 }
 
 # data-parallel: 2 processes x 1 thread, attograd under mpirun (bench_train --dist) then PyTorch's
-# DistributedDataParallel (gloo), each process on half of the same global batch
+# DistributedDataParallel (gloo), each process on half of the same global batch and bound to a
+# core of its own (Open MPI's binding; taskset for torch), right after the same step in one
+# process at 1 thread: report.py's throughput ratio compares rows measured minutes apart at most
 ddp_pair() { # args...
+  pair 1 bench_train bench_train.py "$@"
   if grep -q AG_HAVE_MPI "$BUILD/attograd_config.h"; then
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-      mpirun -np 2 --oversubscribe --bind-to none "$BUILD/bench/bench_train" "${quick[@]}" --dist "$@" >>"$OUT"
+      mpirun -np 2 --bind-to core "$BUILD/bench/bench_train" "${quick[@]}" --dist "$@" >>"$OUT"
   fi
   (cd bench && for rank in 0 1; do
      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
-       "$PYTHON" bench_train.py "${quick[@]}" --ddp "$@" >>"$OUT" &
+       taskset -c $rank "$PYTHON" bench_train.py "${quick[@]}" --ddp "$@" >>"$OUT" &
    done; wait)
 }
 

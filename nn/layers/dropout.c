@@ -30,6 +30,12 @@ static void bits_to_bytes(const uint8_t *bits, int64_t e0, int64_t n, uint8_t *k
     for (; i < n; i++) keep[i] = bits[(e0 + i) >> 3] >> ((e0 + i) & 7) & 1;
 }
 
+/* bit e0+i of bits = keep[i] (0/1), for i < n; the other bits as they were */
+static void set_bits(uint8_t *bits, int64_t e0, int64_t n, const uint8_t *keep) {
+    for (int64_t i = 0, e = e0; i < n; i++, e++)
+        bits[e >> 3] = (uint8_t)((bits[e >> 3] & ~(1u << (e & 7))) | (unsigned)keep[i] << (e & 7));
+}
+
 /* drop_fwd_f32, drop_bwd_f32, drop_fwd_f64, drop_bwd_f64 */
 #define T float
 #define FN(name) name##_f32
@@ -114,10 +120,7 @@ void ag__place_keep(const ag__mask_place *m, uint64_t seed, uint64_t base, int64
         bool whole_bytes = bits && e % 8 == 0; /* straight into the bits */
         uint8_t *k = keep + (e - e0);
         ag__rng_keep(seed, base, place_at(m, e), run, t, at_least, k, whole_bytes ? bits + e / 8 : NULL);
-        if (bits && !whole_bytes)
-            for (int64_t i = 0; i < run; i++)
-                bits[(e + i) >> 3] = (uint8_t)((bits[(e + i) >> 3] & ~(1u << ((e + i) & 7))) |
-                                               (unsigned)k[i] << ((e + i) & 7));
+        if (bits && !whole_bytes) set_bits(bits, e, run, k);
         e += run;
     }
 }
@@ -146,9 +149,7 @@ void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, 
             ag__place_keep(m, r->seed, r->counter, lo, hi - lo, below, false, k, bits);
         } else {
             memset(k, p < 1, (size_t)(hi - lo));
-            if (bits)
-                for (int64_t e = lo; e < hi; e++)
-                    bits[e >> 3] = (uint8_t)((bits[e >> 3] & ~(1u << (e & 7))) | (unsigned)(p < 1) << (e & 7));
+            if (bits) set_bits(bits, lo, hi - lo, k);
         }
         size_t off = (size_t)(lo - e0) * es;
         if (dt == AG_F32) drop_fwd_f32(k, x + off, y + off, hi - lo, (float)scale, relu);
