@@ -1,7 +1,8 @@
 /* Dropout masks drawn sample by sample (ag_rng_share_batch): a batch run whole, and the same
- * batch run in parts with the generator shared over it, give each sample the same mask and
- * leave the generator at the same counter; so do the Transformer with and without
- * skip_padding, whose packed rows draw as the padded batch's. This is what lets N processes
+ * batch run in parts with the generator shared over it, give each sample the same mask (the
+ * same outputs, and for the Transformer the same gradients) and leave the generator at the
+ * same counter; so do the Transformer with and without skip_padding, whose packed rows draw as
+ * the padded batch's. This is what lets N processes
  * train as one (tests/test_dist.c, tests/dist_cli.sh); here the parts run one after another in
  * one process. Misuse (a batch of another size than the shared one) is reported. */
 #include <math.h>
@@ -136,7 +137,7 @@ static ag_tensor *pad_mask(const int64_t *len, int64_t L) {
     return m;
 }
 
-static tf_case tf_case_new(ag_params *p, bool batch_first, bool skip_padding, bool keep_ff) {
+static tf_case tf_case_new(ag_params *p, bool batch_first, bool skip_padding, bool keep_ff, bool recompute) {
     tf_case c = {.batch_first = batch_first};
     ag_transformer_config cfg = ag_transformer_defaults(E, 2);
     cfg.dim_feedforward = 12;
@@ -144,6 +145,7 @@ static tf_case tf_case_new(ag_params *p, bool batch_first, bool skip_padding, bo
     cfg.batch_first = batch_first;
     cfg.skip_padding = skip_padding;
     cfg.keep_ff_activation = keep_ff;
+    cfg.recompute_attention = recompute;
     ag_rng r = ag_rng_new(5);
     c.tf = ag_transformer_new(p, "tf", &cfg, 2, 2, &r);
     c.src = batch_first ? wave(AG_SHAPE(N, S, E), 0.9) : wave(AG_SHAPE(S, N, E), 0.9);
@@ -173,9 +175,38 @@ static void test_transformer_parts_draw_the_whole_batchs_masks(void **state) {
     for (int k = 0; k < 8; k++) {
         bool batch_first = k & 1, skip = k & 2, keep_ff = k & 4;
         ag_params *p = ag_params_new(AG_F32);
-        tf_case c = tf_case_new(p, batch_first, skip, keep_ff);
+        tf_case c = tf_case_new(p, batch_first, skip, keep_ff, false);
         ag_tensor *whole, *parts = run_parts(tf_fn, &c, N, (int64_t[]){0, 2, 3, 6}, 3, batch_first ? 0 : 1, &whole);
         assert_rows_close(parts, whole, batch_first, TGT_LEN, 2e-5);
+        ag_params_free(p);
+    }
+}
+
+/* backward too: loss = Σ y·w over the whole batch, or over each part in turn (the gradients
+ * add up), gives the same input and parameter gradients; with recompute_attention backward
+ * draws the attention's masks again, from the part's place */
+static void test_transformer_parts_give_the_whole_batchs_gradients(void **state) {
+    (void)state;
+    for (int recompute = 0; recompute < 2; recompute++) {
+        ag_params *p = ag_params_new(AG_F32);
+        tf_case c = tf_case_new(p, true, true, false, recompute);
+        ag_tensor *src = c.src, *w = wave(AG_SHAPE(N, T, E), 1.7), *grads[2], *src_grads[2];
+        for (int parts = 0; parts < 2; parts++) {
+            c.src = tu_leaf(ag_clone(src));
+            ag_params_zero_grad(p);
+            const int64_t cut[3] = {0, 4, N};
+            for (int i = 0; i < (parts ? 2 : 1); i++) {
+                int64_t first = parts ? cut[i] : 0, n = parts ? cut[i + 1] - cut[i] : N;
+                ag_rng r = ag_rng_new(41);
+                if (parts) ag_rng_share_batch(&r, first, n, N);
+                ag_tensor *y = tf_fn(&c, first, n, &r);
+                ag_backward(ag_sum(ag_mul(y, ag_narrow(w, 0, first, n)), 0, NULL, false), NULL);
+            }
+            grads[parts] = ag_clone(p->flat_grad);
+            src_grads[parts] = ag_clone(c.src->grad);
+        }
+        tu_assert_same(grads[1], grads[0], 2e-5);
+        tu_assert_same(src_grads[1], src_grads[0], 2e-5);
         ag_params_free(p);
     }
 }
@@ -185,7 +216,7 @@ static void test_skip_padding_draws_the_padded_batchs_masks(void **state) {
     (void)state;
     for (int bf = 0; bf < 2; bf++) {
         ag_params *p1 = ag_params_new(AG_F32), *p2 = ag_params_new(AG_F32);
-        tf_case packed = tf_case_new(p1, bf, true, false), padded = tf_case_new(p2, bf, false, false);
+        tf_case packed = tf_case_new(p1, bf, true, false, false), padded = tf_case_new(p2, bf, false, false, false);
         ag_rng r1 = ag_rng_new(9), r2 = ag_rng_new(9);
         ag_tensor *a = tf_fn(&packed, 0, N, &r1), *b = tf_fn(&padded, 0, N, &r2);
         assert_true(r1.counter == r2.counter);
@@ -259,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_feed_forward_parts_draw_the_whole_batchs_masks),
         cmocka_unit_test(test_attention_parts_draw_the_whole_batchs_masks),
         cmocka_unit_test(test_transformer_parts_draw_the_whole_batchs_masks),
+        cmocka_unit_test(test_transformer_parts_give_the_whole_batchs_gradients),
         cmocka_unit_test(test_skip_padding_draws_the_padded_batchs_masks),
         cmocka_unit_test(test_gru_parts_draw_the_whole_batchs_masks),
         cmocka_unit_test(test_a_batch_of_another_size_is_reported),
