@@ -153,7 +153,8 @@ ag_rng ag_rng_new(uint64_t seed);
  * moves the counter past the whole batch's mask, so N processes with the same seed draw what one
  * process draws. The ops see the batch along dim 0 (ag_dropout, ag_feed_forward, ag_attention),
  * the layers along their own batch dim (batch_first); a dropout over a batch of another size
- * than count is reported. Masks are drawn sample by sample whether shared or not: a batch of n
+ * than count is reported (a tensor with its batch along dim d: drop out the view
+ * ag_transpose(x, 0, d)). Masks are drawn sample by sample whether shared or not: a batch of n
  * samples draws as samples 0 .. n-1 of a batch of n. count 0 (first and total 0) ends the
  * sharing. */
 void ag_rng_share_batch(ag_rng *rng, int64_t first, int64_t count, int64_t total);

@@ -88,6 +88,19 @@ static void test_dropout_parts_draw_the_whole_batchs_masks(void **state) {
     assert_true(zeros > 100 && zeros < 280); /* p = 0.4 of 378 */
 }
 
+/* a tensor with its samples along dim 1: the dropout of its transposed view */
+static ag_tensor *dropout_dim1_fn(void *ctx, int64_t first, int64_t n, ag_rng *rng) {
+    (void)ctx;
+    return ag_transpose(ag_dropout(ag_transpose(ag_narrow(X3, 1, first, n), 0, 1), 0.4, true, rng), 0, 1);
+}
+
+static void test_a_batch_along_dim_1_draws_through_a_transposed_view(void **state) {
+    (void)state;
+    X3 = wave(AG_SHAPE(7, N, 9), 0.15);
+    ag_tensor *whole, *parts = run_parts(dropout_dim1_fn, NULL, N, (int64_t[]){0, 3, 6}, 2, 1, &whole);
+    tu_assert_same(parts, whole, 0);
+}
+
 /* ag_feed_forward (relu + dropout fused) */
 static ag_tensor *FF_W1, *FF_B1, *FF_W2, *FF_B2;
 static ag_tensor *ff_fn(void *ctx, int64_t first, int64_t n, ag_rng *rng) {
@@ -287,6 +300,7 @@ static void test_a_batch_of_another_size_is_reported(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dropout_parts_draw_the_whole_batchs_masks),
+        cmocka_unit_test(test_a_batch_along_dim_1_draws_through_a_transposed_view),
         cmocka_unit_test(test_feed_forward_parts_draw_the_whole_batchs_masks),
         cmocka_unit_test(test_attention_parts_draw_the_whole_batchs_masks),
         cmocka_unit_test(test_transformer_parts_draw_the_whole_batchs_masks),
