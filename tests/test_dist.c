@@ -262,8 +262,8 @@ static ag_tensor *seq2seq_loss(seq2seq *m, int64_t first, int64_t n, int ranks, 
     ag_transformer_args a = {.src_key_padding_mask = spad, .tgt_key_padding_mask = tpad,
                              .memory_key_padding_mask = spad, .tgt_is_causal = true,
                              .tgt_mask = ag_square_subsequent_mask(TL, AG_F32), .training = true, .rng = rng};
-    ag_tensor *y = ag_transformer_forward(&m->tf, ag_embedding_forward(&m->emb, src), ag_embedding_forward(&m->emb, tgt),
-                                          &a);
+    ag_tensor *y =
+        ag_transformer_forward(&m->tf, ag_embedding_forward(&m->emb, src), ag_embedding_forward(&m->emb, tgt), &a);
     ag_loss_config lc = ag_loss_defaults();
     lc.ignore_index = PAD;
     ag_tensor *logits = ag_reshape(ag_linear_forward(&m->out, y), AG_SHAPE(-1, TV));
@@ -351,7 +351,8 @@ static int die(const char *how) {
         if (step == 3 && rank == size - 1) {
             struct timespec now;
             clock_gettime(CLOCK_REALTIME, &now);
-            fprintf(stderr, "rank %d: dying (%s) at %.3f\n", rank, how, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
+            fprintf(stderr, "rank %d: dying (%s) at %.3f\n", rank, how,
+                    (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
             if (strcmp(how, "signal") == 0) raise(SIGKILL);
             exit(strcmp(how, "exit") == 0 ? 3 : 0);
         }

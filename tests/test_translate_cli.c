@@ -1,13 +1,11 @@
 /* attograd-translate end to end: the program is run as a user runs it (a child process with its
  * stdout and stderr in files), on a tiny corpus in a temporary directory with tiny models, and
  * judged by its exit status, its messages and the files it writes. */
-#define _XOPEN_SOURCE 700 /* nftw */
+#define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +18,8 @@
 #include <hdf5.h>
 
 #include "test_util.h"
+#include "translate_run.h"
 
-extern char **environ;
-
-static const char *bin;     /* AG_TRANSLATE_BIN */
-static char dir[256];       /* this run's temporary directory */
-static char *out_text, *err_text; /* stdout and stderr of the last finished run */
 static char *unk_run_stdout;      /* what the run of unk_run() printed */
 static char *trained_log[4][2];   /* stdout and stderr of trained_run(kind), by kind_slot */
 
@@ -38,161 +32,20 @@ static char *trained_log[4][2];   /* stdout and stderr of trained_run(kind), by 
 
 /* ---- files ---- */
 
-/* dir/name; the strings live until the end of the program */
-static char **paths;
-static int npaths;
-static const char *in_dir(const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    paths = realloc(paths, sizeof *paths * (size_t)(npaths + 1));
-    return paths[npaths++] = p;
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) fail_msg("cannot create %s: %s", path, strerror(errno));
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
-static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
-
-/* whole file as a malloc'd string (NULL if it cannot be read) */
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t len = 0, cap = 4096;
-    char *s = malloc(cap);
-    size_t n;
-    while ((n = fread(s + len, 1, cap - len - 1, f)) > 0)
-        if ((len += n) + 1 == cap) s = realloc(s, cap *= 2);
-    s[len] = 0;
-    fclose(f);
-    return s;
-}
-
 static bool exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
 static void copy_file(const char *from, const char *to) {
-    FILE *f = fopen(from, "rb");
-    if (!f) fail_msg("cannot open %s", from);
-    size_t len = 0, cap = 1 << 16;
-    char *s = malloc(cap);
-    size_t n;
-    while ((n = fread(s + len, 1, cap - len, f)) > 0)
-        if ((len += n) == cap) s = realloc(s, cap *= 2);
-    fclose(f);
-    write_file(to, s, len);
+    size_t len;
+    char *s = tt_read_file(from, &len);
+    if (!s) fail_msg("cannot open %s", from);
+    tt_write_file(to, s, len);
     free(s);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int count(const char *hay, const char *needle) {
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
-
-
-/* ---- running the program ---- */
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void sleep_ms(int ms) { nanosleep(&(struct timespec){0, ms * 1000000L}, NULL); }
-
-/* Start bin with args (NULL-terminated), stdin from stdin_text (NULL: /dev/null), stdout and
- * stderr into dir/stdout.txt and dir/stderr.txt. */
-static pid_t start_v(const char *stdin_text, const char *const *args) {
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = bin;
-    for (; *args; args++) {
-        assert_true(n < 63);
-        argv[n++] = *args;
-    }
-    argv[n] = NULL;
-    static char in_path[300], out_path[300], err_path[300];
-    snprintf(in_path, sizeof in_path, "%s/stdin.txt", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-    const char *in = "/dev/null";
-    if (stdin_text) write_text(in = in_path, stdin_text);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) fail_msg("cannot start %s: %s", bin, strerror(rc));
-    return pid;
-}
-
-/* Wait for pid (killing it after timeout seconds); its exit status, or 128 + the signal that
- * ended it (as a shell reports it). Its output is then in out_text and err_text. */
-static int finish(pid_t pid, double timeout) {
-    int ws, got;
-    double t0 = now();
-    while ((got = waitpid(pid, &ws, WNOHANG)) == 0 && now() - t0 < timeout) sleep_ms(5);
-    if (got == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &ws, 0);
-        fail_msg("%s did not finish within %.0f s", bin, timeout);
-    }
-    free(out_text);
-    free(err_text);
-    char path[300];
-    snprintf(path, sizeof path, "%s/stdout.txt", dir);
-    out_text = read_text(path);
-    snprintf(path, sizeof path, "%s/stderr.txt", dir);
-    err_text = read_text(path);
-    assert_non_null(out_text);
-    assert_non_null(err_text);
-    /* undefined behaviour in a sanitized build is reported without changing the exit status */
-    if (strstr(err_text, "runtime error: ") || strstr(err_text, "Sanitizer"))
-        fail_msg("%s reported a sanitizer error:\n%s", bin, err_text);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-}
-
-static int run_v(const char *stdin_text, const char *const *args) { return finish(start_v(stdin_text, args), 120); }
-#define RUN(...) run_v(NULL, (const char *[]){__VA_ARGS__, NULL})
-#define RUN_STDIN(text, ...) run_v((text), (const char *[]){__VA_ARGS__, NULL})
-
-/* fails showing the run's output unless status is expected */
-#define assert_status(status, expected) assert_status_(__FILE__, __LINE__, (status), (expected))
-static void assert_status_(const char *file, int line, int status, int expected) {
-    if (status == expected) return;
-    print_error("%s:%d: exit status %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s\n", file, line, status,
-                expected, out_text ? out_text : "", err_text ? err_text : "");
-    fail();
-}
-
-#define assert_contains(hay, needle) assert_contains_(__FILE__, __LINE__, (hay), (needle), #hay)
-static void assert_contains_(const char *file, int line, const char *hay, const char *needle, const char *what) {
-    if (hay && strstr(hay, needle)) return;
-    print_error("%s:%d: %s does not contain '%s'; it is:\n%s\n", file, line, what, needle, hay ? hay : "(null)");
-    fail();
-}
-
-#define assert_not_contains(hay, needle) assert_not_contains_(__FILE__, __LINE__, (hay), (needle), #hay)
-static void assert_not_contains_(const char *file, int line, const char *hay, const char *needle, const char *what) {
-    if (!strstr(hay, needle)) return;
-    print_error("%s:%d: %s contains '%s'; it is:\n%s\n", file, line, what, needle, hay);
-    fail();
-}
 
 /* The text of stderr (usage errors): one line "attograd-translate CMD: ..." with the problem,
  * then the pointer to CMD's --help (CMD from usage_start, "usage: attograd-translate CMD "),
@@ -203,20 +56,20 @@ static void assert_usage_error(int status, const char *problem, const char *usag
     assert_int_equal(sscanf(usage_start, "usage: attograd-translate %63s", cmd), 1);
     snprintf(head, sizeof head, "attograd-translate %s: ", cmd);
     snprintf(pointer, sizeof pointer, "\nRun 'attograd-translate %s --help' for the options.\n", cmd);
-    if (strncmp(err_text, head, strlen(head)) != 0) fail_msg("stderr does not start with '%s': %s", head, err_text);
-    assert_contains(err_text, problem);
-    size_t n = strlen(err_text), p = strlen(pointer);
-    if (n < p || strcmp(err_text + n - p, pointer) != 0 || count(err_text, "\n") != 2)
-        fail_msg("stderr is not one line and the pointer to --help: %s", err_text);
-    assert_not_contains(err_text, "options:");
-    assert_string_equal(out_text, "");
+    if (strncmp(tt.err, head, strlen(head)) != 0) fail_msg("stderr does not start with '%s': %s", head, tt.err);
+    assert_contains(tt.err, problem);
+    size_t n = strlen(tt.err), p = strlen(pointer);
+    if (n < p || strcmp(tt.err + n - p, pointer) != 0 || tt_count(tt.err, "\n") != 2)
+        fail_msg("stderr is not one line and the pointer to --help: %s", tt.err);
+    assert_not_contains(tt.err, "options:");
+    assert_string_equal(tt.out, "");
 }
 
 /* ---- fixtures: a corpus and two trained runs, made on first use ---- */
 
 static const char *toy(void) {
     static const char *p;
-    if (!p) tu_write_toy_corpus(p = in_dir("toy.tsv"), 40, 12345);
+    if (!p) tu_write_toy_corpus(p = tt_in_dir("toy.tsv"), 40, 12345);
     return p;
 }
 
@@ -233,46 +86,31 @@ static const char *trained_run(const char *kind) {
     static char paths[4][512];
     char *p = paths[kind_slot(kind)];
     if (p[0]) return p;
-    snprintf(p, sizeof paths[0], "%s/run-%s", dir, kind);
+    snprintf(p, sizeof paths[0], "%s/run-%s", tt.dir, kind);
     int st = RUN("train", "--train", toy(), "--out", p, "--model", kind, TINY, "--steps", "6", "--eval-every", "3",
                  "--save-every", "3");
     assert_status(st, 0);
-    trained_log[kind_slot(kind)][0] = strdup(out_text);
-    trained_log[kind_slot(kind)][1] = strdup(err_text);
+    trained_log[kind_slot(kind)][0] = strdup(tt.out);
+    trained_log[kind_slot(kind)][1] = strdup(tt.err);
     return p;
 }
 
 static const char *ckpt_of(const char *kind, const char *which) {
     char name[64];
     snprintf(name, sizeof name, "run-%s/%s.h5", kind, which);
-    return in_dir(name);
+    return tt_in_dir(name);
 }
 
 static int group_setup(void **state) {
-    bin = getenv("AG_TRANSLATE_BIN");
-    if (!bin || !*bin) {
-        print_error("AG_TRANSLATE_BIN is not set (meson test sets it)\n");
-        return -1;
-    }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ag-translate-cli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        print_error("mkdtemp %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
+    if (tt_begin("translate-cli") != 0) return -1;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* a missing dataset is a test failure, not a stack dump */
     return 0;
 }
 
 static int group_teardown(void **state) {
-    free(out_text);
-    free(err_text);
-    out_text = err_text = NULL;
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    for (int i = 0; i < npaths; i++) free(paths[i]);
+    tt_end();
     free(unk_run_stdout);
     for (int i = 0; i < 4; i++) free(trained_log[i / 2][i % 2]);
-    free(paths);
     H5close();
     return 0;
 }
@@ -349,7 +187,7 @@ static const char *xml_problem(const char *s) {
 }
 
 static void assert_svg_file(const char *path) {
-    char *s = read_text(path);
+    char *s = tt_read_file(path, NULL);
     if (!s) fail_msg("%s was not written", path);
     const char *why = xml_problem(s);
     if (why) fail_msg("%s is not well-formed XML: %s", path, why);
@@ -496,19 +334,19 @@ static void test_train_lstm_and_rnn_write_checkpoints_curves_and_attention(void 
 }
 
 static void test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_test(void **state) {
-    tu_write_toy_corpus(in_dir("dev.tsv"), 6, 777);
-    tu_write_toy_corpus(in_dir("test.tsv"), 5, 999);
-    const char *out = in_dir("run-dev-test");
-    int st = RUN("train", "--train", toy(), "--dev", in_dir("dev.tsv"), "--test", in_dir("test.tsv"), "--out", out,
-                 TINY, "--steps", "4", "--eval-every", "2", "--save-every", "2");
+    tu_write_toy_corpus(tt_in_dir("dev.tsv"), 6, 777);
+    tu_write_toy_corpus(tt_in_dir("test.tsv"), 5, 999);
+    const char *out = tt_in_dir("run-dev-test");
+    int st = RUN("train", "--train", toy(), "--dev", tt_in_dir("dev.tsv"), "--test", tt_in_dir("test.tsv"), "--out",
+                 out, TINY, "--steps", "4", "--eval-every", "2", "--save-every", "2");
     assert_status(st, 0);
-    assert_contains(err_text, "40 training pairs, 6 dev pairs");
-    assert_contains(err_text, "step 2: evaluating on 6 dev pairs");
+    assert_contains(tt.err, "40 training pairs, 6 dev pairs");
+    assert_contains(tt.err, "step 2: evaluating on 6 dev pairs");
     char expect[600];
-    snprintf(expect, sizeof expect, "test (%s, 5 pairs), best checkpoint:\n", in_dir("test.tsv"));
-    assert_contains(out_text, expect);
+    snprintf(expect, sizeof expect, "test (%s, 5 pairs), best checkpoint:\n", tt_in_dir("test.tsv"));
+    assert_contains(tt.out, expect);
     double loss, exact, bleu;
-    const char *line = strstr(out_text, "test loss ");
+    const char *line = strstr(tt.out, "test loss ");
     assert_non_null(line);
     assert_int_equal(sscanf(line, "test loss %lf, greedy exact match %lf%%, BLEU %lf", &loss, &exact, &bleu), 3);
     assert_true(loss > 0 && exact >= 0 && exact <= 100 && bleu >= 0 && bleu <= 100);
@@ -518,24 +356,24 @@ static void test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_
 static void check_eval_output(const char *data, int pairs, const char *search) {
     char head[600], mode[16];
     snprintf(head, sizeof head, "%s: ", data);
-    if (strncmp(out_text, head, strlen(head)) != 0)
-        fail_msg("eval printed '%s', expected it to start with '%s'", out_text, head);
+    if (strncmp(tt.out, head, strlen(head)) != 0)
+        fail_msg("eval printed '%s', expected it to start with '%s'", tt.out, head);
     int n;
     double loss, exact, bleu;
     char end;
-    int got = sscanf(out_text + strlen(head), "%d pairs, loss %lf, %15s exact match %lf%%, BLEU %lf%c", &n, &loss,
+    int got = sscanf(tt.out + strlen(head), "%d pairs, loss %lf, %15s exact match %lf%%, BLEU %lf%c", &n, &loss,
                      mode, &exact, &bleu, &end);
-    if (got != 6 || end != '\n') fail_msg("eval printed '%s'", out_text);
+    if (got != 6 || end != '\n') fail_msg("eval printed '%s'", tt.out);
     assert_int_equal(n, pairs);
     assert_string_equal(mode, search);
     assert_true(loss > 0 && isfinite(loss));
     assert_true(exact >= 0 && exact <= 100);
     assert_true(bleu >= 0 && bleu <= 100);
-    assert_int_equal(count(out_text, "\n"), 1);
+    assert_int_equal(tt_count(tt.out, "\n"), 1);
 }
 
 static void test_eval_prints_exact_match_and_bleu_greedy_and_beam(void **state) {
-    const char *kinds[] = {"transformer", "gru", "lstm"}, *few = in_dir("few.tsv");
+    const char *kinds[] = {"transformer", "gru", "lstm"}, *few = tt_in_dir("few.tsv");
     tu_write_toy_corpus(few, 8, 4242);
     for (int k = 0; k < 3; k++) {
         trained_run(kinds[k]);
@@ -552,17 +390,17 @@ static void test_eval_on_words_the_model_never_saw_still_reports(void **state) {
     if (!root) skip();
     char src[600];
     snprintf(src, sizeof src, "%s/examples/translate/data/num-en-fr/train.tsv", root);
-    char *all = read_text(src);
+    char *all = tt_read_file(src, NULL);
     if (!all) fail_msg("cannot read %s", src);
     char *p = all;
     for (int i = 0; i < 10 && p; i++) p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
     assert_non_null(p);
     *p = 0;
-    write_text(in_dir("numbers.tsv"), all);
+    tt_write_text(tt_in_dir("numbers.tsv"), all);
     free(all);
     trained_run("transformer");
-    assert_status(RUN("eval", "--checkpoint", ckpt_of("transformer", "best"), "--data", in_dir("numbers.tsv")), 0);
-    check_eval_output(in_dir("numbers.tsv"), 10, "greedy");
+    assert_status(RUN("eval", "--checkpoint", ckpt_of("transformer", "best"), "--data", tt_in_dir("numbers.tsv")), 0);
+    check_eval_output(tt_in_dir("numbers.tsv"), 10, "greedy");
 }
 
 /* every word of a translation is a target token (capital letter) or <unk> */
@@ -594,14 +432,14 @@ static void test_translate_from_arguments_and_stdin_gives_one_line_per_sentence(
             trained_run(kinds[k]);
             const char *ck = ckpt_of(kinds[k], "best");
             assert_status(RUN("translate", "--checkpoint", ck, "--beam", beams[b], "a b c", "f", "e e d a"), 0);
-            char *args_out = strdup(out_text), *al[8] = {0};
+            char *args_out = strdup(tt.out), *al[8] = {0};
             assert_int_equal(split_lines(args_out, al, 8), 3);
             for (int i = 0; i < 3; i++) assert_target_words(al[i]);
             /* the same sentences, one per line on stdin (the last without a newline, one CRLF),
              * with an empty line between: one output line each, the same translations */
             assert_status(RUN_STDIN("a b c\r\n\nf\ne e d a", "translate", "--checkpoint", ck, "--beam", beams[b]), 0);
             char *sl[8] = {0};
-            assert_int_equal(split_lines(out_text, sl, 8), 4);
+            assert_int_equal(split_lines(tt.out, sl, 8), 4);
             assert_string_equal(sl[0], al[0]);
             assert_string_equal(sl[2], al[1]);
             assert_string_equal(sl[3], al[2]);
@@ -610,7 +448,7 @@ static void test_translate_from_arguments_and_stdin_gives_one_line_per_sentence(
         }
     /* no input: no output */
     assert_status(RUN_STDIN("", "translate", "--checkpoint", ckpt_of("transformer", "best")), 0);
-    assert_string_equal(out_text, "");
+    assert_string_equal(tt.out, "");
 }
 
 /* the i-th row label (target token) of the first heatmap */
@@ -627,36 +465,36 @@ static char *row_label(const char *svg, int i) {
 
 /* sentence: one-letter words; known: the model's source vocabulary has them (else <unk>) */
 static void check_attention(const char *ck, const char *sentence, int maps, bool known) {
-    const char *svg_path = in_dir("attention-test.svg");
+    const char *svg_path = tt_in_dir("attention-test.svg");
     assert_status(RUN("translate", "--checkpoint", ck, sentence), 0);
-    char *translation = strdup(out_text);
+    char *translation = strdup(tt.out);
     translation[strlen(translation) - 1] = 0;
     remove(svg_path);
     assert_status(RUN("attention", "--checkpoint", ck, "--out", svg_path, sentence), 0);
     char expect[600];
     snprintf(expect, sizeof expect, "%s\n", svg_path);
-    assert_string_equal(out_text, expect);
+    assert_string_equal(tt.out, expect);
     assert_svg_file(svg_path);
-    char *svg = read_text(svg_path);
+    char *svg = tt_read_file(svg_path, NULL);
     /* one heatmap per layer and head, each labelled with the source tokens and <eos> */
-    assert_int_equal(count(svg, "<g>"), maps);
+    assert_int_equal(tt_count(svg, "<g>"), maps);
     assert_contains(svg, maps == 2 ? "layer 0 head 1" : "layer 0 head 0");
     int words = 1;
     for (const char *c = sentence; *c; c++) words += *c == ' ';
-    assert_int_equal(count(svg, "transform=\"rotate(-55"), maps * (words + 1));
+    assert_int_equal(tt_count(svg, "transform=\"rotate(-55"), maps * (words + 1));
     char col[16];
     for (size_t i = 0; known && i < strlen(sentence); i += 2) {
         snprintf(col, sizeof col, ")\">%c</text>", sentence[i]);
-        assert_true(count(svg, col) >= maps);
+        assert_true(tt_count(svg, col) >= maps);
     }
-    if (!known) assert_int_equal(count(svg, ")\">&lt;unk&gt;</text>"), maps * words);
-    assert_int_equal(count(svg, ")\">&lt;eos&gt;</text>"), maps);
+    if (!known) assert_int_equal(tt_count(svg, ")\">&lt;unk&gt;</text>"), maps * words);
+    assert_int_equal(tt_count(svg, ")\">&lt;eos&gt;</text>"), maps);
     /* rows: the translation's tokens as translate printed them, then <eos> (a <bos> the model
      * produced is a row of its own that the printed text leaves out) */
     char *copy = strdup(translation), *toks[300];
     int t = 0;
     for (char *w = strtok(copy, " "); w && t < 300; w = strtok(NULL, " ")) toks[t++] = w;
-    int rows = count(svg, "text-anchor=\"end\" dominant-baseline=\"central\">") / maps, k = 0;
+    int rows = tt_count(svg, "text-anchor=\"end\" dominant-baseline=\"central\">") / maps, k = 0;
     for (int i = 0; i < rows; i++) {
         char *label = row_label(svg, i);
         assert_non_null(label);
@@ -687,14 +525,14 @@ static void test_a_translation_does_not_depend_on_the_sentences_translated_with_
         trained_run(kinds[k]);
         const char *ck = ckpt_of(kinds[k], "best");
         assert_status(RUN("translate", "--checkpoint", ck, "--beam", beams[k], shorter, longer), 0);
-        char *together = strdup(out_text), *lines[4] = {0};
+        char *together = strdup(tt.out), *lines[4] = {0};
         assert_int_equal(split_lines(together, lines, 4), 2);
         assert_status(RUN("translate", "--checkpoint", ck, "--beam", beams[k], shorter), 0);
         char alone[1024];
         snprintf(alone, sizeof alone, "%s\n", lines[0]);
-        if (strcmp(out_text, alone) != 0)
+        if (strcmp(tt.out, alone) != 0)
             fail_msg("%s, beam %s: '%s' alone is '%.*s', with '%s' '%s'", kinds[k], beams[k], shorter,
-                     (int)strlen(out_text) - 1, out_text, longer, lines[0]);
+                     (int)strlen(tt.out) - 1, tt.out, longer, lines[0]);
         free(together);
     }
 }
@@ -713,20 +551,20 @@ static void test_attention_writes_well_formed_svg_labelled_with_source_and_trans
  * The hyperparameters that matter are given, so the run does not follow the defaults. */
 static const char *unk_test(void) {
     static const char *p;
-    if (!p) tu_write_toy_corpus(p = in_dir("unk-test.tsv"), 70, 99); /* more than one batch of 64 */
+    if (!p) tu_write_toy_corpus(p = tt_in_dir("unk-test.tsv"), 70, 99); /* more than one batch of 64 */
     return p;
 }
 
 static const char *unk_run(void) {
     static const char *out;
     if (out) return out;
-    const char *o = in_dir("run-unk"); /* out is set once the run succeeded, so a failed run fails each caller */
-    assert_status(RUN("train", "--train", toy(), "--test", unk_test(), "--out", o, TINY, "--min-count", "1000", "--steps",
-                      "40", "--lr", "0.01", "--warmup", "5", "--dropout", "0.1", "--label-smoothing", "0.1", "--clip",
-                      "1", "--seed", "1", "--eval-every", "40", "--save-every", "40"),
+    const char *o = tt_in_dir("run-unk"); /* out is set once the run succeeded, so a failed run fails each caller */
+    assert_status(RUN("train", "--train", toy(), "--test", unk_test(), "--out", o, TINY, "--min-count", "1000",
+                      "--steps", "40", "--lr", "0.01", "--warmup", "5", "--dropout", "0.1", "--label-smoothing", "0.1",
+                      "--clip", "1", "--seed", "1", "--eval-every", "40", "--save-every", "40"),
                   0);
-    assert_contains(err_text, "vocabularies 4 and 4 tokens");
-    unk_run_stdout = strdup(out_text);
+    assert_contains(tt.err, "vocabularies 4 and 4 tokens");
+    unk_run_stdout = strdup(tt.out);
     return out = o;
 }
 
@@ -734,7 +572,7 @@ static void test_attention_rows_are_the_words_the_model_wrote_even_unknown_ones(
     char ck[600];
     snprintf(ck, sizeof ck, "%s/best.h5", unk_run());
     assert_status(RUN("translate", "--checkpoint", ck, "a b c"), 0);
-    if (!strstr(out_text, "<unk>")) fail_msg("precondition: the model should write <unk>, it wrote '%s'", out_text);
+    if (!strstr(tt.out, "<unk>")) fail_msg("precondition: the model should write <unk>, it wrote '%s'", tt.out);
     check_attention(ck, "a b c", 2, false);
 }
 
@@ -754,7 +592,7 @@ static void test_eval_reports_what_training_reports_on_the_same_test_file(void *
     check_eval_output(unk_test(), 70, "greedy");
     double loss_eval;
     snprintf(head, sizeof head, "%s: 70 pairs, loss %%lf, greedy exact match %%lf%%%%, BLEU %%lf", unk_test());
-    assert_int_equal(sscanf(out_text, head, &loss_eval, &exact_eval, &bleu_eval), 3);
+    assert_int_equal(sscanf(tt.out, head, &loss_eval, &exact_eval, &bleu_eval), 3);
     if (loss_eval != loss || exact_eval != exact_train || bleu_eval != bleu_train)
         fail_msg("train reported loss %.4f, exact match %.2f%%, BLEU %.2f; eval %.4f, %.2f%%, BLEU %.2f", loss,
                  exact_train, bleu_train, loss_eval, exact_eval, bleu_eval);
@@ -766,14 +604,14 @@ static void test_attention_of_a_sentence_longer_than_the_model_was_built_for_doe
     char sentence[700] = "", ck[600];
     for (int i = 0; i < 300; i++) strcat(sentence, i ? " a" : "a");
     snprintf(ck, sizeof ck, "%s/best.h5", unk_run());
-    const char *svg_path = in_dir("long.svg");
+    const char *svg_path = tt_in_dir("long.svg");
     assert_status(RUN("attention", "--checkpoint", ck, "--out", svg_path, sentence), 0);
     assert_svg_file(svg_path);
-    char *svg = read_text(svg_path);
-    assert_int_equal(count(svg, "transform=\"rotate(-55"), 2 * 64); /* 2 heads of 63 words and <eos> */
+    char *svg = tt_read_file(svg_path, NULL);
+    assert_int_equal(tt_count(svg, "transform=\"rotate(-55"), 2 * 64); /* 2 heads of 63 words and <eos> */
     free(svg);
     assert_status(RUN("translate", "--checkpoint", ck, sentence), 0);
-    assert_int_equal(count(out_text, "\n"), 1);
+    assert_int_equal(tt_count(tt.out, "\n"), 1);
 }
 
 static void test_help_of_every_command_goes_to_stdout_with_status_0(void **state) {
@@ -782,15 +620,15 @@ static void test_help_of_every_command_goes_to_stdout_with_status_0(void **state
         assert_status(RUN(cmds[i], "--help"), 0);
         char expect[64];
         snprintf(expect, sizeof expect, "usage: attograd-translate %s ", cmds[i]);
-        assert_contains(out_text, expect);
-        assert_contains(out_text, "--help");
-        assert_string_equal(err_text, "");
+        assert_contains(tt.out, expect);
+        assert_contains(tt.out, "--help");
+        assert_string_equal(tt.err, "");
     }
     assert_status(RUN("--help"), 0);
-    assert_contains(out_text, "usage: attograd-translate COMMAND");
-    assert_contains(out_text, "commands:");
+    assert_contains(tt.out, "usage: attograd-translate COMMAND");
+    assert_contains(tt.out, "commands:");
     assert_status(RUN("frobnicate"), 2);
-    assert_string_equal(err_text, "attograd-translate: unknown command 'frobnicate'\n"
+    assert_string_equal(tt.err, "attograd-translate: unknown command 'frobnicate'\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
 }
 
@@ -816,8 +654,8 @@ static void train_args(const char **args, const char *const *common, const char 
 static void check_exact_resume(const char *name, const char *const *extra, int steps_first, int steps_total,
                                const char *eval_every) {
     char a[512], b[512], total[16], first[16], pa[600], pb[600], copy[600], expect[700];
-    snprintf(a, sizeof a, "%s/resume-%s-a", dir, name);
-    snprintf(b, sizeof b, "%s/resume-%s-b", dir, name);
+    snprintf(a, sizeof a, "%s/resume-%s-a", tt.dir, name);
+    snprintf(b, sizeof b, "%s/resume-%s-b", tt.dir, name);
     snprintf(pa, sizeof pa, "%s/last.h5", a);
     snprintf(pb, sizeof pb, "%s/last.h5", b);
     snprintf(copy, sizeof copy, "%s/first.h5", b);
@@ -828,21 +666,21 @@ static void check_exact_resume(const char *name, const char *const *extra, int s
                             "--warmup", "2", NULL};
     const char *args[64];
     train_args(args, common, extra, a, total, false);
-    assert_status(run_v(NULL, args), 0);
-    char *log_a = eval_lines(err_text);
+    assert_status(tt_run(NULL, args), 0);
+    char *log_a = eval_lines(tt.err);
     train_args(args, common, extra, b, first, false);
-    assert_status(run_v(NULL, args), 0);
-    char *log_b = eval_lines(err_text);
+    assert_status(tt_run(NULL, args), 0);
+    char *log_b = eval_lines(tt.err);
     copy_file(pb, copy);
     train_args(args, common, extra, b, total, true);
-    assert_status(run_v(NULL, args), 0);
+    assert_status(tt_run(NULL, args), 0);
     snprintf(expect, sizeof expect, "resuming %s at step %d (epoch ", pb, steps_first);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     /* the first part ends at an evaluation: the same train loss windows and dev results in both */
-    char *log_b2 = eval_lines(err_text);
+    char *log_b2 = eval_lines(tt.err);
     log_b = realloc(log_b, strlen(log_b) + strlen(log_b2) + 1);
     strcat(log_b, log_b2);
-    assert_int_equal(count(log_a, "\n"), steps_total / atoi(eval_every));
+    assert_int_equal(tt_count(log_a, "\n"), steps_total / atoi(eval_every));
     assert_string_equal(log_b, log_a);
 
     int differ;
@@ -879,10 +717,10 @@ static void test_memory_options_train_the_same_model_bit_for_bit(void **state) {
     const char *extra[3][2] = {{NULL}, {"--recompute-attention", NULL}, {"--keep-ff-activation", NULL}};
     const char *args[64];
     for (int k = 0; k < 3; k++) {
-        snprintf(out[k], sizeof out[k], "%s/memory-option-%d", dir, k);
+        snprintf(out[k], sizeof out[k], "%s/memory-option-%d", tt.dir, k);
         snprintf(path[k], sizeof path[k], "%s/last.h5", out[k]);
         train_args(args, common, extra[k], out[k], "6", false);
-        assert_status(run_v(NULL, args), 0);
+        assert_status(tt_run(NULL, args), 0);
     }
     for (int k = 1; k < 3; k++) {
         int differ;
@@ -904,22 +742,22 @@ static void test_resume_gru_at_an_epoch_boundary_with_teacher_forcing_draws_matc
 /* kind: the model trained; the resumed run does not say it (the checkpoint does) */
 static void check_interrupt(int sig, const char *name, const char *kind) {
     char out[512], last[600];
-    snprintf(out, sizeof out, "%s/%s", dir, name);
+    snprintf(out, sizeof out, "%s/%s", tt.dir, name);
     snprintf(last, sizeof last, "%s/last.h5", out);
-    pid_t pid = start_v(NULL, (const char *[]){"train", "--train", toy(), "--out", out, "--model", kind, TINY,
+    pid_t pid = tt_start(NULL, (const char *[]){"train", "--train", toy(), "--out", out, "--model", kind, TINY,
                                                "--steps", "1000000", "--eval-every", "5", "--save-every", "2", NULL});
-    double t0 = now();
-    while (!exists(last) && now() - t0 < 60) sleep_ms(10);
+    double t0 = tt_now();
+    while (!exists(last) && tt_now() - t0 < 60) sleep_ms(10);
     bool started = exists(last);
     kill(pid, sig);
-    int status = finish(pid, 60);
-    if (!started) fail_msg("no %s within 60 s; stderr:\n%s", last, err_text);
+    int status = tt_finish(pid, 60);
+    if (!started) fail_msg("no %s within 60 s; stderr:\n%s", last, tt.err);
     assert_status(status, 130);
     char expect[700];
     snprintf(expect, sizeof expect, "; saved %s (continue with --resume)\n", last);
-    assert_contains(err_text, "attograd-translate: interrupted at step ");
-    assert_contains(err_text, expect);
-    long long said = atoll(strstr(err_text, "interrupted at step ") + strlen("interrupted at step "));
+    assert_contains(tt.err, "attograd-translate: interrupted at step ");
+    assert_contains(tt.err, expect);
+    long long said = atoll(strstr(tt.err, "interrupted at step ") + strlen("interrupted at step "));
     ag_train_state st = load_state(last);
     assert_true(st.global_step > 0);
     assert_int_equal(st.global_step, said); /* saved at the step it stopped, not an older one */
@@ -932,9 +770,9 @@ static void check_interrupt(int sig, const char *name, const char *kind) {
                   0);
     snprintf(expect, sizeof expect, "resuming %s at step %lld (epoch %lld)", last, (long long)st.global_step,
              (long long)st.epoch);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     snprintf(expect, sizeof expect, "attograd-translate: %s model, ", kind);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     ag_train_state after = load_state(last);
     assert_int_equal(after.global_step, st.global_step + 3);
     ag_train_state_clear(&st);
@@ -952,22 +790,23 @@ static void test_sigterm_saves_last_checkpoint_exits_130(void **state) {
 /* ---- bad input ---- */
 
 static void test_missing_and_empty_training_files_fail_naming_the_file(void **state) {
-    const char *missing = in_dir("no-such.tsv");
-    assert_status(RUN("train", "--train", missing, "--out", in_dir("run-missing"), TINY, "--steps", "2"), 1);
+    const char *missing = tt_in_dir("no-such.tsv");
+    assert_status(RUN("train", "--train", missing, "--out", tt_in_dir("run-missing"), TINY, "--steps", "2"), 1);
     char expect[600];
     snprintf(expect, sizeof expect, "%s: cannot open: No such file or directory", missing);
-    assert_contains(err_text, expect);
-    write_text(in_dir("empty.tsv"), "");
-    assert_status(RUN("train", "--train", in_dir("empty.tsv"), "--out", in_dir("run-empty"), TINY, "--steps", "2"), 1);
-    snprintf(expect, sizeof expect, "%s: file is empty", in_dir("empty.tsv"));
-    assert_contains(err_text, expect);
-    assert_false(exists(in_dir("run-empty/last.h5")));
+    assert_contains(tt.err, expect);
+    tt_write_text(tt_in_dir("empty.tsv"), "");
+    assert_status(
+        RUN("train", "--train", tt_in_dir("empty.tsv"), "--out", tt_in_dir("run-empty"), TINY, "--steps", "2"), 1);
+    snprintf(expect, sizeof expect, "%s: file is empty", tt_in_dir("empty.tsv"));
+    assert_contains(tt.err, expect);
+    assert_false(exists(tt_in_dir("run-empty/last.h5")));
 }
 
 /* 40 good lines, then bad lines 41..48: one of each kind, and a second invalid UTF-8 and
  * empty side */
 static const char *write_bad_corpus(void) {
-    char *good = read_text(toy()), *long_line = malloc(5000);
+    char *good = tt_read_file(toy(), NULL), *long_line = malloc(5000);
     memset(long_line, 'a', 4999);
     long_line[4999] = 0;
     long_line[2000] = '\t';
@@ -975,8 +814,8 @@ static const char *write_bad_corpus(void) {
     char *text = malloc(n);
     snprintf(text, n, "%sno tab here\na\tB\tC\na \xC3\x28 b\tB A\n%s\n \t A\n\na b\xFF\tB A\na b\t  \n", good,
              long_line);
-    const char *p = in_dir("bad.tsv");
-    write_text(p, text);
+    const char *p = tt_in_dir("bad.tsv");
+    tt_write_text(p, text);
     free(text);
     free(good);
     free(long_line);
@@ -985,7 +824,7 @@ static const char *write_bad_corpus(void) {
 
 static void test_bad_lines_are_skipped_and_counted_with_file_and_line(void **state) {
     const char *bad = write_bad_corpus();
-    assert_status(RUN("train", "--train", bad, "--out", in_dir("run-bad"), TINY, "--steps", "2"), 0);
+    assert_status(RUN("train", "--train", bad, "--out", tt_in_dir("run-bad"), TINY, "--steps", "2"), 0);
     char expect[1200];
     snprintf(expect, sizeof expect,
              "attograd-translate: %s: skipped 8 of 48 lines: 1 empty (first: %s:46: empty line); "
@@ -994,11 +833,11 @@ static void test_bad_lines_are_skipped_and_counted_with_file_and_line(void **sta
              "2 with invalid UTF-8 (first: %s:43: invalid UTF-8 at byte 3 (0xC3)); "
              "1 too long (first: %s:44: line longer than 4096 bytes",
              bad, bad, bad, bad, bad, bad);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     snprintf(expect, sizeof expect, "2 with an empty side (first: %s:45: empty source side)\n", bad);
-    assert_contains(err_text, expect);
-    assert_contains(err_text, "38 training pairs, 2 dev pairs"); /* the 40 good lines */
-    assert_true(exists(in_dir("run-bad/last.h5")));
+    assert_contains(tt.err, expect);
+    assert_contains(tt.err, "38 training pairs, 2 dev pairs"); /* the 40 good lines */
+    assert_true(exists(tt_in_dir("run-bad/last.h5")));
 }
 
 static void test_each_bad_line_is_fatal_with_strict_naming_file_and_line(void **state) {
@@ -1018,72 +857,72 @@ static void test_each_bad_line_is_fatal_with_strict_naming_file_and_line(void **
         {"a b\t  ", "empty target side"},
         {"", "empty line"},
     };
-    const char *path = in_dir("strict.tsv");
+    const char *path = tt_in_dir("strict.tsv");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[5200], expect[700];
         snprintf(text, sizeof text, "a b\tB A\nc\tC\nd e f\tF E D\n%s\ne\tE\n", cases[i].line);
-        write_text(path, text);
-        assert_status(RUN("train", "--train", path, "--out", in_dir("run-strict"), TINY, "--steps", "2", "--strict"),
+        tt_write_text(path, text);
+        assert_status(RUN("train", "--train", path, "--out", tt_in_dir("run-strict"), TINY, "--steps", "2", "--strict"),
                       1);
         snprintf(expect, sizeof expect, "attograd-translate: %s:4: %s", path, cases[i].why);
-        assert_contains(err_text, expect);
-        assert_false(exists(in_dir("run-strict/last.h5")));
+        assert_contains(tt.err, expect);
+        assert_false(exists(tt_in_dir("run-strict/last.h5")));
     }
     /* eval --strict too */
     trained_run("transformer");
     assert_status(RUN("eval", "--checkpoint", ckpt_of("transformer", "best"), "--data", path, "--strict"), 1);
     char expect[700];
     snprintf(expect, sizeof expect, "%s:4: empty line", path);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     assert_status(RUN("eval", "--checkpoint", ckpt_of("transformer", "best"), "--data", path), 0);
     check_eval_output(path, 4, "greedy");
     snprintf(expect, sizeof expect, "%s: skipped 1 of 5 lines", path);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
 }
 
 static void test_corpus_without_a_good_line_fails(void **state) {
-    const char *path = in_dir("nogood.tsv");
-    write_text(path, "no tab\n\na\tb\tc\n");
-    assert_status(RUN("train", "--train", path, "--out", in_dir("run-nogood"), TINY, "--steps", "2"), 1);
+    const char *path = tt_in_dir("nogood.tsv");
+    tt_write_text(path, "no tab\n\na\tb\tc\n");
+    assert_status(RUN("train", "--train", path, "--out", tt_in_dir("run-nogood"), TINY, "--steps", "2"), 1);
     char expect[700];
     snprintf(expect, sizeof expect, "%s: no valid pairs (skipped 3 of 3 lines: ", path);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     snprintf(expect, sizeof expect, "first: %s:1: no tab between source and target", path);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
 }
 
 static void test_training_without_development_pairs_fails_saying_how_to_get_some(void **state) {
-    const char *four = in_dir("four.tsv");
-    write_text(four, "a b\tB A\nc\tC\nd e f\tF E D\ne\tE\n");
+    const char *four = tt_in_dir("four.tsv");
+    tt_write_text(four, "a b\tB A\nc\tC\nd e f\tF E D\ne\tE\n");
     char expect[700];
     /* 5% of 4 pairs rounds to none */
-    assert_status(RUN("train", "--train", four, "--out", in_dir("run-four"), TINY, "--steps", "2"), 1);
+    assert_status(RUN("train", "--train", four, "--out", tt_in_dir("run-four"), TINY, "--steps", "2"), 1);
     snprintf(expect, sizeof expect,
              "%s: --heldout 0.05 of 4 pairs holds out none for development: raise it or give --dev FILE", four);
-    assert_contains(err_text, expect);
-    assert_status(RUN("train", "--train", toy(), "--out", in_dir("run-four"), TINY, "--steps", "2", "--heldout", "0"),
-                  1);
+    assert_contains(tt.err, expect);
+    assert_status(
+        RUN("train", "--train", toy(), "--out", tt_in_dir("run-four"), TINY, "--steps", "2", "--heldout", "0"), 1);
     snprintf(expect, sizeof expect, "%s: --heldout 0 of 40 pairs holds out none", toy());
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     /* a dev pair longer than --max-len is evaluated all the same; one longer than the model's
      * positions (2 * 6 + 8 tokens) cannot be */
-    const char *long_dev = in_dir("long-dev.tsv");
-    write_text(long_dev, "a b c d e f a b\tB A F E D C B A\n");
-    assert_status(RUN("train", "--train", toy(), "--dev", long_dev, "--out", in_dir("run-long"), TINY, "--max-len", "6",
-                      "--steps", "2"),
+    const char *long_dev = tt_in_dir("long-dev.tsv");
+    tt_write_text(long_dev, "a b c d e f a b\tB A F E D C B A\n");
+    assert_status(RUN("train", "--train", toy(), "--dev", long_dev, "--out", tt_in_dir("run-long"), TINY, "--max-len",
+                      "6", "--steps", "2"),
                   0);
-    assert_contains(err_text, "evaluating on 1 dev pairs");
-    write_text(long_dev, "a b c d e f a b a b c d e f a b a b c d e\tB A\n");
-    assert_status(RUN("train", "--train", toy(), "--dev", long_dev, "--out", in_dir("run-four"), TINY, "--max-len", "6",
-                      "--steps", "2"),
+    assert_contains(tt.err, "evaluating on 1 dev pairs");
+    tt_write_text(long_dev, "a b c d e f a b a b c d e f a b a b c d e\tB A\n");
+    assert_status(RUN("train", "--train", toy(), "--dev", long_dev, "--out", tt_in_dir("run-four"), TINY, "--max-len",
+                      "6", "--steps", "2"),
                   1);
     snprintf(expect, sizeof expect, "%s: none of the 1 pairs has at most 20 tokens on both sides", long_dev);
-    assert_contains(err_text, expect);
-    assert_false(exists(in_dir("run-four/last.h5")));
+    assert_contains(tt.err, expect);
+    assert_false(exists(tt_in_dir("run-four/last.h5")));
 }
 
 static void test_bad_options_are_usage_errors_with_status_2(void **state) {
-    const char *T = toy(), *O = in_dir("run-usage"), *U = "usage: attograd-translate train ";
+    const char *T = toy(), *O = tt_in_dir("run-usage"), *U = "usage: attograd-translate train ";
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--bogus"), "unknown option '--bogus'", U);
     assert_usage_error(RUN("train", "--train", T, "--out", O, "--steps"), "--steps needs a value: an integer >= 1",
                        U);
@@ -1117,8 +956,8 @@ static void test_bad_options_are_usage_errors_with_status_2(void **state) {
                        "usage: attograd-translate attention ");
     assert_usage_error(RUN("attention", "--checkpoint", "x.h5", "a", "b"), "unexpected argument 'b'",
                        "usage: attograd-translate attention ");
-    assert_status(run_v(NULL, (const char *[]){NULL}), 2);
-    assert_contains(err_text, "usage: attograd-translate COMMAND");
+    assert_status(tt_run(NULL, (const char *[]){NULL}), 2);
+    assert_contains(tt.err, "usage: attograd-translate COMMAND");
 }
 
 /* A checkpoint that is not from attograd-translate, written with the library: params only, or
@@ -1139,7 +978,7 @@ static void write_foreign_checkpoint(const char *path, const ag_train_state *st)
 static void assert_rejected(const char *path, const char *fragment, int which) {
     char expect[700];
     snprintf(expect, sizeof expect, "attograd-translate: %s", path);
-    const char *svg = in_dir("rejected.svg");
+    const char *svg = tt_in_dir("rejected.svg");
     remove(svg);
     const char *runs[3][8] = {
         {"eval", "--checkpoint", path, "--data", toy(), NULL},
@@ -1148,42 +987,42 @@ static void assert_rejected(const char *path, const char *fragment, int which) {
     };
     for (int i = 0; i < 3; i++) {
         if (which >= 0 && i != which % 3) continue;
-        assert_status(run_v(NULL, runs[i]), 1);
-        assert_contains(err_text, expect);
-        assert_contains(err_text, fragment);
-        assert_string_equal(out_text, "");
+        assert_status(tt_run(NULL, runs[i]), 1);
+        assert_contains(tt.err, expect);
+        assert_contains(tt.err, fragment);
+        assert_string_equal(tt.out, "");
     }
     assert_false(exists(svg));
 }
 
 static void test_commands_reject_missing_non_hdf5_and_foreign_checkpoints(void **state) {
-    assert_rejected(in_dir("no-such.h5"), "cannot open: No such file or directory", -1);
+    assert_rejected(tt_in_dir("no-such.h5"), "cannot open: No such file or directory", -1);
     assert_rejected(toy(), "not an HDF5 file", -1);
     /* a real checkpoint cut short */
     trained_run("transformer");
-    char *whole = read_text(ckpt_of("transformer", "last"));
-    write_file(in_dir("truncated.h5"), whole, 3000);
+    char *whole = tt_read_file(ckpt_of("transformer", "last"), NULL);
+    tt_write_file(tt_in_dir("truncated.h5"), whole, 3000);
     free(whole);
-    assert_rejected(in_dir("truncated.h5"), "truncated.h5", 0);
+    assert_rejected(tt_in_dir("truncated.h5"), "truncated.h5", 0);
 
     /* parameters only */
-    write_foreign_checkpoint(in_dir("params-only.h5"), NULL);
-    assert_rejected(in_dir("params-only.h5"), "no training state in the file", -1);
+    write_foreign_checkpoint(tt_in_dir("params-only.h5"), NULL);
+    assert_rejected(tt_in_dir("params-only.h5"), "no training state in the file", -1);
     /* a configuration of another program */
     ag_train_state other = {0};
     ag_config_set_string(&other, "activation", "relu");
     ag_config_set_int(&other, "hidden", 2);
-    write_foreign_checkpoint(in_dir("other-config.h5"), &other);
-    assert_rejected(in_dir("other-config.h5"), "not a checkpoint of attograd-translate", 1);
+    write_foreign_checkpoint(tt_in_dir("other-config.h5"), &other);
+    assert_rejected(tt_in_dir("other-config.h5"), "not a checkpoint of attograd-translate", 1);
     /* the configuration of a real run without its vocabularies */
     ag_train_state real = load_state(ckpt_of("transformer", "last")), novocab = {0};
     assert_true(ag_train_state_copy(&novocab, &real));
     assert_true(ag_config_remove(&novocab, "src_vocab") && ag_config_remove(&novocab, "tgt_vocab"));
-    write_foreign_checkpoint(in_dir("no-vocab.h5"), &novocab);
-    assert_rejected(in_dir("no-vocab.h5"), "vocabularies in the checkpoint are missing or damaged", 2);
+    write_foreign_checkpoint(tt_in_dir("no-vocab.h5"), &novocab);
+    assert_rejected(tt_in_dir("no-vocab.h5"), "vocabularies in the checkpoint are missing or damaged", 2);
     /* a real run's configuration and vocabularies over parameters of another model */
-    write_foreign_checkpoint(in_dir("other-params.h5"), &real);
-    assert_rejected(in_dir("other-params.h5"), "src_embed.weight", 0);
+    write_foreign_checkpoint(tt_in_dir("other-params.h5"), &real);
+    assert_rejected(tt_in_dir("other-params.h5"), "src_embed.weight", 0);
     ag_train_state_clear(&other);
     ag_train_state_clear(&real);
     ag_train_state_clear(&novocab);
@@ -1203,45 +1042,45 @@ static void test_configuration_the_model_cannot_be_built_from_is_rejected_not_a_
         ag_train_state st = {0};
         assert_true(ag_train_state_copy(&st, &real));
         ag_config_set_int(&st, bad[i].key, bad[i].value);
-        write_foreign_checkpoint(in_dir("bad-config.h5"), &st);
-        assert_rejected(in_dir("bad-config.h5"), bad[i].key, (int)i);
+        write_foreign_checkpoint(tt_in_dir("bad-config.h5"), &st);
+        assert_rejected(tt_in_dir("bad-config.h5"), bad[i].key, (int)i);
         ag_train_state_clear(&st);
     }
     ag_train_state_clear(&real);
 }
 
 static void test_resume_without_a_previous_run_fails_naming_the_checkpoint(void **state) {
-    const char *out = in_dir("never-ran");
+    const char *out = tt_in_dir("never-ran");
     assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "2", "--resume"), 1);
     char expect[700];
     snprintf(expect, sizeof expect, "attograd-translate: cannot resume: %s/last.h5: cannot open: No such file", out);
-    assert_contains(err_text, expect);
-    assert_not_contains(err_text, "training pairs");
+    assert_contains(tt.err, expect);
+    assert_not_contains(tt.err, "training pairs");
 }
 
 /* ---- where checkpoints go: found unwritable before training, and a lost save stops the run ---- */
 
 static void test_an_unwritable_out_or_unreadable_test_stops_before_the_first_step(void **state) {
-    const char *file = in_dir("out-is-a-file");
+    const char *file = tt_in_dir("out-is-a-file");
     FILE *f = fopen(file, "w");
     fclose(f);
     assert_status(RUN("train", "--train", toy(), "--out", file, TINY, "--steps", "4"), 1);
     char expect[700];
     snprintf(expect, sizeof expect, "attograd-translate: cannot write checkpoints to %s: Not a directory", file);
-    assert_contains(err_text, expect);
-    assert_not_contains(err_text, "parameters"); /* before the model is built */
-    const char *missing = in_dir("no-such-test.tsv");
-    assert_status(RUN("train", "--train", toy(), "--test", missing, "--out", in_dir("run-no-test"), TINY, "--steps",
+    assert_contains(tt.err, expect);
+    assert_not_contains(tt.err, "parameters"); /* before the model is built */
+    const char *missing = tt_in_dir("no-such-test.tsv");
+    assert_status(RUN("train", "--train", toy(), "--test", missing, "--out", tt_in_dir("run-no-test"), TINY, "--steps",
                       "4"),
                   1);
     snprintf(expect, sizeof expect, "attograd-translate: cannot read the test file %s: No such file", missing);
-    assert_contains(err_text, expect);
-    assert_not_contains(err_text, "parameters");
+    assert_contains(tt.err, expect);
+    assert_not_contains(tt.err, "parameters");
 }
 
-/* a tmpfs of size (mounted at a new directory of dir), or NULL where mounting is refused */
+/* a tmpfs of size (mounted at a new directory of tt.dir), or NULL where mounting is refused */
 static const char *mounted_tmpfs(const char *name, const char *size) {
-    const char *at = in_dir(name);
+    const char *at = tt_in_dir(name);
     char opts[64];
     snprintf(opts, sizeof opts, "size=%s", size);
     mkdir(at, 0755);
@@ -1262,8 +1101,8 @@ static void test_a_read_only_or_full_out_fails_with_status_1_never_0(void **stat
     assert_status(RUN("train", "--train", toy(), "--out", ro, TINY, "--steps", "20", "--resume"), 1);
     char expect[700];
     snprintf(expect, sizeof expect, "attograd-translate: cannot write checkpoints to %s: Read-only file system", ro);
-    assert_contains(err_text, expect);
-    ag_train_state st = load_state(in_dir("ro-mount/last.h5"));
+    assert_contains(tt.err, expect);
+    ag_train_state st = load_state(tt_in_dir("ro-mount/last.h5"));
     assert_int_equal(st.global_step, 2);
     ag_train_state_clear(&st);
     umount(ro);
@@ -1273,10 +1112,10 @@ static void test_a_read_only_or_full_out_fails_with_status_1_never_0(void **stat
     assert_status(RUN("train", "--train", toy(), "--out", full, TINY, "--steps", "20", "--eval-every", "3",
                       "--save-every", "3"),
                   1);
-    assert_contains(err_text, "No space left on device");
-    assert_contains(err_text, "attograd-translate: stopped at step 3: a checkpoint could not be saved (above); the "
+    assert_contains(tt.err, "No space left on device");
+    assert_contains(tt.err, "attograd-translate: stopped at step 3: a checkpoint could not be saved (above); the "
                               "steps since the last save are lost");
-    assert_not_contains(err_text, "step 6:");
+    assert_not_contains(tt.err, "step 6:");
     umount(full);
 }
 
@@ -1286,16 +1125,16 @@ static void test_a_read_only_or_full_out_fails_with_status_1_never_0(void **stat
  * without those flags continues exactly as one that never stopped; a flag that differs from the
  * checkpoint is refused by name, and one that agrees is accepted. */
 static void test_resume_restores_every_training_setting_and_refuses_conflicting_flags(void **state) {
-    const char *a = in_dir("settings-a"), *b = in_dir("settings-b");
+    const char *a = tt_in_dir("settings-a"), *b = tt_in_dir("settings-b");
     const char *settings[] = {"--lr", "0.003", "--warmup", "3", "--label-smoothing", "0.2", "--clip", "0.5", NULL};
     const char *common[] = {"--train", toy(), TINY, "--eval-every", "4", "--save-every", "4", NULL};
     const char *args[64], *none[] = {NULL};
     train_args(args, common, settings, a, "8", false);
-    assert_status(run_v(NULL, args), 0);
+    assert_status(tt_run(NULL, args), 0);
     train_args(args, common, settings, b, "4", false);
-    assert_status(run_v(NULL, args), 0);
+    assert_status(tt_run(NULL, args), 0);
     train_args(args, common, none, b, "8", true);
-    assert_status(run_v(NULL, args), 0);
+    assert_status(tt_run(NULL, args), 0);
     char pa[600], pb[600];
     snprintf(pa, sizeof pa, "%s/last.h5", a);
     snprintf(pb, sizeof pb, "%s/last.h5", b);
@@ -1306,12 +1145,12 @@ static void test_resume_restores_every_training_setting_and_refuses_conflicting_
     assert_int_equal(differ, 0);
     /* conflicting flags, each named; agreeing ones pass (the run above gave TINY again) */
     assert_status(RUN("train", "--train", toy(), "--out", b, TINY, "--steps", "9", "--lr", "0.001", "--resume"), 1);
-    assert_contains(err_text, "attograd-translate: cannot resume: --lr 0.001 differs from the checkpoint's 0.003");
+    assert_contains(tt.err, "attograd-translate: cannot resume: --lr 0.001 differs from the checkpoint's 0.003");
     assert_status(RUN("train", "--train", toy(), "--out", b, TINY, "--steps", "9", "--model", "gru", "--d-model",
                       "32", "--resume"),
                   1);
-    assert_contains(err_text, "--d-model 32 differs from the checkpoint's 16");
-    assert_contains(err_text, "--model gru differs from the checkpoint's transformer");
+    assert_contains(tt.err, "--d-model 32 differs from the checkpoint's 16");
+    assert_contains(tt.err, "--model gru differs from the checkpoint's transformer");
     ag_train_state st = load_state(pb);
     assert_int_equal(st.global_step, 8);
     ag_train_state_clear(&st);
@@ -1319,12 +1158,12 @@ static void test_resume_restores_every_training_setting_and_refuses_conflicting_
 
 static void test_eval_with_a_missing_data_file_fails_naming_it(void **state) {
     trained_run("gru");
-    const char *missing = in_dir("no-such-data.tsv");
+    const char *missing = tt_in_dir("no-such-data.tsv");
     assert_status(RUN("eval", "--checkpoint", ckpt_of("gru", "best"), "--data", missing), 1);
     char expect[700];
     snprintf(expect, sizeof expect, "attograd-translate: %s: cannot open: No such file or directory", missing);
-    assert_contains(err_text, expect);
-    assert_string_equal(out_text, "");
+    assert_contains(tt.err, expect);
+    assert_string_equal(tt.out, "");
 }
 
 /* ---- vocabularies of real size ---- */
@@ -1340,16 +1179,16 @@ static const char *big_vocab_run(void) {
     char *text = malloc(cap);
     for (int i = 0; i < BIG_VOCAB; i++)
         at += (size_t)snprintf(text + at, cap - at, "a%05d b%d\tc%05d b%d\n", i, i % 2, i, i % 2);
-    write_file(in_dir("big-vocab.tsv"), text, at);
+    tt_write_file(tt_in_dir("big-vocab.tsv"), text, at);
     free(text);
-    const char *o = in_dir("big-vocab");
-    assert_status(RUN("train", "--train", in_dir("big-vocab.tsv"), "--out", o, TINY, "--steps", "2", "--eval-every", "2",
-                      "--save-every", "2"),
+    const char *o = tt_in_dir("big-vocab");
+    assert_status(RUN("train", "--train", tt_in_dir("big-vocab.tsv"), "--out", o, TINY, "--steps", "2", "--eval-every",
+                      "2", "--save-every", "2"),
                   0);
     /* the 4 special tokens, a00000..a19999 and b0, b1 */
     char expect[200];
     snprintf(expect, sizeof expect, "vocabularies %d and %d tokens", BIG_VOCAB + 6, BIG_VOCAB + 6);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     return out = o;
 }
 
@@ -1361,16 +1200,16 @@ static void test_a_vocabulary_of_20000_words_is_saved_and_translate_and_resume_u
     const char *sv = ag_config_get_string(&st, "src_vocab");
     assert_non_null(sv);
     assert_true(strlen(sv) > 130000);
-    assert_int_equal(count(sv, "\n"), BIG_VOCAB + 5);
+    assert_int_equal(tt_count(sv, "\n"), BIG_VOCAB + 5);
     assert_contains(sv, "\na12345\n");
     assert_null(ag_config_get_string(&st, "src_vocab.0"));
     assert_status(RUN("translate", "--checkpoint", last, "a12345 b1", "a00007 b0"), 0);
-    assert_int_equal(count(out_text, "\n"), 2);
-    assert_status(RUN("train", "--train", in_dir("big-vocab.tsv"), "--out", out, TINY, "--steps", "3", "--eval-every",
-                      "3", "--save-every", "3", "--resume"),
+    assert_int_equal(tt_count(tt.out, "\n"), 2);
+    assert_status(RUN("train", "--train", tt_in_dir("big-vocab.tsv"), "--out", out, TINY, "--steps", "3",
+                      "--eval-every", "3", "--save-every", "3", "--resume"),
                   0);
     snprintf(expect, sizeof expect, "resuming %s at step 2", last);
-    assert_contains(err_text, expect);
+    assert_contains(tt.err, expect);
     ag_train_state after = load_state(last);
     assert_int_equal(after.global_step, 3);
     assert_string_equal(ag_config_get_string(&after, "src_vocab"), sv);
@@ -1412,9 +1251,9 @@ static void test_a_checkpoint_with_vocabularies_in_the_old_chunked_form_still_lo
     char last[600];
     snprintf(last, sizeof last, "%s/last.h5", big_vocab_run());
     assert_status(RUN("translate", "--checkpoint", last, "a12345 b1", "a00007 b0", "a19999"), 0);
-    char *want = strdup(out_text);
+    char *want = strdup(tt.out);
     ag_train_state st = load_state(last);
-    const char *old = in_dir("chunked.h5");
+    const char *old = tt_in_dir("chunked.h5");
     copy_file(last, old);
     hid_t f = H5Fopen(old, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "config", H5P_DEFAULT);
     assert_true(H5Ldelete(g, "src_vocab", H5P_DEFAULT) >= 0 && H5Ldelete(g, "tgt_vocab", H5P_DEFAULT) >= 0);
@@ -1427,7 +1266,7 @@ static void test_a_checkpoint_with_vocabularies_in_the_old_chunked_form_still_lo
     assert_null(ag_config_get_string(&chunked, "src_vocab"));
     assert_true(ag_config_get_int(&chunked, "src_vocab.parts", &parts) && parts > 500);
     assert_status(RUN("translate", "--checkpoint", old, "a12345 b1", "a00007 b0", "a19999"), 0);
-    assert_string_equal(out_text, want);
+    assert_string_equal(tt.out, want);
     free(want);
     ag_train_state_clear(&st);
     ag_train_state_clear(&chunked);

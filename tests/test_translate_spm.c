@@ -1,12 +1,10 @@
 /* SentencePiece subwords in attograd-translate: the tokenizer is lossless on every shipped
  * corpus, deterministic, travels inside the checkpoint, and the program's flags and warnings
  * around vocabularies (--tokenizer, --spm-model, --max-len, the vocabulary warning). */
-#define _XOPEN_SOURCE 700 /* nftw */
+#define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,90 +14,12 @@
 
 #include "subword.h"
 #include "test_util.h"
-
-extern char **environ;
-
-static const char *bin;            /* AG_TRANSLATE_BIN */
-static char dir[256];              /* this run's temporary directory */
-static char *out_text, *err_text;  /* stdout and stderr of the last run */
+#include "translate_run.h"
 
 #define TINY "--d-model", "16", "--heads", "2", "--layers", "1", "--ff", "32", "--batch", "8", "--max-eval", "8", \
              "--threads", "1", "--seed", "1", "--samples", "2"
 
 /* ---- files and runs ---- */
-
-static const char *in_dir(const char *name) {
-    static char paths[32][512];
-    static int next;
-    char *p = paths[next++ % 32];
-    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
-    return p;
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) fail_msg("cannot create %s: %s", path, strerror(errno));
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t n = 0, cap = 1 << 16, k;
-    char *s = malloc(cap);
-    while ((k = fread(s + n, 1, cap - n - 1, f)) > 0)
-        if ((n += k) + 1 == cap) s = realloc(s, cap *= 2);
-    s[n] = 0;
-    fclose(f);
-    if (len) *len = n;
-    return s;
-}
-
-/* Run bin with args (NULL-terminated); stdout and stderr in out_text and err_text. */
-static int run_v(const char *const *args) {
-    const char *argv[64] = {bin};
-    int n = 1;
-    for (; *args; args++) argv[n++] = *args;
-    char out_path[300], err_path[300];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ), ws;
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) fail_msg("cannot start %s: %s", bin, strerror(rc));
-    waitpid(pid, &ws, 0);
-    free(out_text);
-    free(err_text);
-    out_text = read_file(out_path, NULL);
-    err_text = read_file(err_path, NULL);
-    assert_non_null(out_text);
-    assert_non_null(err_text);
-    if (strstr(err_text, "runtime error: ") || strstr(err_text, "Sanitizer"))
-        fail_msg("%s reported a sanitizer error:\n%s", bin, err_text);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-}
-#define RUN(...) run_v((const char *[]){__VA_ARGS__, NULL})
-
-#define assert_status(status, expected) assert_status_(__FILE__, __LINE__, (status), (expected))
-static void assert_status_(const char *file, int line, int status, int expected) {
-    if (status == expected) return;
-    print_error("%s:%d: exit status %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s\n", file, line, status,
-                expected, out_text ? out_text : "", err_text ? err_text : "");
-    fail();
-}
-
-#define assert_contains(hay, needle) assert_contains_(__FILE__, __LINE__, (hay), (needle), #hay)
-static void assert_contains_(const char *file, int line, const char *hay, const char *needle, const char *what) {
-    if (hay && strstr(hay, needle)) return;
-    print_error("%s:%d: %s does not contain '%s'; it is:\n%s\n", file, line, what, needle, hay ? hay : "(null)");
-    fail();
-}
 
 static ag_train_state load_state(const char *path) {
     ag_train_state st = {0};
@@ -108,12 +28,11 @@ static ag_train_state load_state(const char *path) {
     return st;
 }
 
-
 static const char *toy(void) {
     static const char *p;
     if (!p) {
         static char path[512];
-        snprintf(path, sizeof path, "%s/toy.tsv", dir);
+        snprintf(path, sizeof path, "%s/toy.tsv", tt.dir);
         tu_write_toy_corpus(p = path, 40, 12345);
     }
     return p;
@@ -265,13 +184,13 @@ static void first_sample(const char *text, char *src, char *hyp, size_t n) {
 }
 
 static void test_the_checkpoint_carries_the_subword_model_to_translate_and_eval(void **state) {
-    const char *out = in_dir("run-spm"), *test = in_dir("toy-test.tsv");
+    const char *out = tt_in_dir("run-spm"), *test = tt_in_dir("toy-test.tsv");
     tu_write_toy_corpus(test, 12, 777);
     assert_status(RUN("train", "--train", toy(), "--test", test, "--out", out, TINY, "--steps", "60",
                       "--eval-every", "60"), 0);
-    assert_contains(err_text, "SentencePiece unigram vocabularies of");
-    char *train_out = strdup(out_text);
-    const char *ck = in_dir("run-spm/best.h5");
+    assert_contains(tt.err, "SentencePiece unigram vocabularies of");
+    char *train_out = strdup(tt.out);
+    const char *ck = tt_in_dir("run-spm/best.h5");
     ag_train_state st = load_state(ck);
     assert_string_equal(ag_config_get_string(&st, "tokens"), "spm");
     assert_non_null(ag_config_get_string(&st, "src_spm"));
@@ -291,14 +210,14 @@ static void test_the_checkpoint_carries_the_subword_model_to_translate_and_eval(
     assert_status(status, 0);
     char want[300];
     snprintf(want, sizeof want, "%s\n", hyp);
-    assert_string_equal(out_text, want);
+    assert_string_equal(tt.out, want);
     /* eval reports the exact match training reported on the same file */
     double exact_train, exact_eval, a, b;
     const char *line = strstr(train_out, "test loss ");
     assert_non_null(line);
     assert_int_equal(sscanf(line, "test loss %lf, greedy exact match %lf%%, BLEU %lf", &a, &exact_train, &b), 3);
     assert_status(RUN("eval", "--checkpoint", ck, "--data", test), 0);
-    line = strstr(out_text, "greedy exact match ");
+    line = strstr(tt.out, "greedy exact match ");
     assert_non_null(line);
     assert_int_equal(sscanf(line, "greedy exact match %lf%%", &exact_eval), 1);
     assert_true(exact_eval == exact_train);
@@ -320,20 +239,20 @@ static void export_model(const char *path, const char *key, const char *file) {
 }
 
 static void test_spm_model_flag_uses_a_model_trained_elsewhere_shared_or_per_side(void **state) {
-    const char *base = in_dir("run-base");
+    const char *base = tt_in_dir("run-base");
     assert_status(RUN("train", "--train", toy(), "--out", base, TINY, "--steps", "2", "--eval-every", "2",
                       "--spm-type", "bpe", "--vocab-size", "280"), 0);
-    assert_contains(err_text, "SentencePiece bpe vocabularies of");
-    const char *ck = in_dir("run-base/last.h5"), *sm = in_dir("src.model"), *tm = in_dir("tgt.model");
+    assert_contains(tt.err, "SentencePiece bpe vocabularies of");
+    const char *ck = tt_in_dir("run-base/last.h5"), *sm = tt_in_dir("src.model"), *tm = tt_in_dir("tgt.model");
     export_model(ck, "src_spm", sm);
     export_model(ck, "tgt_spm", tm);
     char both[1100];
     snprintf(both, sizeof both, "%s,%s", sm, tm);
     for (int shared = 0; shared < 2; shared++) {
-        const char *out = in_dir(shared ? "run-shared" : "run-sides");
+        const char *out = tt_in_dir(shared ? "run-shared" : "run-sides");
         assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "2", "--eval-every", "2",
                           "--spm-model", shared ? tm : both), 0);
-        assert_contains(err_text, "SentencePiece models ");
+        assert_contains(tt.err, "SentencePiece models ");
         char ckpt[600];
         snprintf(ckpt, sizeof ckpt, "%s/last.h5", out);
         ag_train_state a = load_state(ck), b = load_state(ckpt);
@@ -344,10 +263,10 @@ static void test_spm_model_flag_uses_a_model_trained_elsewhere_shared_or_per_sid
         ag_train_state_clear(&b);
     }
     /* a file that is not a model: one line naming it */
-    assert_status(RUN("train", "--train", toy(), "--out", in_dir("run-bad"), TINY, "--steps", "2", "--spm-model",
+    assert_status(RUN("train", "--train", toy(), "--out", tt_in_dir("run-bad"), TINY, "--steps", "2", "--spm-model",
                       toy()), 1);
-    assert_contains(err_text, toy());
-    assert_contains(err_text, "not a SentencePiece model");
+    assert_contains(tt.err, toy());
+    assert_contains(tt.err, "not a SentencePiece model");
 }
 
 static void test_word_and_char_tokenizers_still_train_and_translate(void **state) {
@@ -356,7 +275,7 @@ static void test_word_and_char_tokenizers_still_train_and_translate(void **state
     for (int k = 0; k < 3; k++) {
         char name[32];
         snprintf(name, sizeof name, "run-mode%d", k);
-        const char *out = in_dir(name);
+        const char *out = tt_in_dir(name);
         int status = modes[k][1] ? RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "2", "--eval-every",
                                        "2", modes[k][0], modes[k][1])
                                  : RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "2", "--eval-every",
@@ -370,10 +289,10 @@ static void test_word_and_char_tokenizers_still_train_and_translate(void **state
         assert_null(ag_config_get_string(&st, "src_spm"));
         ag_train_state_clear(&st);
         assert_status(RUN("translate", "--checkpoint", ck, "a b c"), 0);
-        assert_true(strlen(out_text) >= 1 && out_text[strlen(out_text) - 1] == '\n');
+        assert_true(strlen(tt.out) >= 1 && tt.out[strlen(tt.out) - 1] == '\n');
     }
-    assert_status(RUN("train", "--train", toy(), "--out", in_dir("run-x"), "--tokenizer", "wordz"), 2);
-    assert_contains(err_text, "--tokenizer is spm, word or char");
+    assert_status(RUN("train", "--train", toy(), "--out", tt_in_dir("run-x"), "--tokenizer", "wordz"), 2);
+    assert_contains(tt.err, "--tokenizer is spm, word or char");
 }
 
 static void test_max_len_says_how_many_pairs_it_leaves_out_and_the_flag_that_keeps_them(void **state) {
@@ -381,11 +300,12 @@ static void test_max_len_says_how_many_pairs_it_leaves_out_and_the_flag_that_kee
     char text[4096], *p = text;
     for (int i = 0; i < 30; i++)
         p += sprintf(p, i % 3 == 2 ? "a b c d e f a b c\tA B C D E F A B C\n" : "a b c\tC B A\n");
-    const char *path = in_dir("lengths.tsv");
-    write_text(path, text);
-    assert_status(RUN("train", "--train", path, "--out", in_dir("run-len"), TINY, "--steps", "2", "--eval-every", "2",
-                      "--tokenizer", "word", "--max-len", "6", "--heldout", "0.1"), 0);
-    assert_contains(err_text, "10 of 30 pairs (33.3%) have a side longer than --max-len 6 tokens and are left out "
+    const char *path = tt_in_dir("lengths.tsv");
+    tt_write_text(path, text);
+    assert_status(RUN("train", "--train", path, "--out", tt_in_dir("run-len"), TINY, "--steps", "2", "--eval-every",
+                      "2", "--tokenizer", "word", "--max-len", "6", "--heldout", "0.1"),
+                  0);
+    assert_contains(tt.err, "10 of 30 pairs (33.3%) have a side longer than --max-len 6 tokens and are left out "
                               "of training; --max-len 10 keeps them all");
 }
 
@@ -396,46 +316,26 @@ static void test_a_vocabulary_of_words_seen_once_is_warned_about_naming_the_fix(
     for (int i = 0; i < 300; i++)
         p += sprintf(p, "%d %d %d\t%shundert%sund%s\n", i / 100 + 1, i / 10 % 10, i % 10, ones[i / 100 + 1],
                      ones[i % 10], ones[i / 10 % 10]);
-    const char *path = in_dir("onceword.tsv"), *dev = in_dir("onceword-dev.tsv");
-    write_text(path, text);
-    write_text(dev, "7 7 7\tsiebenhundertsiebenundsieben\n8 8 8\tachthundertachtundacht\n");
+    const char *path = tt_in_dir("onceword.tsv"), *dev = tt_in_dir("onceword-dev.tsv");
+    tt_write_text(path, text);
+    tt_write_text(dev, "7 7 7\tsiebenhundertsiebenundsieben\n8 8 8\tachthundertachtundacht\n");
     free(text);
-    assert_status(RUN("train", "--train", path, "--dev", dev, "--out", in_dir("run-once"), TINY, "--steps", "2",
+    assert_status(RUN("train", "--train", path, "--dev", dev, "--out", tt_in_dir("run-once"), TINY, "--steps", "2",
                       "--eval-every", "2", "--tokenizer", "word"), 0);
-    assert_contains(err_text, "warning: 300 of the 300 target words (100%) occur once");
-    assert_contains(err_text, "--tokenizer spm");
-    assert_contains(err_text, "warning: 2 of the 2 target tokens (100%) of the dev pairs are unknown");
+    assert_contains(tt.err, "warning: 300 of the 300 target words (100%) occur once");
+    assert_contains(tt.err, "--tokenizer spm");
+    assert_contains(tt.err, "warning: 2 of the 2 target tokens (100%) of the dev pairs are unknown");
     /* subwords: neither warning */
-    assert_status(RUN("train", "--train", path, "--dev", dev, "--out", in_dir("run-once-spm"), TINY, "--steps", "2",
+    assert_status(RUN("train", "--train", path, "--dev", dev, "--out", tt_in_dir("run-once-spm"), TINY, "--steps", "2",
                       "--eval-every", "2"), 0);
-    assert_null(strstr(err_text, "occur once"));
-    assert_null(strstr(err_text, "are unknown"));
+    assert_null(strstr(tt.err, "occur once"));
+    assert_null(strstr(tt.err, "are unknown"));
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int group_setup(void **state) {
-    bin = getenv("AG_TRANSLATE_BIN");
-    if (!bin || !*bin) {
-        print_error("AG_TRANSLATE_BIN is not set (meson test sets it)\n");
-        return -1;
-    }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ag-translate-spm-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        print_error("mkdtemp %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    return tu_setup(state);
-}
+static int group_setup(void **state) { return tt_begin("translate-spm") != 0 ? -1 : tu_setup(state); }
 
 static int group_teardown(void **state) {
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(out_text);
-    free(err_text);
+    tt_end();
     return tu_teardown(state);
 }
 

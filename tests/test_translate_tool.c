@@ -6,11 +6,9 @@
 #define _GNU_SOURCE /* pipe2, posix_openpt, nftw */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,141 +20,19 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "translate_run.h"
 #include "translate_version.h"
-
-extern char **environ;
-
-static const char *bin;           /* AG_TRANSLATE_BIN */
-static char dir[256];             /* this run's temporary directory */
-static char *out_text, *err_text; /* stdout and stderr of the last run */
 
 #define TINY "--d-model", "16", "--heads", "2", "--layers", "1", "--ff", "32", "--batch", "8", "--max-eval", "8", \
              "--threads", "1", "--seed", "1", "--tokenizer", "word"
-
-static const char *in_dir(const char *name) {
-    static char buf[16][512];
-    static int next;
-    char *p = buf[next++ % 16];
-    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
-    return p;
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) fail_msg("cannot create %s: %s", path, strerror(errno));
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    assert_int_equal(fclose(f), 0);
-}
-
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t len = 0, cap = 4096, n;
-    char *s = malloc(cap);
-    while ((n = fread(s + len, 1, cap - len - 1, f)) > 0)
-        if ((len += n) + 1 == cap) s = realloc(s, cap *= 2);
-    s[len] = 0;
-    fclose(f);
-    return s;
-}
-
-static int count(const char *hay, const char *needle) {
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-
-/* ---- running the program ---- */
-
-/* Start bin with args; fds[0..2] become its stdin, stdout, stderr (the parent's copies stay
- * open: the caller closes them). */
-static pid_t spawn_with(const char *const *args, const int fds[3]) {
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = bin;
-    for (; *args; args++) argv[n++] = *args;
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    for (int i = 0; i < 3; i++) posix_spawn_file_actions_adddup2(&fa, fds[i], i);
-    pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) fail_msg("cannot start %s: %s", bin, strerror(rc));
-    return pid;
-}
-
-/* pid's exit status within timeout seconds (killed and failed after) */
-static int wait_for(pid_t pid, double timeout) {
-    int ws, got;
-    double t0 = now();
-    while ((got = waitpid(pid, &ws, WNOHANG)) == 0 && now() - t0 < timeout)
-        nanosleep(&(struct timespec){0, 5000000}, NULL);
-    if (got == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &ws, 0);
-        fail_msg("%s did not finish within %.0f s", bin, timeout);
-    }
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-}
-
-static int open_file(const char *name, int flags) {
-    int fd = open(in_dir(name), flags | O_CLOEXEC, 0644);
-    if (fd < 0) fail_msg("cannot open %s: %s", in_dir(name), strerror(errno));
-    return fd;
-}
-
-/* Run to the end with stdin_text (NULL: /dev/null); its output in out_text and err_text. */
-static int run_v(const char *stdin_text, const char *const *args) {
-    if (stdin_text) write_text(in_dir("stdin.txt"), stdin_text);
-    int fds[3] = {stdin_text ? open_file("stdin.txt", O_RDONLY) : open("/dev/null", O_RDONLY | O_CLOEXEC),
-                  open_file("stdout.txt", O_WRONLY | O_CREAT | O_TRUNC),
-                  open_file("stderr.txt", O_WRONLY | O_CREAT | O_TRUNC)};
-    pid_t pid = spawn_with(args, fds);
-    for (int i = 0; i < 3; i++) close(fds[i]);
-    int status = wait_for(pid, 120);
-    free(out_text);
-    free(err_text);
-    out_text = read_text(in_dir("stdout.txt"));
-    err_text = read_text(in_dir("stderr.txt"));
-    assert_non_null(out_text);
-    assert_non_null(err_text);
-    if (strstr(err_text, "runtime error: ") || strstr(err_text, "Sanitizer"))
-        fail_msg("%s reported a sanitizer error:\n%s", bin, err_text);
-    return status;
-}
-#define RUN(...) run_v(NULL, (const char *[]){__VA_ARGS__, NULL})
-#define RUN_STDIN(text, ...) run_v((text), (const char *[]){__VA_ARGS__, NULL})
-
-#define assert_status(status, expected) assert_status_(__FILE__, __LINE__, (status), (expected))
-static void assert_status_(const char *file, int line, int status, int expected) {
-    if (status == expected) return;
-    print_error("%s:%d: exit status %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s\n", file, line, status,
-                expected, out_text ? out_text : "", err_text ? err_text : "");
-    fail();
-}
-
-#define assert_contains(hay, needle) assert_contains_(__FILE__, __LINE__, (hay), (needle))
-static void assert_contains_(const char *file, int line, const char *hay, const char *needle) {
-    if (hay && strstr(hay, needle)) return;
-    print_error("%s:%d: '%s' not found in:\n%s\n", file, line, needle, hay ? hay : "(null)");
-    fail();
-}
 
 /* ---- fixtures ---- */
 
 static const char *toy(void) {
     static char p[512];
     if (!p[0]) {
-        tu_write_toy_corpus(in_dir("toy.tsv"), 40, 12345);
-        snprintf(p, sizeof p, "%s", in_dir("toy.tsv"));
+        tu_write_toy_corpus(tt_in_dir("toy.tsv"), 40, 12345);
+        snprintf(p, sizeof p, "%s", tt_in_dir("toy.tsv"));
     }
     return p;
 }
@@ -167,45 +43,24 @@ static char *tiny_log[2];
 static const char *tiny(void) {
     static char ck[600];
     if (ck[0]) return ck;
-    const char *out = in_dir("tiny");
+    const char *out = tt_in_dir("tiny");
     char o[512];
     snprintf(o, sizeof o, "%s", out);
     assert_status(RUN("train", "--train", toy(), "--test", toy(), "--out", o, TINY, "--steps", "6", "--eval-every",
                       "3", "--save-every", "3"),
                   0);
-    tiny_log[0] = strdup(out_text);
-    tiny_log[1] = strdup(err_text);
+    tiny_log[0] = strdup(tt.out);
+    tiny_log[1] = strdup(tt.err);
     snprintf(ck, sizeof ck, "%s/best.h5", o);
     return ck;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int group_setup(void **state) {
-    bin = getenv("AG_TRANSLATE_BIN");
-    if (!bin || !*bin) {
-        print_error("AG_TRANSLATE_BIN is not set (meson test sets it)\n");
-        return -1;
-    }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ag-translate-tool-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        print_error("mkdtemp %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    signal(SIGPIPE, SIG_IGN); /* a child that died early must fail a write, not kill the test */
-    return 0;
-}
+static int group_setup(void **state) { return tt_begin("translate-tool"); }
 
 static int group_teardown(void **state) {
-    free(out_text);
-    free(err_text);
     free(tiny_log[0]);
     free(tiny_log[1]);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tt_end();
     return 0;
 }
 
@@ -214,11 +69,11 @@ static int group_teardown(void **state) {
 /* Read from fd until buf holds a complete line (or timeout seconds pass); the line's length
  * with its newline, or 0 after the timeout or at the end of the output. */
 static size_t read_line(int fd, char *buf, size_t cap, size_t *len, double timeout) {
-    double t0 = now();
+    double t0 = tt_now();
     for (;;) {
         char *nl = memchr(buf, '\n', *len);
         if (nl) return (size_t)(nl - buf) + 1;
-        double left = timeout - (now() - t0);
+        double left = timeout - (tt_now() - t0);
         if (left <= 0 || *len + 1 >= cap) return 0;
         struct pollfd p = {fd, POLLIN, 0};
         if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
@@ -231,13 +86,13 @@ static size_t read_line(int fd, char *buf, size_t cap, size_t *len, double timeo
 static void test_translate_answers_each_stdin_line_before_stdin_is_closed(void **state) {
     const char *ck = tiny();
     assert_status(RUN("translate", "--checkpoint", ck, "a b c", "f e"), 0);
-    char *want = strdup(out_text);
+    char *want = strdup(tt.out);
     char *second = strchr(want, '\n') + 1;
     int in[2], out[2];
     assert_int_equal(pipe2(in, O_CLOEXEC), 0); /* the child keeps only its ends (dup2 to 0 and 1) */
     assert_int_equal(pipe2(out, O_CLOEXEC), 0);
-    int fds[3] = {in[0], out[1], open_file("stream-stderr.txt", O_WRONLY | O_CREAT | O_TRUNC)};
-    pid_t pid = spawn_with((const char *[]){"translate", "--checkpoint", ck, NULL}, fds);
+    int fds[3] = {in[0], out[1], tt_open_in_dir("stream-stderr.txt", O_WRONLY | O_CREAT | O_TRUNC)};
+    pid_t pid = tt_spawn((const char *[]){"translate", "--checkpoint", ck, NULL}, fds);
     close(in[0]);
     close(out[1]);
     close(fds[2]);
@@ -268,7 +123,7 @@ static void test_translate_answers_each_stdin_line_before_stdin_is_closed(void *
     assert_int_equal(n, strlen(second));
     assert_memory_equal(buf, second, n);
     close(in[1]);
-    assert_int_equal(wait_for(pid, 60), 0);
+    assert_int_equal(tt_wait(pid, 60), 0);
     close(out[0]);
     free(want);
 }
@@ -277,38 +132,38 @@ static void test_unknown_words_are_named_on_stderr_and_the_line_still_answered(v
     const char *ck = tiny();
     /* "zz" twice on line 2 is named once; line 3's unknown word is the whole line */
     assert_status(RUN_STDIN("a b c\na zz b zz q\nhello\n", "translate", "--checkpoint", ck), 0);
-    assert_string_equal(err_text,
+    assert_string_equal(tt.err,
                         "attograd-translate: stdin:2: unknown words 'zz', 'q' (not in the source vocabulary)\n"
                         "attograd-translate: stdin:3: unknown word 'hello' (not in the source vocabulary)\n");
-    assert_int_equal(count(out_text, "\n"), 3);
-    char *from_stdin = strdup(out_text);
+    assert_int_equal(tt_count(tt.out, "\n"), 3);
+    char *from_stdin = strdup(tt.out);
     /* the same sentences as arguments: numbered when there are several, the same translations
      * (the unknown words read as <unk>) */
     assert_status(RUN("translate", "--checkpoint", ck, "a b c", "a zz b zz q", "hello"), 0);
-    assert_string_equal(out_text, from_stdin);
-    assert_string_equal(err_text,
+    assert_string_equal(tt.out, from_stdin);
+    assert_string_equal(tt.err,
                         "attograd-translate: argument 2: unknown words 'zz', 'q' (not in the source vocabulary)\n"
                         "attograd-translate: argument 3: unknown word 'hello' (not in the source vocabulary)\n");
     assert_status(RUN("translate", "--checkpoint", ck, "a xyz"), 0);
-    assert_string_equal(err_text, "attograd-translate: unknown word 'xyz' (not in the source vocabulary)\n");
+    assert_string_equal(tt.err, "attograd-translate: unknown word 'xyz' (not in the source vocabulary)\n");
     assert_status(RUN("translate", "--checkpoint", ck, "a b c"), 0);
-    assert_string_equal(err_text, "");
+    assert_string_equal(tt.err, "");
     /* 70 known words and an unknown one past what the model reads (max_len 64, <eos> included):
      * the cut is said, the word never read is not named */
     char longer[300] = "";
     for (int i = 0; i < 70; i++) strcat(longer, "a ");
     strcat(longer, "zz");
     assert_status(RUN("translate", "--checkpoint", ck, longer), 0);
-    assert_string_equal(err_text, "attograd-translate: 71 words: the model reads the first 63 (it was trained with "
+    assert_string_equal(tt.err, "attograd-translate: 71 words: the model reads the first 63 (it was trained with "
                                   "--max-len 64)\n");
-    assert_int_equal(count(out_text, "\n"), 1);
+    assert_int_equal(tt_count(tt.out, "\n"), 1);
     free(from_stdin);
 }
 
 /* ---- option errors ---- */
 
 static void test_each_option_error_is_one_line_and_a_pointer_to_help(void **state) {
-    const char *T = toy(), *O = in_dir("never"), *ck = tiny();
+    const char *T = toy(), *O = tt_in_dir("never"), *ck = tiny();
     char out_dir[512];
     snprintf(out_dir, sizeof out_dir, "%s", O);
     const struct {
@@ -377,36 +232,36 @@ static void test_each_option_error_is_one_line_and_a_pointer_to_help(void **stat
         {{"attention", "--checkpoint", ck, "--out"}, "--out needs a value: FILE, the SVG to write (attention.svg)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status = run_v(NULL, cases[i].args);
+        int status = tt_run(NULL, cases[i].args);
         char want[1024];
         snprintf(want, sizeof want,
                  "attograd-translate %s: %s\nRun 'attograd-translate %s --help' for the options.\n", cases[i].args[0],
                  cases[i].problem, cases[i].args[0]);
-        if (status != 2 || strcmp(err_text, want) != 0 || *out_text)
+        if (status != 2 || strcmp(tt.err, want) != 0 || *tt.out)
             fail_msg("case %zu (%s %s ...): status %d, stderr:\n%s\nexpected status 2 and:\n%s", i, cases[i].args[0],
-                     cases[i].args[1] ? cases[i].args[1] : "", status, err_text, want);
+                     cases[i].args[1] ? cases[i].args[1] : "", status, tt.err, want);
     }
     struct stat st;
     assert_int_equal(stat(out_dir, &st), -1); /* train stopped before making --out */
     /* a command: the same form, pointing to the main --help */
     assert_status(RUN("trian", "--train", T), 2);
-    assert_string_equal(err_text, "attograd-translate: unknown command 'trian' (did you mean train?)\n"
+    assert_string_equal(tt.err, "attograd-translate: unknown command 'trian' (did you mean train?)\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
     assert_status(RUN("--verison"), 2);
-    assert_string_equal(err_text, "attograd-translate: unknown command '--verison' (did you mean --version?)\n"
+    assert_string_equal(tt.err, "attograd-translate: unknown command '--verison' (did you mean --version?)\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
     assert_status(RUN("frobnicate"), 2);
-    assert_string_equal(err_text, "attograd-translate: unknown command 'frobnicate'\n"
+    assert_string_equal(tt.err, "attograd-translate: unknown command 'frobnicate'\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
 }
 
 static void test_version_prints_the_project_version(void **state) {
     assert_status(RUN("--version"), 0);
-    assert_string_equal(out_text, "attograd-translate " AG_TRANSLATE_VERSION "\n");
-    assert_string_equal(err_text, "");
+    assert_string_equal(tt.out, "attograd-translate " AG_TRANSLATE_VERSION "\n");
+    assert_string_equal(tt.err, "");
     assert_true(strlen(AG_TRANSLATE_VERSION) >= 5); /* "0.1.0": a real version, not an empty define */
     assert_status(RUN("--help"), 0);
-    assert_contains(out_text, "--version");
+    assert_contains(tt.out, "--version");
 }
 
 /* ---- eval's loss ---- */
@@ -414,7 +269,7 @@ static void test_version_prints_the_project_version(void **state) {
 static void test_eval_prints_the_loss_its_help_promises_as_train_computes_it(void **state) {
     const char *ck = tiny();
     assert_status(RUN("eval", "--help"), 0);
-    assert_contains(out_text, "Loss (teacher-forced cross entropy per target token)");
+    assert_contains(tt.out, "Loss (teacher-forced cross entropy per target token)");
     /* train --test evaluated best.h5 on the same file: the same loss, exact match and BLEU */
     const char *line = strstr(tiny_log[0], "test loss ");
     assert_non_null(line);
@@ -426,14 +281,14 @@ static void test_eval_prints_the_loss_its_help_promises_as_train_computes_it(voi
     char want[1024];
     snprintf(want, sizeof want, "%s: 40 pairs, loss %.4f, greedy exact match %.2f%%, BLEU %.2f\n", toy(), train_loss,
              train_exact, train_bleu);
-    assert_string_equal(out_text, want);
+    assert_string_equal(tt.out, want);
     assert_true(train_loss > 0.5 && train_loss < 5); /* 6 steps: far from ln(10) = 2.3 is not learnt yet */
     /* the loss changes with the data: one pair alone */
-    write_text(in_dir("one.tsv"), "a b\tB A\n");
-    assert_status(RUN("eval", "--checkpoint", ck, "--data", in_dir("one.tsv")), 0);
+    tt_write_text(tt_in_dir("one.tsv"), "a b\tB A\n");
+    assert_status(RUN("eval", "--checkpoint", ck, "--data", tt_in_dir("one.tsv")), 0);
     double one;
-    snprintf(want, sizeof want, "%s: 1 pairs, loss %%lf, ", in_dir("one.tsv"));
-    assert_int_equal(sscanf(out_text, want, &one), 1);
+    snprintf(want, sizeof want, "%s: 1 pairs, loss %%lf, ", tt_in_dir("one.tsv"));
+    assert_int_equal(sscanf(tt.out, want, &one), 1);
     assert_true(one > 0 && one != train_loss);
 }
 
@@ -477,11 +332,11 @@ static void test_the_progress_bar_is_cleared_before_evaluation_lines(void **stat
     assert_true(slave >= 0);
     struct winsize ws = {.ws_row = 50, .ws_col = 200};
     ioctl(slave, TIOCSWINSZ, &ws);
-    int fds[3] = {open("/dev/null", O_RDONLY | O_CLOEXEC), open_file("bar-stdout.txt", O_WRONLY | O_CREAT | O_TRUNC),
-                  slave};
+    int fds[3] = {open("/dev/null", O_RDONLY | O_CLOEXEC),
+                  tt_open_in_dir("bar-stdout.txt", O_WRONLY | O_CREAT | O_TRUNC), slave};
     char out[512];
-    snprintf(out, sizeof out, "%s", in_dir("run-bar"));
-    pid_t pid = spawn_with((const char *[]){"train", "--train", toy(), "--out", out, TINY, "--steps", "9",
+    snprintf(out, sizeof out, "%s", tt_in_dir("run-bar"));
+    pid_t pid = tt_spawn((const char *[]){"train", "--train", toy(), "--out", out, TINY, "--steps", "9",
                                             "--eval-every", "3", "--save-every", "3", "--warmup", "2", NULL},
                            fds);
     close(fds[0]);
@@ -490,10 +345,10 @@ static void test_the_progress_bar_is_cleared_before_evaluation_lines(void **stat
     /* read the terminal while the run goes on (a full pty would block it) */
     size_t len = 0, cap = 1 << 16;
     char *text = malloc(cap);
-    double t0 = now();
+    double t0 = tt_now();
     for (;;) {
         struct pollfd p = {master, POLLIN, 0};
-        if (now() - t0 > 120) break;
+        if (tt_now() - t0 > 120) break;
         if (poll(&p, 1, 100) <= 0) {
             if (waitpid(pid, NULL, WNOHANG) == pid) { pid = 0; break; }
             continue;
@@ -505,7 +360,7 @@ static void test_the_progress_bar_is_cleared_before_evaluation_lines(void **stat
     }
     text[len] = 0;
     close(master);
-    if (pid) assert_int_equal(wait_for(pid, 60), 0);
+    if (pid) assert_int_equal(tt_wait(pid, 60), 0);
     int n;
     char **screen = render_terminal(text, &n);
     /* every evaluation line, sample and result is on a line of its own, and the bar (drawn
@@ -516,7 +371,7 @@ static void test_the_progress_bar_is_cleared_before_evaluation_lines(void **stat
         bool bar = strstr(l, "epoch ") && strstr(l, " tok/s ");
         if (bar) {
             bars++;
-            if (strncmp(l, "epoch ", 6) != 0 || count(l, "epoch ") != 1 || strstr(l, "step 3:") || strstr(l, "->"))
+            if (strncmp(l, "epoch ", 6) != 0 || tt_count(l, "epoch ") != 1 || strstr(l, "step 3:") || strstr(l, "->"))
                 fail_msg("screen line %d has the bar and more: '%s'\nscreen text:\n%s", i, l, text);
         }
         if (strstr(l, ": evaluating on ")) {
@@ -563,15 +418,15 @@ static double *polyline_x(const char *svg, int index, int *n) {
 
 static void test_curves_plot_the_train_loss_at_every_logged_step_from_step_0(void **state) {
     char out[512], path[600];
-    snprintf(out, sizeof out, "%s", in_dir("run-curves"));
+    snprintf(out, sizeof out, "%s", tt_in_dir("run-curves"));
     /* 250 steps: the train loss is logged every 250 / 100 = 2 steps, and at the evaluation at
      * step 125 (the mean of step 125 alone) */
     assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "250", "--eval-every", "125",
                       "--save-every", "250", "--warmup", "20"),
                   0);
-    assert_true(strstr(err_text, "warning: --warmup") == NULL);
+    assert_true(strstr(tt.err, "warning: --warmup") == NULL);
     snprintf(path, sizeof path, "%s/curves.svg", out);
-    char *svg = read_text(path);
+    char *svg = tt_read_file(path, NULL);
     assert_non_null(svg);
     /* the plot area: x from 78 (left) over 658 pixels, the axis from 0 to 250 */
     int n;
@@ -608,10 +463,10 @@ static void test_a_warmup_longer_than_the_run_is_warned_about(void **state) {
     assert_contains(tiny_log[1], "attograd-translate: warning: --warmup 400 is longer than the run (--steps 6): the "
                                  "learning rate only rises to 1.5e-05 of --lr 0.001 and never decays; a --warmup of 1 "
                                  "(a fifth of the steps) would reach it\n");
-    assert_status(RUN("train", "--train", toy(), "--out", in_dir("run-warm"), TINY, "--steps", "10", "--warmup", "10",
-                      "--eval-every", "10"),
+    assert_status(RUN("train", "--train", toy(), "--out", tt_in_dir("run-warm"), TINY, "--steps", "10", "--warmup",
+                      "10", "--eval-every", "10"),
                   0);
-    assert_true(strstr(err_text, "warning") == NULL); /* equal: the peak is reached at the last step */
+    assert_true(strstr(tt.err, "warning") == NULL); /* equal: the peak is reached at the last step */
 }
 
 #define TEST(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
