@@ -56,8 +56,9 @@ typedef struct {
      * skip_padding (up to rounding); the outputs at padded positions are 0 instead of torch's
      * values, so nothing may read them: a decoder's memory_key_padding_mask must mask the source
      * padding (ag_transformer_forward reports misuse otherwise), and a loss must ignore padded
-     * targets (ignore_index). Dropout draws only for the positions computed, so its masks differ
-     * from a run without. Off by default; asking for cross-attention weights turns it off. */
+     * targets (ignore_index). Dropout draws each computed position's mask where the padded
+     * batch has it (the padding is skipped, not drawn), so the masks are those of a run without.
+     * Off by default; asking for cross-attention weights turns it off. */
     bool skip_padding;
 } ag_transformer_config;
 
