@@ -1,11 +1,12 @@
 #!/bin/sh
 # Data-parallel runs end to end, under mpirun (tests/meson.build passes the programs):
 # attograd-translate train with dropout on 2 and on 4 ranks against 1 process (each pair draws
-# its own dropout masks wherever it runs), a run placed by a hostfile, resume from 1 process on
-# 2 ranks and from 2 ranks in 1 process, 2- and 4-rank checkpoints translating in one process, a
-# rank that cannot open its corpus or trains another model, and ranks that die (test_dist die
-# ...): the job must end within 10 s of the death (every mpirun has a 300 s guard against a
-# hang, for the sanitizer build on a busy machine). Each check prints what it compared.
+# its own dropout masks wherever it runs), a run placed by a hostfile over TCP, resume from 1
+# process on 2 ranks and from 2 ranks in 1 process, 2- and 4-rank checkpoints translating in one
+# process, a rank that cannot open its corpus or trains another model, and ranks that die
+# (test_dist die ..., over shared memory and over TCP): the job must end within 10 s of the
+# death (every mpirun has a 300 s guard against a hang, for the sanitizer build on a busy
+# machine). Each check prints what it compared.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 bin=$1 test_dist=$2 data=$3
@@ -32,19 +33,21 @@ echo "ok only rank 0 reports"
 "$bin" train $tiny --dropout 0 --steps 6 --out "$tmp/nodrop" >/dev/null 2>"$tmp/nodrop.log" || fail "no dropout"
 [ "$(losses "$tmp/nodrop.log")" != "$(losses "$tmp/one.log")" ] || fail "dropout 0.3 changed nothing"
 
-# 4 ranks x 2 pairs, and 2 ranks on the slots of a hostfile (the form a run across machines
-# takes; here both slots are this machine's): the same losses again
+# 4 ranks x 2 pairs, and 2 ranks on the slots of a hostfile talking over TCP (the form a run
+# across machines takes: here both slots are this machine's and the link is the loopback, with
+# shared memory turned off so that TCP carries every message): the same losses again
 timeout 300 mpirun -np 4 --oversubscribe "$bin" train $tiny --steps 6 --out "$tmp/four" >/dev/null \
     2>"$tmp/four.log" || fail "4 ranks: $(cat "$tmp/four.log")"
 [ "$(losses "$tmp/one.log")" = "$(losses "$tmp/four.log")" ] ||
     fail "4 ranks and 1 process differ: $(losses "$tmp/one.log") / $(losses "$tmp/four.log")"
 echo "ok 4 ranks = 1 process: $(losses "$tmp/four.log" | tail -1)"
 echo "localhost slots=2" >"$tmp/hosts"
-timeout 300 mpirun --hostfile "$tmp/hosts" -np 2 --bind-to none "$bin" train $tiny --steps 6 \
-    --out "$tmp/hosts.out" >/dev/null 2>"$tmp/hosts.log" || fail "hostfile: $(cat "$tmp/hosts.log")"
+tcp="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo"
+timeout 300 mpirun --hostfile "$tmp/hosts" -np 2 --bind-to none $tcp "$bin" train $tiny --steps 6 \
+    --out "$tmp/hosts.out" >/dev/null 2>"$tmp/hosts.log" || fail "hostfile, TCP: $(cat "$tmp/hosts.log")"
 [ "$(losses "$tmp/one.log")" = "$(losses "$tmp/hosts.log")" ] ||
-    fail "hostfile run and 1 process differ: $(losses "$tmp/one.log") / $(losses "$tmp/hosts.log")"
-echo "ok 2 ranks from a hostfile = 1 process"
+    fail "hostfile run over TCP and 1 process differ: $(losses "$tmp/one.log") / $(losses "$tmp/hosts.log")"
+echo "ok 2 ranks from a hostfile, over TCP = 1 process"
 
 # 2- and 4-rank checkpoints translate in one process, as the 1-process one does
 b=$("$bin" translate --checkpoint "$tmp/one/last.h5" "one hundred and two" 2>&1)
@@ -95,12 +98,15 @@ echo "ok $(grep "rank 1" "$tmp/y.log")"
 
 # a rank killed, or exiting 0 without finalize, while the other waits for
 # its gradients: mpirun stops the job within seconds and names the rank
-for how in signal exit0; do
-    mpi "$test_dist" die $how >"$tmp/die.log" 2>&1 && fail "rank 1 died ($how) and mpirun exited 0"
+# (killed over TCP too, the link between machines)
+for run in signal exit0 "signal tcp"; do
+    how=${run% tcp} via=
+    [ "$run" = "$how" ] || via=$tcp
+    mpi $via "$test_dist" die $how >"$tmp/die.log" 2>&1 && fail "rank 1 died ($run) and mpirun exited 0"
     status=$?
     took=$(awk -v end="$(date +%s.%N)" '/dying/ { printf "%.1f", end - $NF }' "$tmp/die.log")
     [ $status != 124 ] && [ -n "$took" ] && awk -v t="$took" 'BEGIN { exit !(t <= 10) }' ||
-        fail "rank 1 died ($how): the job ended ${took:-?}s later (status $status): $(cat "$tmp/die.log")"
+        fail "rank 1 died ($run): the job ended ${took:-?}s later (status $status): $(cat "$tmp/die.log")"
     grep -q "rank 1\|\[\[[0-9]*,1\],1\]" "$tmp/die.log" || fail "rank 1 not named: $(cat "$tmp/die.log")"
-    echo "ok rank 1 died ($how): the job ended ${took}s later, status $status"
+    echo "ok rank 1 died ($run): the job ended ${took}s later, status $status"
 done
