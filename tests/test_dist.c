@@ -61,9 +61,10 @@ static ag_tensor *mlp_loss(mlp *m, int64_t first, int64_t n) {
     return n == BATCH ? loss : ag_mul_scalar(loss, (double)size * (double)n / BATCH);
 }
 
-static void my_rows(int64_t *first, int64_t *n) {
-    *first = BATCH * rank / size;
-    *n = BATCH * (rank + 1) / size - *first;
+/* this rank's rows of a batch of b */
+static void my_rows(int64_t b, int64_t *first, int64_t *n) {
+    *first = b * rank / size;
+    *n = b * (rank + 1) / size - *first;
 }
 
 static double max_abs_diff(const float *a, const float *b, int64_t n) {
@@ -82,6 +83,18 @@ static float *copy_slab(const char *slab, int64_t n) {
     float *c = malloc(sizeof *c * (size_t)n);
     memcpy(c, slab, sizeof *c * (size_t)n);
     return c;
+}
+
+/* the end of a training run: the ranks hold the same parameters (d: a distributed run), and
+ * a copy of them is returned (*numel floats) before the model is freed */
+static float *finish_training(ag_dist *d, ag_optim *opt, ag_params *p, int64_t *numel) {
+    if (d) CHECK(ag_dist_params_identical(d), "ranks hold different parameters after training");
+    float *out = copy_slab(p->data, p->numel);
+    *numel = p->numel;
+    ag_optim_free(opt);
+    ag_dist_free(d);
+    ag_params_free(p);
+    return out;
 }
 
 /* rank r starts from seed r + 1; after ag_dist_new every rank holds rank 0's parameters, which
@@ -112,7 +125,7 @@ static void test_averaged_gradient_equals_single_process_gradient(void) {
     ag_dist *d = ag_dist_new(m.p, &(ag_dist_opts){.bucket_bytes = 256});
     CHECK(ag_dist_bucket_count(d) >= 3, "%d buckets", ag_dist_bucket_count(d));
     int64_t first, n;
-    my_rows(&first, &n);
+    my_rows(BATCH, &first, &n);
     ag_params_zero_grad(m.p);
     ag_backward(mlp_loss(&m, first, n), NULL);
     ag_dist_sync_grads(d);
@@ -149,7 +162,7 @@ static void test_buckets_completing_out_of_order_give_the_right_gradient(void) {
     ag_dist *d = ag_dist_new(p, &(ag_dist_opts){.bucket_bytes = 1});
     CHECK(ag_dist_bucket_count(d) == 4, "%d buckets", ag_dist_bucket_count(d));
     int64_t first, n;
-    my_rows(&first, &n);
+    my_rows(BATCH, &first, &n);
     x = ag_wrap(AG_F32, AG_SHAPE(n, IN), (char *)(X + first * IN));
     ag_params_zero_grad(p);
     /* a sum, not a mean: the ranks' gradients add up to the whole batch's, the average is 1/size of it */
@@ -180,7 +193,7 @@ static float *train(bool distributed, int threads, int64_t *numel) {
     for (int step = 0; step < 50; step++) {
         make_batch(step);
         int64_t first = 0, n = BATCH;
-        if (distributed) my_rows(&first, &n);
+        if (distributed) my_rows(BATCH, &first, &n);
         ag_params_zero_grad(m.p);
         ag_backward(mlp_loss(&m, first, n), NULL);
         if (d) ag_dist_sync_grads(d);
@@ -188,13 +201,7 @@ static float *train(bool distributed, int threads, int64_t *numel) {
         ag_optim_step(opt);
         ag_arena_reset(ag_arena_current());
     }
-    if (d) CHECK(ag_dist_params_identical(d), "ranks hold different parameters after training");
-    float *out = copy_slab(m.p->data, m.p->numel);
-    *numel = m.p->numel;
-    ag_optim_free(opt);
-    ag_dist_free(d);
-    ag_params_free(m.p);
-    return out;
+    return finish_training(d, opt, m.p, numel);
 }
 
 static void test_two_processes_train_as_one_with_the_whole_batch(void) {
@@ -286,8 +293,7 @@ static float *train_seq2seq(bool distributed, int64_t *numel) {
         make_pairs(step);
         int64_t first = 0, n = TB;
         if (distributed) {
-            first = TB * rank / size;
-            n = TB * (rank + 1) / size - first;
+            my_rows(TB, &first, &n);
             ag_rng_share_batch(&rng, first, n, TB);
         }
         ag_params_zero_grad(m.p);
@@ -296,13 +302,7 @@ static float *train_seq2seq(bool distributed, int64_t *numel) {
         ag_optim_step(opt);
         ag_arena_reset(ag_arena_current());
     }
-    if (d) CHECK(ag_dist_params_identical(d), "ranks hold different parameters after training");
-    float *out = copy_slab(m.p->data, m.p->numel);
-    *numel = m.p->numel;
-    ag_optim_free(opt);
-    ag_dist_free(d);
-    ag_params_free(m.p);
-    return out;
+    return finish_training(d, opt, m.p, numel);
 }
 
 /* with dropout 0.2 on: the same parameters to f32 rounding; a run with other masks (another
@@ -345,7 +345,7 @@ static int die(const char *how) {
     for (int step = 0;; step++) {
         make_batch(step);
         int64_t first, n;
-        my_rows(&first, &n);
+        my_rows(BATCH, &first, &n);
         ag_params_zero_grad(m.p);
         ag_backward(mlp_loss(&m, first, n), NULL);
         if (step == 3 && rank == size - 1) {
