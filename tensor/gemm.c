@@ -9,8 +9,20 @@
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "internal.h"
+
+/* 2·m·n·k of every product through ag__sgemm, ag__sgemm_bias and ag__dgemm (ag_gemm_flops);
+ * relaxed: a count, read between steps, ordering nothing */
+static _Atomic uint64_t gemm_flops;
+
+static void count_flops(int64_t m, int64_t n, int64_t k) {
+    if (m > 0 && n > 0 && k > 0)
+        atomic_fetch_add_explicit(&gemm_flops, (uint64_t)(2 * m * n * k), memory_order_relaxed);
+}
+
+uint64_t ag_gemm_flops(void) { return atomic_load_explicit(&gemm_flops, memory_order_relaxed); }
 
 /* ---- OpenBLAS ---- */
 
@@ -315,6 +327,7 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
         return;
     }
+    count_flops(m, n, k);
     /* the own kernel does not call OpenBLAS, but a program that raised its threads gets it back
      * single-threaded from any GEMM, as with OpenBLAS (cheap: two calls) */
     ag__blas_single_threaded();
@@ -334,6 +347,7 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
     const ag__sgemm_kernels *K = ag__kernels->sgemm;
     bool small = K && small_fits(K, tb, m, n, k);
     if (k > 0 && K && (small || blocked_fits(K, ta, k))) {
+        count_flops(m, n, k);
         ag__sgemm_path(K, small, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, bias);
         return;
     }
@@ -344,6 +358,7 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
 
 void ag__dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
                const double *b, int64_t ldb, double beta, double *c, int64_t ldc) {
+    count_flops(m, n, k);
     ag__blas_gemm(AG_F64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -112,6 +112,11 @@ ag_arena *ag_arena_use(ag_arena *a);
 ag_arena *ag_arena_current(void);
 /* Heap allocations made by the library so far (arena blocks, slabs). Constant in steady state. */
 uint64_t ag_alloc_count(void);
+/* Floating-point operations of the library's matrix products so far: 2·m·n·k summed over every
+ * GEMM (ag_matmul, the linear and recurrent layers, attention's GEMM path), f32 and f64.
+ * The fused attention kernels' products (tensor/simd/) are not GEMM calls and count nothing. A
+ * step's figure, divided by an sgemm rate, is the least time its products can take. */
+uint64_t ag_gemm_flops(void);
 /* malloc that counts itself in ag_alloc_count; aborts on out-of-memory. */
 void *ag_xmalloc(size_t bytes);
 void ag_xfree(void *p);

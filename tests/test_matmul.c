@@ -434,6 +434,27 @@ static void test_matmul_gradcheck_one_d_and_batch_broadcast(void **s) {
     assert_gradcheck(f_matmul, NULL, 2, (ag_tensor *[]){e, w});
 }
 
+/* ag_gemm_flops grows by 2·m·n·k a product: once in forward, and twice in backward (dA and
+ * dB), whatever the batch folding; an empty inner dim multiplies nothing */
+static void test_gemm_flops_count_every_product(void **state) {
+    (void)state;
+    ag_rng rng = ag_rng_new(9);
+    for (int d = 0; d < 2; d++) {
+        ag_dtype dt = d ? AG_F64 : AG_F32;
+        ag_tensor *a = ag_randn(&rng, dt, AG_SHAPE(2, 3, 4)), *b = ag_randn(&rng, dt, AG_SHAPE(4, 5));
+        ag_requires_grad_(a, true);
+        ag_requires_grad_(b, true);
+        uint64_t f0 = ag_gemm_flops();
+        ag_tensor *y = ag_matmul(a, b);
+        assert_int_equal(ag_gemm_flops() - f0, 2 * 6 * 5 * 4);
+        ag_backward(ag_sum(y, 0, NULL, false), NULL);
+        assert_int_equal(ag_gemm_flops() - f0, 3 * (2 * 6 * 5 * 4));
+    }
+    uint64_t f0 = ag_gemm_flops();
+    ag_matmul(ag_zeros(AG_F32, AG_SHAPE(3, 0)), ag_zeros(AG_F32, AG_SHAPE(0, 5)));
+    assert_int_equal(ag_gemm_flops() - f0, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_matmul_2x2_hand_worked, tu_setup, tu_teardown),
@@ -455,6 +476,7 @@ int main(void) {
                                         tu_teardown),
         cmocka_unit_test_setup_teardown(test_transposed_operands_are_not_copied, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_matmul_errors_name_the_shapes, tu_setup, tu_teardown),
+        cmocka_unit_test_setup_teardown(test_gemm_flops_count_every_product, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_gradients_hand_worked_and_accumulated, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_broadcast_weight_gradient_sums_over_the_batch, tu_setup, tu_teardown),
         cmocka_unit_test_setup_teardown(test_matmul_gradcheck_every_transpose_combination, tu_setup, tu_teardown),
