@@ -21,7 +21,9 @@
  *     (bench_train.py --ddp is PyTorch's DistributedDataParallel on the same split)
  * Notes printed: loss0 (eval loss before training: both sides must agree), final (loss of the
  * last step: equal for every thread count), allocs (heap allocations during the timed steps),
- * used (the threads the timed steps ran with: fewer than asked while following the load). */
+ * used (the threads the timed steps ran with: fewer than asked while following the load), gemm
+ * (the GEMM work of one step of this process, ag_gemm_flops: with skip_padding less than the
+ * model FLOPs the rates count, which include the padded positions). */
 
 #include <omp.h>
 
@@ -169,10 +171,13 @@ int main(int argc, char **argv) {
     ag_set_grad_enabled(prev);
 
     double *t = malloc(sizeof(double) * (size_t)reps), *ts = malloc(sizeof(double) * (size_t)reps), final = 0;
-    uint64_t allocs = 0;
+    uint64_t allocs = 0, flops = 0;
     int used_min = 1 << 20, used_max = 0; /* the step's OpenMP count, taken up at the reset */
     for (int i = 0; i < warm + reps; i++) {
-        if (i == warm) allocs = ag_alloc_count();
+        if (i == warm) {
+            allocs = ag_alloc_count();
+            flops = ag_gemm_flops();
+        }
         double t0 = bench_now_ms();
         ag_arena_reset(step);
         if (i >= warm) {
@@ -193,6 +198,7 @@ int main(int argc, char **argv) {
         final = ag_item(loss);
     }
     allocs = ag_alloc_count() - allocs;
+    flops = ag_gemm_flops() - flops;
     /* --dist: the wait left after backward (sync) against the whole reduction with nothing to
      * hide behind (comm: a sync with no backward before it starts every bucket then) */
     char comm[128] = "";
@@ -216,8 +222,9 @@ int main(int argc, char **argv) {
              c->len, c->vocab);
     char used[32];
     snprintf(used, sizeof used, used_min == used_max ? "%d" : "%d-%d", used_min, used_max);
-    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB,used=%s%s", loss0, final,
-             (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20), used, comm);
+    snprintf(note, sizeof note, "loss0=%.6g,final=%.9g,allocs=%llu,arena=%.0fMiB,used=%s,gemm=%.2fGF%s", loss0,
+             final, (unsigned long long)allocs, (double)ag_arena_used(step) / (1 << 20), used,
+             (double)flops / reps * 1e-9, comm);
     char name[64], np[16] = "";
     if (dist) snprintf(np, sizeof np, "_np%d", ranks);
     snprintf(name, sizeof name, "train_%s%s%s%s%s%s%s", c->name, recompute ? "_recompute" : "", keep_ff ? "_keepff" : "",

@@ -108,4 +108,12 @@ for (name, shape, threads), r in rows.items():
     line = f"# {name}: {n} processes x {threads} thread vs 1 x 1: attograd {min(one['attograd']) / a:.2f}x the throughput"
     if r["pytorch"]:
         line += f"; step {a / min(r['pytorch']):.2f}x DistributedDataParallel's (gloo)"
+    # the least time a rank's GEMMs can take: their work at the best sgemm rate of this run
+    gemm = [v[5:-2] for v in r["notes"].get("attograd", "").split(",") if v.startswith("gemm=")]
+    if gemm and threads in peak:
+        g = float(gemm[0])
+        line += (f"; a rank's GEMMs ({g:.2f} GFLOP) take {g / peak[threads] * 1e3:.0f} ms at this run's "
+                 f"sgemm peak ({peak[threads]:.1f} GFLOP/s)")
+        if r["pytorch"]:
+            line += f", half of DDP's step is {min(r['pytorch']) / 2:.0f} ms"
     print(line)
