@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -59,11 +58,7 @@ static double lr_at(const train_opts *o, int64_t step) {
     return ag_lr_schedule_at(&sched, step);
 }
 
-static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) {
-    (void)sig;
-    interrupted = 1;
-}
+static bool interrupted; /* Ctrl-C or SIGTERM on some rank, agreed by all after a step (train_dist.h) */
 
 static double now(void) {
     struct timespec t;
@@ -508,10 +503,7 @@ static bool run_setup(run *r, const train_opts *given) {
         return false;
     }
     tr_batcher_set_epoch(&r->b, r->st.epoch);
-    struct sigaction sa = {.sa_handler = on_sigint};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    tr_dist_catch_signals(true);
 
     if (!r->resuming && o->warmup > o->steps)
         fprintf(stderr, "attograd-translate: warning: --warmup %lld is longer than the run (--steps %lld): the "
@@ -736,11 +728,12 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
         if (devnull) r.prog.out = devnull;
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
             run_step(&r);
-            if (tr_dist_step_done(&r.rng, interrupted)) interrupted = 1;
+            interrupted = tr_dist_step_done(&r.rng);
             if (lead) run_evaluate_and_save(&r);
             r.stop = tr_dist_any(r.stop);
         }
         tr_dist_detach(&r.rng);
+        tr_dist_catch_signals(false);
         if (devnull) {
             fclose(devnull);
             r.prog.out = stderr;
