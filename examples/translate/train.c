@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lock.h"
 #include "metrics.h"
 #include "progress.h"
 #include "subword.h"
@@ -477,8 +478,10 @@ static bool run_setup(run *r, const train_opts *given) {
     r->o = *given;
     r->given = given;
     const train_opts *o = &r->o;
-    if (!make_dir(o->out) || !writable_dir(o->out)) {
-        fprintf(stderr, "attograd-translate: cannot write checkpoints to %s: %s\n", o->out, strerror(errno));
+    bool refused = false; /* another trainer holds --out (lock.h): it said so */
+    if (!make_dir(o->out) || !tr_lock_out(o->out, &refused) || !writable_dir(o->out)) {
+        if (!refused)
+            fprintf(stderr, "attograd-translate: cannot write checkpoints to %s: %s\n", o->out, strerror(errno));
         return false;
     }
     FILE *test = o->test ? fopen(o->test, "r") : NULL;
@@ -698,6 +701,7 @@ static void run_free(run *r) {
     free(r->best_path);
     free(r->curves_path);
     free(r->attn_path);
+    tr_unlock_out();
 }
 
 /* every rank reads the same pairs, vocabularies and model with the same settings */
