@@ -29,6 +29,8 @@ void tr_dist_rows(const tr_batch *bt, ag_rng *rng, int64_t *first, int64_t *n, d
 }
 
 #ifdef AG_HAVE_MPI
+#include "nn/dist/dist.h"
+
 /* ids the dataset's pairs use */
 static int64_t ids_used(const tr_dataset *d) {
     int64_t end = 0;
