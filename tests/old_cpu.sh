@@ -3,8 +3,9 @@
 # Nehalem (SSE4.2, no AVX), where the run-time dispatch must pick the portable C kernels, the
 # README example, two unit tests and a short translation run must pass, and the example's output
 # and the run's losses must be those of the same code paths run natively (AG_ISA=generic).
-# OpenBLAS chooses its own kernels and, under qemu-user, takes Haswell's for this model (SIGILL):
-# OPENBLAS_CORETYPE=Nehalem tells it, on both sides. Exit 77 (skipped) without qemu-x86_64.
+# OpenBLAS chooses its own kernels, and OPENBLAS_CORETYPE in the environment (Haswell, say)
+# overrides its detection: the test sets it to Nehalem, on both sides. Exit 77 (skipped) without
+# qemu-x86_64.
 # usage: old_cpu.sh CPU_ISA README_EXAMPLE TEST_MATMUL TEST_NN_ATTENTION TRANSLATE CORPUS_DIR
 set -euo pipefail
 cpu_isa=$1 example=$2 test_matmul=$3 test_attention=$4 translate=$5 corpus=$6
