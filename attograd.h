@@ -6,8 +6,4 @@
 #include "autograd/autograd.h"
 #include "nn/nn.h"
 #include "data/data.h"
-#include "attograd_config.h" /* AG_HAVE_MPI: built with data-parallel training over MPI */
-#ifdef AG_HAVE_MPI
-#include "nn/dist/dist.h"
-#endif
 #endif

@@ -28,6 +28,9 @@
 #include <omp.h>
 
 #include "../attograd.h"
+#ifdef AG_HAVE_MPI
+#include "../nn/dist/dist.h"
+#endif
 #include "bench_util.h"
 
 enum { PAD = 0, BOS = 1, EOS = 2 };

@@ -71,7 +71,7 @@ busy() {
 # process at 1 thread: report.py's throughput ratio compares rows measured minutes apart at most
 ddp_pair() { # args...
   pair 1 bench_train bench_train.py "$@"
-  if grep -q AG_HAVE_MPI "$BUILD/attograd_config.h"; then
+  if [ -e "$BUILD/nn/dist/libattograd-dist.so" ]; then # built with MPI (nn/dist/meson.build)
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
       mpirun -np 2 --bind-to core "$BUILD/bench/bench_train" "${quick[@]}" --dist "$@" >>"$OUT"
   fi

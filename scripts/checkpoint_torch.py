@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Convert between attograd HDF5 checkpoints and PyTorch state_dict files, and check that
-an equivalent torch model computes what attograd computes (docs/checkpoint.md).
+an equivalent torch model computes what attograd computes (docs/checkpoint.md). Installed as
+the command attograd-torch (the checks run test programs of a build tree).
 
   checkpoint_torch.py to-torch CKPT.h5 OUT.pt
       /model's datasets -> an OrderedDict name -> tensor (same names, shapes, dtypes, bits),
@@ -41,7 +42,8 @@ except ImportError as e:  # the check must not pass without running; conversions
     if len(sys.argv) > 1 and sys.argv[1] in ("check", "check-translate"):
         print(f"checkpoint_torch check: skipped, cannot import {e.name}", file=sys.stderr)
         sys.exit(SKIP)
-    sys.exit(f"checkpoint_torch: needs torch, numpy and h5py ({e})")
+    if not {"-h", "--help"} & set(sys.argv[1:]):  # the usage needs none of them
+        sys.exit(f"checkpoint_torch: needs torch, numpy and h5py ({e})")
 
 
 class ConvertError(Exception):

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "attograd.h"
+#include "nn/dist/dist.h"
 
 static int rank, size;
 

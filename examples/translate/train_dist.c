@@ -43,6 +43,8 @@ void tr_dist_catch_signals(bool on) {
 }
 
 #ifdef AG_HAVE_MPI
+#include "nn/dist/dist.h"
+
 /* ids the dataset's pairs use */
 static int64_t ids_used(const tr_dataset *d) {
     int64_t end = 0;

@@ -1,5 +1,7 @@
-/* attograd dist: data-parallel training over MPI (built when meson finds MPI: attograd.h then
- * defines AG_HAVE_MPI and includes this header).
+/* attograd dist: data-parallel training over MPI, a library of its own (libattograd-dist, built
+ * when meson finds MPI): a program includes this header beside attograd.h and links
+ * `pkg-config --libs attograd-dist`; libattograd and the programs that use only it never load
+ * MPI.
  *
  * Every process (rank) holds the whole model and trains on its share of each global batch. As
  * in PyTorch's DistributedDataParallel, ag_dist_new broadcasts rank 0's parameters to all, and
