@@ -136,9 +136,12 @@ void ag__ck_end(hush_t h) {
      * translation model): hand it back to malloc */
     H5garbage_collect();
     pthread_mutex_unlock(&hdf5_lock);
-#ifdef __GLIBC__
-    /* and malloc gives freed memory (HDF5's chunk and filter buffers: 6-9 MiB after a save)
-     * back to the system */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+    /* and malloc gives freed memory (HDF5's buffers: 6-9 MiB after a save of the translation
+     * model) back to the system; not the few hundred KiB of a small file, which the next
+     * checkpoint call would fault in again (most of a small load's time) */
+    if (mallinfo2().fordblks > ((size_t)4 << 20)) malloc_trim(0);
+#elif defined(__GLIBC__)
     malloc_trim(0);
 #endif
 }

@@ -103,8 +103,10 @@ typedef struct {
 bool ag__ck_read_file(const char *path, const read_req *q, bool untrusted, report *r);
 /* Read path's HDF5 contents (open by name, e.g. /proc/self/fd/N) into q (checkpoint_load.c). */
 void ag__ck_read_hdf5(const char *name, const read_req *q, size_t file_size, report *r);
-/* Run ag__ck_read_hdf5(name, q, ...) in a forked child first: true when it finished; false
- * with FORMAT reported when libhdf5 crashed or hung in it (nn/checkpoint/guard.c). */
+/* Run ag__ck_read_hdf5(name, q, ...) in a forked child first: true when it finished and the
+ * caller may read the file itself; false with the problem reported when libhdf5 crashed or
+ * hung in it, or when it found a problem that fails every load (its report is taken then:
+ * reading again would find the same). nn/checkpoint/guard.c. */
 bool ag__ck_child_read(const char *name, const read_req *q, size_t file_size, report *r);
 /* Read back the file a save wrote and compare it with what was saved; false with IO reported
  * when anything differs or cannot be read. nn/checkpoint/stage.c. */

@@ -75,35 +75,45 @@ static long now_ms(void) {
     return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/* One byte from fd within timeout_ms: 1 read, 0 end of file, -1 timed out or failed. */
-static int read_byte(int fd, long timeout_ms) {
+/* size bytes from fd into buf within timeout_ms: 1 read, 0 end of file first, -1 timed out or
+ * failed. */
+static int read_within(int fd, void *buf, size_t size, long timeout_ms) {
     long deadline = now_ms() + timeout_ms;
-    for (;;) {
+    for (size_t have = 0; have < size;) {
         long left = deadline - now_ms();
         struct pollfd pf = {fd, POLLIN, 0};
         int n = left > 0 ? poll(&pf, 1, (int)(left > 1000000 ? 1000000 : left)) : 0;
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return -1;
-        char c;
-        ssize_t got = read(fd, &c, 1);
+        ssize_t got = read(fd, (char *)buf + have, size - have);
         if (got < 0 && errno == EINTR) continue;
-        return got == 1 ? 1 : got == 0 ? 0 : -1;
+        if (got <= 0) return got == 0 ? 0 : -1;
+        have += (size_t)got;
     }
+    return 1;
 }
 
 /* The child reads the file as the parent then will (the same code on the same bytes: the
- * parent's file descriptor, which name refers to) and says it finished with one byte. It runs
+ * parent's file descriptor, which name refers to) and sends its report when it finished. A
+ * report of a failure no load accepts is taken as it is (the parent's own read would find the
+ * same); otherwise the parent reads the file itself. The child runs
  * no OpenMP region and no MPI call, touches nothing the parent sees (its memory is a copy),
  * dies with the parent and leaves by _exit: no atexit handler, no stdio flush, no MPI
  * finalisation. */
 bool ag__ck_child_read(const char *name, const read_req *q, size_t file_size, report *r) {
     int p[2];
-    if (pipe(p) < 0) return ag__ck_problem(r, IO, "cannot check it: pipe: %s", strerror(errno));
+    report *cr = malloc(sizeof *cr);
+    if (!cr) return ag__ck_problem(r, NOMEM, "out of memory checking it");
+    if (pipe(p) < 0) {
+        free(cr);
+        return ag__ck_problem(r, IO, "cannot check it: pipe: %s", strerror(errno));
+    }
     pid_t pid = fork();
     if (pid < 0) {
         int err = errno;
         close(p[0]);
         close(p[1]);
+        free(cr);
         return ag__ck_problem(r, IO, "cannot check it: fork: %s", strerror(err));
     }
     if (pid == 0) {
@@ -111,21 +121,27 @@ bool ag__ck_child_read(const char *name, const read_req *q, size_t file_size, re
 #ifdef __linux__
         prctl(PR_SET_PDEATHSIG, SIGKILL);
 #endif
-        report cr = {.len = 0};
+        static report cr; /* not on the stack: 8 KiB */
         ag__ck_read_hdf5(name, q, file_size, &cr);
-        char done = 1;
-        _exit(write(p[1], &done, 1) == 1 ? 0 : 1);
+        const char *b = (const char *)&cr;
+        size_t left = sizeof cr;
+        for (ssize_t w; left > 0; b += w, left -= (size_t)w)
+            if ((w = write(p[1], b, left)) <= 0) _exit(1);
+        _exit(0);
     }
     close(p[1]);
     long limit = child_timeout_ms(file_size);
-    int got = read_byte(p[0], limit);
+    int got = read_within(p[0], cr, sizeof *cr, limit);
     if (got < 0) kill(pid, SIGKILL);
     int status = 0;
     pid_t w;
     while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
     close(p[0]);
-    if (got == 1) return true;
+    bool failed = got == 1 && cr->worst > SKIP && cr->len < sizeof cr->text && !r->count;
+    if (failed) *r = *cr;
+    free(cr);
+    if (got == 1) return !failed;
     const char *how = "(a file without a valid attograd header is parsed in a child process first)";
     if (got < 0)
         return ag__ck_problem(r, FORMAT, "damaged: libhdf5 did not finish parsing it in %ld s %s", limit / 1000, how);
