@@ -532,6 +532,10 @@ static char *build_image(const char *name, const ag_params *p, const ag_optim *o
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
     H5Pset_fapl_core(fapl, (size_t)1 << 20, false);
     H5Pset_file_image_callbacks(fapl, &cb);
+    /* no 2 KiB aggregation blocks for metadata and small data: their unused tails would stay
+     * in the file as gaps */
+    H5Pset_meta_block_size(fapl, 0);
+    H5Pset_small_data_block_size(fapl, 0);
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     H5Pset_userblock(fcpl, AG_CK_HEADER);
     hid_t f = H5Fcreate(name, H5F_ACC_TRUNC, fcpl, fapl);

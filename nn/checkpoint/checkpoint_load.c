@@ -264,6 +264,19 @@ static int param_index(const ag_params *p, const char *name) {
     return -1;
 }
 
+/* H5Oopen of link name of g, after checking, in a trusted file, that it is a hard link (a
+ * soft or external link would lead libhdf5 elsewhere, another file included); -1 with
+ * r->retry set (FORMAT reported) when it is not, or when the open fails (nothing reported). */
+static hid_t link_open(hid_t g, const char *name, report *r) {
+    H5L_info_t li;
+    if (r->trusted && (H5Lget_info(g, name, &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD)) {
+        r->retry = true;
+        ag__ck_problem(r, FORMAT, "'%s' is not a hard link (format 2 writes no other)", name);
+        return -1;
+    }
+    return H5Oopen(g, name, H5P_DEFAULT);
+}
+
 /* Every parameter's dataset in group g (called where) into its slice of stage. Messages name
  * datasets as prefix + name and the tensors as what ("parameter", "optimizer state"). */
 static void load_slab(hid_t g, const char *where, const char *prefix, const char *what, const ag_params *p,
@@ -285,8 +298,8 @@ static void load_slab(hid_t g, const char *where, const char *prefix, const char
             continue;
         }
         seen[i] = true;
-        hid_t obj = H5Oopen(g, names[k], H5P_DEFAULT);
-        if (obj < 0)
+        hid_t obj = link_open(g, names[k], r);
+        if (obj < 0 && !r->retry)
             ag__ck_problem(r, FORMAT, "'%s%s' is corrupted: %s", prefix, names[k], ag__ck_cause().desc);
         else if (H5Iget_type(obj) != H5I_DATASET)
             ag__ck_problem(r, SKIP, "'%s%s' is a group, not a dataset", prefix, names[k]);
@@ -319,9 +332,13 @@ static bool group_trusted(hid_t g, const char *name, report *r) {
 static int group_open(hid_t loc, const char *name, hid_t *g, report *r) {
     htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
     if (ex == 0) return 0;
-    if (ex < 0 || (*g = H5Gopen2(loc, name, H5P_DEFAULT)) < 0) {
-        ag__ck_problem(r, FORMAT, "cannot open group '%s': %s", name, ag__ck_cause().desc);
+    if (ex < 0 || (*g = link_open(loc, name, r)) < 0) {
+        if (!r->retry) ag__ck_problem(r, FORMAT, "cannot open group '%s': %s", name, ag__ck_cause().desc);
         return -1;
+    }
+    if (H5Iget_type(*g) != H5I_GROUP) {
+        H5Oclose(*g);
+        return ag__ck_problem(r, FORMAT, "'%s' is not a group", name), -1;
     }
     if (!group_trusted(*g, name, r)) {
         H5Gclose(*g);
@@ -482,7 +499,7 @@ static herr_t config_dataset(hid_t g, const char *name, const H5L_info_t *info, 
         snprintf(why, sizeof why, "does not fit (keys up to %d bytes)", AG_CKPT_NAME_MAX - 1);
     } else if (ag_config_get_string(c->s, name) || ag_config_get_double(c->s, name, NULL)) {
         snprintf(why, sizeof why, "is also an attribute of /config");
-    } else if ((ds = H5Oopen(g, name, H5P_DEFAULT)) < 0 || H5Iget_type(ds) != H5I_DATASET) {
+    } else if ((ds = link_open(g, name, c->r)) < 0 || H5Iget_type(ds) != H5I_DATASET) {
         if (ds >= 0) snprintf(why, sizeof why, "is a group, not a dataset");
     } else if ((ty = H5Dget_type(ds)) < 0 || (sp = H5Dget_space(ds)) < 0 || H5Tget_class(ty) != H5T_STRING ||
                H5Tis_variable_str(ty) != 0 || H5Sget_simple_extent_ndims(sp) != 1 ||
@@ -558,10 +575,10 @@ static void verify_group(hid_t g, const char *where, bool deep, size_t file_size
     for (int k = 0; names && names[k]; k++) {
         char sub[300];
         snprintf(sub, sizeof sub, "%s/%s", where, names[k]);
-        hid_t obj = H5Oopen(g, names[k], H5P_DEFAULT);
+        hid_t obj = link_open(g, names[k], r);
         H5I_type_t type = obj < 0 ? H5I_BADID : H5Iget_type(obj);
         if (obj < 0) {
-            ag__ck_problem(r, FORMAT, "'%s' is corrupted: %s", sub, ag__ck_cause().desc);
+            if (!r->retry) ag__ck_problem(r, FORMAT, "'%s' is corrupted: %s", sub, ag__ck_cause().desc);
         } else if (type == H5I_GROUP && deep) {
             if (group_trusted(obj, sub, r)) verify_group(obj, sub, false, file_size, r);
         } else if (type == H5I_DATASET) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -96,10 +97,10 @@ static int read_within(int fd, void *buf, size_t size, long timeout_ms) {
 /* The child reads the file as the parent then will (the same code on the same bytes: the
  * parent's file descriptor, which name refers to) and sends its report when it finished. A
  * report of a failure no load accepts is taken as it is (the parent's own read would find the
- * same); otherwise the parent reads the file itself. The child runs
- * no OpenMP region and no MPI call, touches nothing the parent sees (its memory is a copy),
- * dies with the parent and leaves by _exit: no atexit handler, no stdio flush, no MPI
- * finalisation. */
+ * same); otherwise the parent reads the file itself. The child runs no OpenMP region and no
+ * MPI call, touches nothing the parent sees (its memory is a copy), dies of a crash whatever
+ * handlers the caller installed, dies with the parent, and leaves by _exit: no atexit handler,
+ * no stdio flush, no MPI finalisation. */
 bool ag__ck_child_read(const char *name, const read_req *q, size_t file_size, report *r) {
     int p[2];
     report *cr = malloc(sizeof *cr);
@@ -121,6 +122,11 @@ bool ag__ck_child_read(const char *name, const read_req *q, size_t file_size, re
 #ifdef __linux__
         prctl(PR_SET_PDEATHSIG, SIGKILL);
 #endif
+        /* a crash ends the child: no handler of the caller's (a test framework's, a program's)
+         * may carry on in it */
+        static const int crash[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS};
+        for (size_t i = 0; i < sizeof crash / sizeof *crash; i++) signal(crash[i], SIG_DFL);
+        setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0}); /* and leaves no core file */
         static report cr; /* not on the stack: 8 KiB */
         ag__ck_read_hdf5(name, q, file_size, &cr);
         const char *b = (const char *)&cr;
