@@ -29,9 +29,11 @@ import os
 import subprocess
 import sys
 import tempfile
+import zlib
 
 FORMAT = "attograd-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # written; 1 (chunked, Fletcher32, variable-length strings) is still read
+HEADER = 512  # the user block holding attograd's header (docs/checkpoint.md)
 SKIP = 77
 
 try:
@@ -64,10 +66,25 @@ def open_checkpoint(path):
     if fmt is None or _attr_str(fmt) != FORMAT:
         f.close()
         raise ConvertError(f"{path}: not an attograd checkpoint (format {fmt!r})")
-    if int(f.attrs.get("format_version", -1)) != FORMAT_VERSION:
+    if int(f.attrs.get("format_version", -1)) not in (1, FORMAT_VERSION):
         f.close()
-        raise ConvertError(f"{path}: format_version {f.attrs.get('format_version')} is not {FORMAT_VERSION}")
+        raise ConvertError(f"{path}: format_version {f.attrs.get('format_version')} is not 1 or {FORMAT_VERSION}")
     return f
+
+
+def write_header(path):
+    """attograd's header in the user block: the file's length and the CRC-32 of what follows it.
+    Also the recipe after editing a checkpoint by hand (docs/checkpoint.md)."""
+    with open(path, "r+b") as f:
+        b = f.read()
+        head = f"{FORMAT}\nlength {len(b)}\ncrc32 {zlib.crc32(b[HEADER:]):08x}\n".encode()
+        f.seek(0)
+        f.write(head.ljust(HEADER, b"\0"))
+
+
+def _crc32_le(a):
+    """what a dataset's crc32 attribute holds: the CRC-32 of its data's little-endian bytes"""
+    return np.uint32(zlib.crc32(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()))
 
 
 def read_state_dict(path):
@@ -160,21 +177,19 @@ def write_checkpoint(dst, sd, dtype="keep", config=None):
         raise ConvertError("the state_dict mixes float32 and float64: pass --dtype to pick one")
 
     def write(tmp):
-        # 1.8 file format, as attograd writes: checksummed metadata; Fletcher32 on the data
-        with h5py.File(tmp, "w", libver=("v108", "v108"), track_order=True) as f:
-            f.attrs["format"] = FORMAT
+        # format 2, as attograd writes it: the 1.10 file format (all metadata checksummed),
+        # contiguous datasets with a crc32 attribute, fixed-length strings, the header
+        with h5py.File(tmp, "w", libver=("v110", "v110"), track_order=True, userblock_size=HEADER) as f:
+            _attr_string(f, "format", FORMAT)
             f.attrs["format_version"] = np.int64(FORMAT_VERSION)
-            g = f.create_group("model", track_order=True)
+            g = _group(f, "model")
             for name, a in tensors:
-                big = a.nbytes >= 1 << 30
-                chunked = a.ndim > 0 and a.size > 0
-                g.create_dataset(name, data=a, dtype=a.dtype.newbyteorder("<"),
-                                 chunks=(True if big else a.shape) if chunked else None, fletcher32=chunked)
-            t = f.create_group("training", track_order=True)
+                _dataset(g, name, a, a.dtype.newbyteorder("<"))
+            t = _group(f, "training")
             for k in ("global_step", "epoch", "data_position"):
                 t.attrs[k] = np.int64(0)
-            t.create_group("rng", track_order=True)
-            c = f.create_group("config", track_order=True)
+            _group(t, "rng")
+            c = _group(f, "config")
             for k, v in (config or {}).items():
                 b = str(v).encode()
                 if isinstance(v, (bool, int)):
@@ -182,11 +197,36 @@ def write_checkpoint(dst, sd, dtype="keep", config=None):
                 elif isinstance(v, float):
                     c.attrs[k] = np.float64(v)
                 elif len(b) <= ATTR_STRING_MAX:
-                    c.attrs[k] = str(v)
+                    _attr_string(c, k, str(v))
                 else:
-                    c.create_dataset(k, data=np.array([b], dtype=h5py.string_dtype("utf-8", len(b))), chunks=(1,),
-                                     fletcher32=True)
+                    sdt = h5py.string_dtype("utf-8", len(b))
+                    _dataset(c, k, np.array([b], dtype=sdt), sdt)
+        write_header(tmp)
     _atomic_write(dst, write)
+
+
+def _attr_string(obj, name, s):
+    """a fixed-length UTF-8 string attribute (not variable-length: those live in HDF5's global
+    heap, which has no checksum)"""
+    b = s.encode()
+    sdt = h5py.string_dtype("utf-8", max(len(b), 1))
+    obj.attrs.create(name, np.array(b, dtype=sdt), dtype=sdt)
+
+
+def _group(parent, name):
+    """a group tracking creation order, its attributes kept in its object header (checksummed)"""
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+    order = h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED
+    gcpl.set_link_creation_order(order)
+    gcpl.set_attr_creation_order(order)
+    gcpl.set_attr_phase_change(65535, 65535)
+    return h5py.Group(h5py.h5g.create(parent.id, name.encode(), gcpl=gcpl))
+
+
+def _dataset(g, name, a, dtype):
+    """a contiguous dataset and its crc32 attribute"""
+    ds = g.create_dataset(name, data=a, dtype=dtype)
+    ds.attrs["crc32"] = _crc32_le(a)
 
 
 def from_torch(src, dst, dtype="keep", config=None):
@@ -245,6 +285,33 @@ def _close(a, b, dt):
     return np.allclose(a, b, **tol), float(np.max(np.abs(a - b)))
 
 
+def _check_format2(path):
+    """True when h5py reads path as format 2: the header matches the file, strings are
+    fixed-length, every dataset is contiguous with a crc32 attribute equal to zlib's CRC-32 of
+    its data"""
+    b = open(path, "rb").read()
+    head = b[:HEADER].rstrip(b"\0").decode().split("\n")
+    ok = head[:3] == [FORMAT, f"length {len(b)}", f"crc32 {zlib.crc32(b[HEADER:]):08x}"]
+    datasets = []
+    with h5py.File(path, "r") as f:
+        ok = ok and int(f.attrs["format_version"]) == 2
+        ok = ok and h5py.check_string_dtype(f.attrs.get_id("format").dtype).length == len(FORMAT)
+        f.visititems(lambda n, o: datasets.append(o) if isinstance(o, h5py.Dataset) else None)
+        for ds in datasets:
+            ok = ok and ds.chunks is None and ds.attrs["crc32"] == _crc32_le(np.asarray(ds[()]))
+    return ok and len(datasets) > 0
+
+
+def _flip_data_byte(src, dst, name):
+    """dst: src with one bit of /model/name's data flipped, the header rewritten to match"""
+    with h5py.File(src, "r") as f:
+        at = f["model"][name].id.get_offset()
+    b = bytearray(open(src, "rb").read())
+    b[at + 1] ^= 0x08
+    open(dst, "wb").write(b)
+    write_header(dst)
+
+
 def check(child):
     with tempfile.TemporaryDirectory(prefix="ag_torch_check_") as d:
         p = lambda n: os.path.join(d, n)
@@ -262,6 +329,8 @@ def check(child):
                     and np.array_equal(loaded[k].numpy().view(np.uint8), f["model"][k][()].view(np.uint8))
                     for k in loaded)
             _expect(same, "torch file has the checkpoint's names, order, shapes, dtype and bits")
+            _expect(_check_format2(p("a.h5")), "h5py reads attograd's format 2: header, fixed-length strings, "
+                    "every dataset's crc32 is zlib's CRC-32 of its data")
             model = _mlp(cfg, dt)
             model.load_state_dict(loaded, strict=True)
             with torch.no_grad():
@@ -272,6 +341,11 @@ def check(child):
             from_torch(p("a.pt"), p("a2.h5"), config=cfg)
             x2, y2 = _attograd_forward(child, p("a2.h5"))
             _expect(np.array_equal(x2, x) and np.array_equal(y2, y), "h5 -> pt -> h5 round trip is bit-exact")
+            _expect(_check_format2(p("a2.h5")), "from-torch writes format 2 with attograd's header and CRC-32s")
+            _flip_data_byte(p("a2.h5"), p("a2bad.h5"), "0.weight")
+            r = subprocess.run([child, "mlp-forward", p("a2bad.h5"), "4"], capture_output=True, text=True)
+            _expect(r.returncode != 0 and "'0.weight' is damaged: the CRC-32 of its data" in r.stderr,
+                    "attograd refuses a from-torch file with a flipped data bit behind a rewritten header")
             # a long config string (a vocabulary) goes to a /config dataset that attograd loads
             vocab = "\n".join(f"w{i}\u00e9" for i in range(30000))
             from_torch(p("a.pt"), p("a3.h5"), config=dict(cfg, vocab=vocab))

@@ -32,10 +32,10 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
-/* in a child: flip a byte of the root group's object header (superblock version 2, after the
+/* in a child: flip a byte of the root group's object header (superblock version 3, after the
  * 512-byte user block: the header's address at byte 36 of it, counted from there) of a saved
  * checkpoint, zero the first byte of attograd's header (so that, like a file from elsewhere,
- * it has none and libhdf5 parses it), load it, and exit(0) through the exit handlers. The child
+ * it has none and is parsed in a child process first), load it, and exit(0) through the exit handlers. The child
  * reports its steps through one pipe (0 when the load said EFORMAT) and its stderr through
  * another, read to the end: what the exit handlers print is in err. Not its exit status, which
  * valgrind's --error-exitcode replaces with its report of HDF5's leak. */
@@ -52,7 +52,7 @@ static bool corrupted_load_in_child(ag_params *p, const char *path, char *err, s
         unsigned char d[512 + 64], h[16];
         uint64_t root = 0;
         if (ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_OK && (step = 2) &&
-            (f = fopen(path, "r+b")) && fread(d, 1, 512 + 44, f) == 512 + 44 && d[512 + 8] == 2 && (step = 3)) {
+            (f = fopen(path, "r+b")) && fread(d, 1, 512 + 44, f) == 512 + 44 && d[512 + 8] == 3 && (step = 3)) {
             for (int i = 7; i >= 0; i--) root = root << 8 | d[512 + 36 + i];
             root += 512;
             if (!fseek(f, (long)root, SEEK_SET) && fread(h, 1, 16, f) == 16 && !memcmp(h, "OHDR", 4) && (step = 4)) {

@@ -19,10 +19,6 @@
 
 #include "checkpoint_internal.h"
 
-/* Largest chunk written: HDF5 caps chunks at 4 GiB, and a dataset must be chunked to carry a
- * Fletcher32 checksum. */
-#define CHUNK_MAX ((hsize_t)1 << 30)
-
 /* Record a problem; returns false, so that "return ag__ck_problem(...)" reads as failing. */
 bool ag__ck_problem(report *r, int severity, const char *fmt, ...) {
     char buf[1024];
@@ -95,7 +91,8 @@ static pthread_once_t hdf5_once = PTHREAD_ONCE_INIT;
  * printing goes off at exit. */
 static void quiet_exit(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
-static uint32_t crc_table[256];
+/* CRC-32 tables for slicing by 8: crc_table[k][b] is the CRC of byte b followed by k zeros */
+static uint32_t crc_table[8][256];
 
 /* H5open registers HDF5's exit handler; ours, registered after it, runs before it. And the
  * table of the CRC-32. */
@@ -104,14 +101,22 @@ static void hdf5_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
+        crc_table[0][i] = c;
     }
+    for (int k = 1; k < 8; k++)
+        for (int i = 0; i < 256; i++) crc_table[k][i] = crc_table[0][crc_table[k - 1][i] & 0xFF] ^ (crc_table[k - 1][i] >> 8);
 }
 
+/* Eight bytes a step (a checkpoint's data is checked on every save and load). */
 uint32_t ag__ck_crc32(uint32_t crc, const void *data, size_t n) {
     const unsigned char *p = data;
     crc = ~crc;
-    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+              crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
+    }
+    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -131,9 +136,12 @@ void ag__ck_end(hush_t h) {
      * translation model): hand it back to malloc */
     H5garbage_collect();
     pthread_mutex_unlock(&hdf5_lock);
-#ifdef __GLIBC__
-    /* and malloc gives freed memory (HDF5's chunk and filter buffers: 6-9 MiB after a save)
-     * back to the system */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+    /* and malloc gives freed memory (HDF5's buffers: 6-9 MiB after a save of the translation
+     * model) back to the system; not the few hundred KiB of a small file, which the next
+     * checkpoint call would fault in again (most of a small load's time) */
+    if (mallinfo2().fordblks > ((size_t)4 << 20)) malloc_trim(0);
+#elif defined(__GLIBC__)
     malloc_trim(0);
 #endif
 }
@@ -204,39 +212,71 @@ static herr_t attr_f64(hid_t loc, const char *name, double v) {
     return attr_write(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &v);
 }
 
-/* variable-length UTF-8, which h5py reads as str */
-static herr_t attr_str(hid_t loc, const char *name, const char *s) {
+/* A fixed-length UTF-8 string of exactly its bytes (null-padded; "" is one null byte), which
+ * h5py reads as bytes. Not variable-length: those live in the global heap, whose sizes carry no
+ * checksum and which HDF5 1.10 trusts (a damaged one made H5Aread copy past its buffer). */
+static hid_t string_type(const char *s) {
+    size_t n = strlen(s);
     hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    herr_t r = attr_write(loc, name, t, t, 0, &s);
-    H5Tclose(t);
+    if (t >= 0 && (H5Tset_size(t, n ? n : 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLPAD) < 0 ||
+                   H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+        H5Tclose(t);
+        t = -1;
+    }
+    return t;
+}
+
+static herr_t attr_str(hid_t loc, const char *name, const char *s) {
+    hid_t t = string_type(s);
+    char one = 0;
+    herr_t r = t < 0 ? -1 : attr_write(loc, name, t, t, 0, *s ? s : &one);
+    if (t >= 0) H5Tclose(t);
     return r;
 }
 
 /* Config strings longer than this are datasets of /config, not attributes (docs/checkpoint.md). */
 #define ATTR_STRING_MAX 255
 
-/* A long config string: a one-element dataset of a fixed-length UTF-8 string type (null-padded,
- * its bytes exactly), chunked with a Fletcher32 checksum. Not an attribute: past 64 KiB an
- * attribute lives in the group's dense storage, whose large objects carry no checksum, and
- * HDF5 1.10 trusts the sizes it finds there (a damaged one made it read past its buffer); a
- * variable-length string lives in the global heap, which HDF5 1.10 trusts the same way. A
- * dataset's type is in its checksummed object header and its data is checksummed. */
+/* The CRC-32 of n elements of es bytes at data, as their little-endian bytes. */
+uint32_t ag__ck_crc32_le(const void *data, size_t n, size_t es) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return ag__ck_crc32(0, data, n * es);
+#else
+    uint32_t c = 0;
+    const unsigned char *p = data;
+    unsigned char le[16];
+    for (size_t i = 0; i < n; i++, p += es) {
+        for (size_t k = 0; k < es; k++) le[k] = p[es - 1 - k];
+        c = ag__ck_crc32(c, le, es);
+    }
+    return c;
+#endif
+}
+
+/* A contiguous dataset name of loc with type ftype and space sp from data (mtype in memory),
+ * and its "crc32" attribute: the CRC-32 of crc_bytes little-endian bytes (elements of es). The
+ * attribute lives in the dataset's checksummed object header, so a load can prove the data it
+ * reads (format 2: no chunking, no Fletcher32, no chunk index). */
+static herr_t write_dataset(hid_t loc, const char *name, hid_t ftype, hid_t mtype, hid_t sp, const void *data,
+                            size_t n, size_t es) {
+    hid_t ds = H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (ds < 0) return -1;
+    uint32_t crc = ag__ck_crc32_le(data, n, es);
+    herr_t r = n ? H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0;
+    if (r >= 0) r = attr_write(ds, AG_CK_CRC_ATTR, H5T_STD_U32LE, H5T_NATIVE_UINT32, 0, &crc);
+    /* last: a failing call's error stack is the cause reported */
+    if (H5Dclose(ds) < 0) r = -1;
+    return r;
+}
+
+/* A long config string: a one-element dataset of its fixed-length string type (docs/checkpoint.md).
+ * Not an attribute: past 64 KiB an attribute lives in the group's dense storage, whose large
+ * objects carry no checksum. */
 static herr_t write_string(hid_t loc, const char *name, const char *s) {
     hsize_t one = 1;
-    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate_simple(1, &one, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Tset_size(t, strlen(s));
-    H5Tset_strpad(t, H5T_STR_NULLPAD);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    H5Pset_chunk(dcpl, 1, &one);
-    H5Pset_fletcher32(dcpl);
-    hid_t ds = H5Dcreate2(loc, name, t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    herr_t r = ds < 0 ? -1 : H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, s);
-    if (H5Pclose(dcpl) < 0 || H5Sclose(sp) < 0 || H5Tclose(t) < 0) r = -1;
-    /* last: the chunk reaches the file when the dataset closes (a full disk fails here), and
-     * a failing call's error stack is the cause reported */
-    if (ds >= 0 && H5Dclose(ds) < 0) r = -1;
+    hid_t t = string_type(s), sp = H5Screate_simple(1, &one, NULL);
+    herr_t r = t < 0 || sp < 0 ? -1 : write_dataset(loc, name, t, t, sp, s, strlen(s), 1);
+    if ((sp >= 0 && H5Sclose(sp) < 0) || (t >= 0 && H5Tclose(t) < 0)) r = -1;
     return r;
 }
 
@@ -246,6 +286,10 @@ static hid_t group_new(hid_t loc, const char *name) {
     hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
     H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
     H5Pset_attr_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    /* links and attributes stay messages of the group's object header (checksummed), never
+     * move to dense storage (fractal heaps and B-trees): fewer structures for libhdf5 to trust */
+    H5Pset_link_phase_change(gcpl, COMPACT_MAX, COMPACT_MAX);
+    H5Pset_attr_phase_change(gcpl, COMPACT_MAX, COMPACT_MAX);
     hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
     H5Pclose(gcpl);
     return g;
@@ -253,27 +297,14 @@ static hid_t group_new(hid_t loc, const char *name) {
 
 /* Dataset name in loc with t's shape from numel(t) contiguous elements at data (t's dtype). */
 static herr_t write_tensor(hid_t loc, const char *name, const ag_tensor *t, const void *data) {
-    hsize_t dims[AG_MAX_DIMS], chunk[AG_MAX_DIMS], bytes = ag_dtype_size(t->dtype);
-    for (int d = 0; d < t->ndim; d++) bytes *= chunk[d] = dims[d] = (hsize_t)t->shape[d];
+    hsize_t dims[AG_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
     hid_t sp = t->ndim ? H5Screate_simple(t->ndim, dims, NULL) : H5Screate(H5S_SCALAR);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    if (t->ndim && bytes) {
-        /* checksummed data lets a load tell a flipped bit from a weight */
-        hsize_t row = bytes / dims[0];
-        if (bytes > CHUNK_MAX) chunk[0] = row >= CHUNK_MAX ? 1 : CHUNK_MAX / row;
-        if (chunk[0] * row < ((hsize_t)1 << 32)) {
-            H5Pset_chunk(dcpl, t->ndim, chunk);
-            H5Pset_fletcher32(dcpl);
-        }
-    }
     bool f32 = t->dtype == AG_F32;
-    hid_t ds = H5Dcreate2(loc, name, f32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    herr_t r = ds < 0 ? -1 : bytes ? H5Dwrite(ds, f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
-                                              H5P_DEFAULT, data) : 0;
-    if (H5Pclose(dcpl) < 0 || H5Sclose(sp) < 0) r = -1;
-    /* last: the chunk reaches the file when the dataset closes (a full disk fails here), and
-     * a failing call's error stack is the cause reported */
-    if (ds >= 0 && H5Dclose(ds) < 0) r = -1;
+    herr_t r = sp < 0 ? -1 : write_dataset(loc, name, f32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE,
+                                            f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, sp, data,
+                                            (size_t)ag_numel(t), ag_dtype_size(t->dtype));
+    if (sp >= 0 && H5Sclose(sp) < 0) r = -1;
     return r;
 }
 
@@ -463,15 +494,15 @@ static void *image_memcpy(void *dst, const void *src, size_t n, H5FD_file_image_
 static void *image_udata_copy(void *u) { return u; }
 static herr_t image_udata_free(void *u) { return 0; }
 
-/* The length of the file in an image: the end-of-file address of its version 2 superblock
- * (the 1.8 format: signature, version 2, size of offsets 8, ..., then base, extension and
+/* The length of the file in an image: the end-of-file address of its version 3 superblock
+ * (the 1.10 format: signature, version 3, size of offsets 8, ..., then base, extension and
  * end-of-file addresses), which follows the user block, or 0 if the image has no such
  * superblock that fits in it. */
 static size_t image_length(const unsigned char *b, size_t size) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     if (size < AG_CK_HEADER + 48) return 0;
     b += AG_CK_HEADER;
-    if (memcmp(b, sig, 8) != 0 || b[8] != 2 || b[9] != 8) return 0;
+    if (memcmp(b, sig, 8) != 0 || b[8] != AG_CK_SUPERBLOCK || b[9] != 8) return 0;
     uint64_t eof = 0;
     for (int i = 7; i >= 0; i--) eof = eof << 8 | b[28 + i];
     return eof <= size && eof > AG_CK_HEADER ? (size_t)eof : 0;
@@ -496,15 +527,16 @@ static char *build_image(const char *name, const ag_params *p, const ag_optim *o
     H5FD_file_image_callbacks_t cb = {image_malloc, image_memcpy, image_realloc, image_free,
                                       image_udata_copy, image_udata_free, &im};
     hid_t fapl = ag__ck_fapl_new();
-    /* 1.8 file format: checksummed metadata, readable by any HDF5 >= 1.8 */
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
+    /* 1.10 file format: every metadata structure carries a checksum (superblock version 3),
+     * readable by any HDF5 >= 1.10 */
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
     H5Pset_fapl_core(fapl, (size_t)1 << 20, false);
     H5Pset_file_image_callbacks(fapl, &cb);
-    /* Every dataset is one chunk, so its chunk index (a v1 B-tree) needs room for 1 entry, not
-     * the default 64: HDF5 keeps each index node in memory until the file closes, and at the
-     * default rank they made up most of a save's memory (3.3 of 6 MiB for the translation model). */
+    /* no 2 KiB aggregation blocks for metadata and small data: their unused tails would stay
+     * in the file as gaps */
+    H5Pset_meta_block_size(fapl, 0);
+    H5Pset_small_data_block_size(fapl, 0);
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
-    H5Pset_istore_k(fcpl, 1);
     H5Pset_userblock(fcpl, AG_CK_HEADER);
     hid_t f = H5Fcreate(name, H5F_ACC_TRUNC, fcpl, fapl);
     cause_t c = ag__ck_cause(); /* before the next HDF5 call clears the error stack */
@@ -518,7 +550,7 @@ static char *build_image(const char *name, const ag_params *p, const ag_optim *o
     if (!ok || !n) {
         free(im.kept);
         free(im.mem);
-        if (ok) return ag__ck_problem(r, IO, "HDF5 built '%s' in memory without a 1.8 superblock", name), NULL;
+        if (ok) return ag__ck_problem(r, IO, "HDF5 built '%s' in memory without a version 3 superblock", name), NULL;
         return ag__ck_problem(r, IO, "writing '%s' failed: %s", name, c.desc), NULL;
     }
     write_header(im.kept, n);

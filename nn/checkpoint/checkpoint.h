@@ -133,6 +133,25 @@ ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, con
 ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
                                   const ag_ckpt_load_opts *opts, char *msg, size_t msgsize);
 
+/* What a load trusts, and the check it makes before trusting a file (docs/checkpoint.md):
+ * - A file whose header (its first 512 bytes) gives its length and the CRC-32 of its contents
+ *   is checked against them before libhdf5 reads a byte. If it is in the format attograd writes
+ *   (format_version 2: HDF5's 1.10 format, every metadata structure checksummed by HDF5, every
+ *   dataset with a crc32 attribute checked after reading, no variable-length strings), libhdf5
+ *   parses it in this process.
+ * - Any other file (no header: an earlier attograd, h5py, a hand edit; or content HDF5 does not
+ *   checksum) is parsed first in a child process (fork; no OpenMP, no MPI call, _exit), which
+ *   is killed after a time limit: a crash or a hang inside libhdf5 becomes one error line.
+ *   The environment variable AG_CHECKPOINT_TIMEOUT (seconds) overrides the limit (default
+ *   30 s + 1 s per 8 MiB). Only then is it parsed in this process.
+ * - Values are checked against the library's ranges; format 2 datasets against their CRC-32.
+ *   Format 1 data is trusted as far as HDF5's Fletcher32 checksums go.
+ * ag_checkpoint_verify makes that check on a file without a model: the header, the HDF5
+ * structure (in a child when needed), the format attributes, every dataset of /model and
+ * /optimizer read whole and checked against its crc32 attribute, the training state and
+ * config. AG_CKPT_OK or a status and message as ag_checkpoint_load gives them. */
+ag_ckpt_status ag_checkpoint_verify(const char *path, char *msg, size_t msgsize);
+
 #ifdef __cplusplus
 }
 #endif

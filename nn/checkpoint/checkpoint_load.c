@@ -19,7 +19,7 @@
  * reads a variable-length one. 1 when read; else 0 (format) or -1 (out of memory) with why
  * (WHY_SIZE bytes) set. */
 enum { WHY_SIZE = 400 };
-static int attr_value(hid_t a, ag_config_entry *e, size_t limit, char *why) {
+static int attr_value(hid_t a, ag_config_entry *e, size_t limit, char *why, report *r) {
     hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
     H5T_class_t cls = ty < 0 ? H5T_NO_CLASS : H5Tget_class(ty);
     int ok = 0;
@@ -38,7 +38,10 @@ static int attr_value(hid_t a, ag_config_entry *e, size_t limit, char *why) {
         char *s = NULL;
         size_t n = 0;
         if (H5Tis_variable_str(ty) > 0) {
-            if (H5Aread(a, m, &s) < 0 || !s) {
+            if (r->trusted) { /* it lives in the global heap, which has no checksum */
+                r->retry = true;
+                snprintf(why, WHY_SIZE, "is a variable-length string (format 2 holds fixed-length ones)");
+            } else if (H5Aread(a, m, &s) < 0 || !s) {
                 snprintf(why, WHY_SIZE, "cannot be read (corrupted?): %s", ag__ck_cause().desc);
             } else if ((n = strlen(s)) > limit) {
                 snprintf(why, WHY_SIZE, "holds a string of %zu bytes, more than the file's %zu (corrupted)", n, limit);
@@ -96,7 +99,7 @@ static bool attr_get(hid_t loc, const char *where, const char *name, ag_config_t
     memset(e, 0, sizeof *e);
     hid_t a = attr_open(loc, where, name, r);
     if (a < 0) return false;
-    int ok = attr_value(a, e, WORD_MAX, why);
+    int ok = attr_value(a, e, WORD_MAX, why, r);
     H5Aclose(a);
     if (ok == 1 && e->type == AG_CONFIG_INT && want == AG_CONFIG_DOUBLE) {
         e->type = AG_CONFIG_DOUBLE;
@@ -151,9 +154,38 @@ static bool stored(hid_t ds) {
     return ok;
 }
 
+/* Whether libhdf5 may read ds's data in this process: in a trusted file, only data it finds
+ * through checksummed metadata (contiguous or compact, not chunked: a chunk index of another
+ * writer may be a v1 B-tree, which has no checksum); else r->retry is set, with FORMAT. */
+static bool layout_trusted(hid_t ds, const char *where, report *r) {
+    if (!r->trusted) return true;
+    hid_t dcpl = H5Dget_create_plist(ds);
+    H5D_layout_t l = dcpl < 0 ? H5D_LAYOUT_ERROR : H5Pget_layout(dcpl);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (l == H5D_CONTIGUOUS || l == H5D_COMPACT) return true;
+    r->retry = true;
+    return ag__ck_problem(r, FORMAT, "%s is not contiguous (format 2 writes no chunks)", where);
+}
+
+/* All of ds (called where: n elements of es bytes as mtype, a native type) into buf; in a
+ * format 2 file, checked against its crc32 attribute. false with FORMAT reported. */
+static bool read_checked(hid_t ds, const char *where, hid_t mtype, void *buf, size_t n, size_t es, report *r) {
+    uint32_t want = 0;
+    if (r->version >= 2 && !attr_array(ds, where, AG_CK_CRC_ATTR, H5T_INTEGER, H5T_NATIVE_UINT32, 1, &want, r))
+        return false;
+    if (!layout_trusted(ds, where, r)) return false;
+    if (n && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+        return ag__ck_problem(r, FORMAT, "%s is corrupted: %s", where, ag__ck_cause().desc);
+    uint32_t got = ag__ck_crc32_le(buf, n, es);
+    if (r->version >= 2 && got != want)
+        return ag__ck_problem(r, FORMAT, "%s is damaged: the CRC-32 of its data is %08x, its crc32 attribute says %08x",
+                              where, (unsigned)got, (unsigned)want);
+    return true;
+}
+
 /* Dataset ds (called prefix+name) into dst as t's dtype, when its type and shape fit t. */
 static bool read_tensor(hid_t ds, const char *prefix, const char *name, const ag_tensor *t, char *dst, report *r) {
-    char b1[128], b2[128];
+    char b1[320], b2[128];
     hid_t ty = H5Dget_type(ds), sp = H5Dget_space(ds);
     bool ok = false;
     if (ty < 0 || sp < 0) {
@@ -188,8 +220,8 @@ static bool read_tensor(hid_t ds, const char *prefix, const char *name, const ag
         goto out;
     }
     hid_t mtype = size == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
-    ok = n == 0 || H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
-    if (!ok) ag__ck_problem(r, FORMAT, "dataset '%s%s' is corrupted: %s", prefix, name, ag__ck_cause().desc);
+    snprintf(b1, sizeof b1, "dataset '%s%s'", prefix, name);
+    ok = read_checked(ds, b1, mtype, buf, (size_t)n, size, r);
     if (ok && buf != dst) { /* the other float width: round to nearest, as a C conversion does */
         if (t->dtype == AG_F32)
             for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)((const double *)buf)[i];
@@ -232,6 +264,19 @@ static int param_index(const ag_params *p, const char *name) {
     return -1;
 }
 
+/* H5Oopen of link name of g, after checking, in a trusted file, that it is a hard link (a
+ * soft or external link would lead libhdf5 elsewhere, another file included); -1 with
+ * r->retry set (FORMAT reported) when it is not, or when the open fails (nothing reported). */
+static hid_t link_open(hid_t g, const char *name, report *r) {
+    H5L_info_t li;
+    if (r->trusted && (H5Lget_info(g, name, &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD)) {
+        r->retry = true;
+        ag__ck_problem(r, FORMAT, "'%s' is not a hard link (format 2 writes no other)", name);
+        return -1;
+    }
+    return H5Oopen(g, name, H5P_DEFAULT);
+}
+
 /* Every parameter's dataset in group g (called where) into its slice of stage. Messages name
  * datasets as prefix + name and the tensors as what ("parameter", "optimizer state"). */
 static void load_slab(hid_t g, const char *where, const char *prefix, const char *what, const ag_params *p,
@@ -253,8 +298,8 @@ static void load_slab(hid_t g, const char *where, const char *prefix, const char
             continue;
         }
         seen[i] = true;
-        hid_t obj = H5Oopen(g, names[k], H5P_DEFAULT);
-        if (obj < 0)
+        hid_t obj = link_open(g, names[k], r);
+        if (obj < 0 && !r->retry)
             ag__ck_problem(r, FORMAT, "'%s%s' is corrupted: %s", prefix, names[k], ag__ck_cause().desc);
         else if (H5Iget_type(obj) != H5I_DATASET)
             ag__ck_problem(r, SKIP, "'%s%s' is a group, not a dataset", prefix, names[k]);
@@ -269,12 +314,34 @@ static void load_slab(hid_t g, const char *where, const char *prefix, const char
     free(seen);
 }
 
+/* Whether the links of group g (called name) may be looked up in a trusted file: they are in
+ * its object header or in dense storage, both checksummed, not in an old-style symbol table
+ * (a v1 B-tree and a local heap, unchecked); else r->retry is set, with FORMAT. */
+enum { STAB_MESSAGE = 0x11 }; /* the symbol table message's type (HDF5 file format) */
+static bool group_trusted(hid_t g, const char *name, report *r) {
+    H5O_info_t oi;
+    if (!r->trusted) return true;
+    if (H5Oget_info2(g, &oi, H5O_INFO_HDR) < 0)
+        return ag__ck_problem(r, FORMAT, "corrupted HDF5 file, cannot read group '%s': %s", name, ag__ck_cause().desc);
+    if (!(oi.hdr.mesg.present & ((uint64_t)1 << STAB_MESSAGE))) return true;
+    r->retry = true;
+    return ag__ck_problem(r, FORMAT, "group '%s' is an old-style group (format 2 writes none)", name);
+}
+
 /* open the child group name of loc: 1 opened, 0 absent, -1 broken (reported) */
 static int group_open(hid_t loc, const char *name, hid_t *g, report *r) {
     htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
     if (ex == 0) return 0;
-    if (ex < 0 || (*g = H5Gopen2(loc, name, H5P_DEFAULT)) < 0) {
-        ag__ck_problem(r, FORMAT, "cannot open group '%s': %s", name, ag__ck_cause().desc);
+    if (ex < 0 || (*g = link_open(loc, name, r)) < 0) {
+        if (!r->retry) ag__ck_problem(r, FORMAT, "cannot open group '%s': %s", name, ag__ck_cause().desc);
+        return -1;
+    }
+    if (H5Iget_type(*g) != H5I_GROUP) {
+        H5Oclose(*g);
+        return ag__ck_problem(r, FORMAT, "'%s' is not a group", name), -1;
+    }
+    if (!group_trusted(*g, name, r)) {
+        H5Gclose(*g);
         return -1;
     }
     return 1;
@@ -405,7 +472,7 @@ static herr_t config_attr(hid_t loc, const char *name, const H5A_info_t *info, v
     }
     ag_config_entry e = {.type = AG_CONFIG_INT};
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    int ok = a < 0 ? 0 : attr_value(a, &e, c->limit, why);
+    int ok = a < 0 ? 0 : attr_value(a, &e, c->limit, why, c->r);
     if (a >= 0) H5Aclose(a);
     memcpy(e.key, name, strlen(name) + 1);
     if (ok == 1 && !ag__config_append(c->s, &e)) {
@@ -432,7 +499,7 @@ static herr_t config_dataset(hid_t g, const char *name, const H5L_info_t *info, 
         snprintf(why, sizeof why, "does not fit (keys up to %d bytes)", AG_CKPT_NAME_MAX - 1);
     } else if (ag_config_get_string(c->s, name) || ag_config_get_double(c->s, name, NULL)) {
         snprintf(why, sizeof why, "is also an attribute of /config");
-    } else if ((ds = H5Oopen(g, name, H5P_DEFAULT)) < 0 || H5Iget_type(ds) != H5I_DATASET) {
+    } else if ((ds = link_open(g, name, c->r)) < 0 || H5Iget_type(ds) != H5I_DATASET) {
         if (ds >= 0) snprintf(why, sizeof why, "is a group, not a dataset");
     } else if ((ty = H5Dget_type(ds)) < 0 || (sp = H5Dget_space(ds)) < 0 || H5Tget_class(ty) != H5T_STRING ||
                H5Tis_variable_str(ty) != 0 || H5Sget_simple_extent_ndims(sp) != 1 ||
@@ -445,8 +512,10 @@ static herr_t config_dataset(hid_t g, const char *name, const H5L_info_t *info, 
     } else if (!(e.s = malloc(n + 1))) {
         snprintf(why, sizeof why, "needs %zu bytes: out of memory", n + 1);
         ok = -1;
-    } else if ((m = H5Tcopy(ty)) < 0 || H5Dread(ds, m, H5S_ALL, H5S_ALL, H5P_DEFAULT, e.s) < 0) {
+    } else if ((m = H5Tcopy(ty)) < 0) {
         snprintf(why, sizeof why, "is corrupted: %s", ag__ck_cause().desc);
+    } else if (snprintf(why, sizeof why, "config dataset '%.64s'", name), !read_checked(ds, why, m, e.s, n, 1, c->r)) {
+        why[0] = 0; /* reported */
     } else {
         e.s[n] = 0;
         memcpy(e.key, name, strlen(name) + 1);
@@ -458,7 +527,7 @@ static herr_t config_dataset(hid_t g, const char *name, const H5L_info_t *info, 
     if (ty >= 0) H5Tclose(ty);
     if (sp >= 0) H5Sclose(sp);
     if (ds >= 0) H5Oclose(ds);
-    if (ok != 1) ag__ck_problem(c->r, ok < 0 ? NOMEM : FORMAT, "config dataset '%.64s' %s", name, why);
+    if (ok != 1 && why[0]) ag__ck_problem(c->r, ok < 0 ? NOMEM : FORMAT, "config dataset '%.64s' %s", name, why);
     return ok < 0 ? 1 : 0;
 }
 
@@ -499,76 +568,69 @@ static void load_state(hid_t f, ag_train_state *ss, size_t file_size, report *r)
     each_attr(f, "config", config_attr, &c);
 }
 
-/* The whole-file check, before libhdf5 reads a byte (checkpoint_internal.h): true when the
- * file of size bytes on fd starts with a header whose length and CRC-32 match it, or starts
- * with no header at all (a file written elsewhere, or before headers: HDF5's own checksums
- * are then all there is); false with FORMAT reported when they do not match. */
-static bool check_header(int fd, uint64_t size, report *r) {
-    char head[AG_CK_HEADER + 1] = {0};
-    ssize_t got = pread(fd, head, AG_CK_HEADER, 0);
-    if (got < (ssize_t)sizeof AG_CK_MAGIC || memcmp(head, AG_CK_MAGIC, sizeof AG_CK_MAGIC - 1) != 0) return true;
-    unsigned long long length;
-    unsigned crc;
-    int used = 0;
-    if (sscanf(head + sizeof AG_CK_MAGIC - 1, "length %llu\ncrc32 %8x\n%n", &length, &crc, &used) != 2 || !used)
-        return ag__ck_problem(r, FORMAT, "damaged: its header (the first %d bytes) is not readable", AG_CK_HEADER);
-    if (length != size)
-        return ag__ck_problem(r, FORMAT, "damaged: %llu bytes long, its header says %llu (truncated or extended?)",
-                              (unsigned long long)size, length);
-    char buf[1 << 16];
-    uint32_t c = 0;
-    for (uint64_t at = AG_CK_HEADER; at < size;) {
-        ssize_t n = pread(fd, buf, sizeof buf, (off_t)at);
-        if (n <= 0) return ag__ck_problem(r, IO, "cannot read: %s", n < 0 ? strerror(errno) : "unexpected end of file");
-        c = ag__ck_crc32(c, buf, (size_t)n);
-        at += (uint64_t)n;
+/* Every dataset of group g (called where), and of its groups when deep, read whole and checked
+ * against its crc32 attribute (format 2): what ag_checkpoint_verify proves without a model. */
+static void verify_group(hid_t g, const char *where, bool deep, size_t file_size, report *r) {
+    char **names = link_names(g, where, r);
+    for (int k = 0; names && names[k]; k++) {
+        char sub[300];
+        snprintf(sub, sizeof sub, "%s/%s", where, names[k]);
+        hid_t obj = link_open(g, names[k], r);
+        H5I_type_t type = obj < 0 ? H5I_BADID : H5Iget_type(obj);
+        if (obj < 0) {
+            if (!r->retry) ag__ck_problem(r, FORMAT, "'%s' is corrupted: %s", sub, ag__ck_cause().desc);
+        } else if (type == H5I_GROUP && deep) {
+            if (group_trusted(obj, sub, r)) verify_group(obj, sub, false, file_size, r);
+        } else if (type == H5I_DATASET) {
+            hid_t ty = H5Dget_type(obj), sp = H5Dget_space(obj);
+            hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+            size_t es = ty < 0 ? 0 : H5Tget_size(ty);
+            bool flt = ty >= 0 && H5Tget_class(ty) == H5T_FLOAT && (es == 4 || es == 8);
+            void *buf = NULL;
+            snprintf(sub, sizeof sub, "dataset '%s/%s'", where + 1, names[k]);
+            if (!flt || n < 0)
+                ag__ck_problem(r, FORMAT, "%s is not float32 or float64 data", sub);
+            else if ((uint64_t)n * es > file_size)
+                ag__ck_problem(r, FORMAT, "%s declares %lld bytes, more than the file's %zu (corrupted)", sub,
+                               (long long)n * (long long)es, file_size);
+            else if (!(buf = malloc((size_t)n * es + 1)))
+                ag__ck_problem(r, NOMEM, "out of memory reading %s", sub);
+            else
+                read_checked(obj, sub, es == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE, buf, (size_t)n, es, r);
+            free(buf);
+            if (ty >= 0) H5Tclose(ty);
+            if (sp >= 0) H5Sclose(sp);
+        }
+        if (obj >= 0) H5Oclose(obj);
     }
-    if (c != crc)
-        return ag__ck_problem(r, FORMAT, "damaged: the CRC-32 of its contents is %08x, its header says %08x", (unsigned)c,
-                              crc);
-    return true;
+    free_names(names);
 }
 
-/* Open path for reading after the checks that give each way of not being a checkpoint its own
- * message; -1 with the problem reported. */
-static hid_t open_checkpoint(const char *path, size_t *file_size, report *r) {
+static void verify_all(hid_t f, size_t file_size, report *r) {
+    hid_t g;
+    if (group_open(f, "model", &g, r) > 0) verify_group(g, "/model", false, file_size, r), H5Gclose(g);
+    if (group_open(f, "optimizer", &g, r) > 0) verify_group(g, "/optimizer", true, file_size, r), H5Gclose(g);
+}
+
+/* Open the HDF5 file name (path's contents) and check its format attributes; -1 with the
+ * problem reported. */
+static hid_t open_hdf5(const char *name, size_t file_size, report *r) {
     ag_config_entry e;
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ag__ck_problem(r, IO, "cannot open: %s", strerror(errno));
-        return -1;
-    }
-    int rc = fstat(fd, &st);
-    bool whole = rc != 0 || S_ISDIR(st.st_mode) || st.st_size == 0 || check_header(fd, (uint64_t)st.st_size, r);
-    close(fd);
-    if (!whole) return -1;
-    if (rc == 0 && S_ISDIR(st.st_mode)) {
-        ag__ck_problem(r, IO, "is a directory, not a checkpoint file");
-        return -1;
-    }
-    if (rc == 0 && st.st_size == 0) {
-        ag__ck_problem(r, FORMAT, "empty file (0 bytes), not an HDF5 checkpoint");
-        return -1;
-    }
-    if (H5Fis_hdf5(path) == 0) {
-        ag__ck_problem(r, FORMAT, "not an HDF5 file (no HDF5 signature)");
-        return -1;
-    }
     hid_t fapl = ag__ck_fapl_new();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    hid_t f = H5Fopen(name, H5F_ACC_RDONLY, fapl);
     cause_t c = ag__ck_cause();
     H5Pclose(fapl);
     if (f < 0) {
         if (c.minor == H5E_TRUNCATED)
-            ag__ck_problem(r, FORMAT, "truncated HDF5 file: %lld bytes, fewer than its superblock records (HDF5: %s)",
-                    (long long)st.st_size, c.desc);
+            ag__ck_problem(r, FORMAT, "truncated HDF5 file: %zu bytes, fewer than its superblock records (HDF5: %s)",
+                           file_size, c.desc);
         else
             ag__ck_problem(r, FORMAT, "corrupted HDF5 file, cannot open it: %s", c.desc);
         return -1;
     }
-    htri_t ex = H5Aexists(f, "format");
-    if (ex <= 0) {
+    htri_t ex = group_trusted(f, "/", r) ? H5Aexists(f, "format") : 0;
+    if (r->worst) {
+    } else if (ex <= 0) {
         if (ex < 0) ag__ck_problem(r, FORMAT, "corrupted HDF5 file, cannot read the root group: %s", ag__ck_cause().desc);
         else ag__ck_problem(r, FORMAT, "not an attograd checkpoint: no 'format' attribute on the root group");
     } else if (attr_get(f, "/", "format", AG_CONFIG_STRING, &e, r)) {
@@ -577,28 +639,31 @@ static hid_t open_checkpoint(const char *path, size_t *file_size, report *r) {
             ag__ck_problem(r, FORMAT, "not an attograd checkpoint: format is '%.64s', expected '" FORMAT_NAME "'", e.s);
         free(e.s);
         if (!ours) {
-        } else if (attr_get(f, "/", "format_version", AG_CONFIG_INT, &e, r) && e.i != FORMAT_VERSION)
-            ag__ck_problem(r, FORMAT, "format_version %lld is not supported: this attograd reads version %d%s",
-                    (long long)e.i, FORMAT_VERSION, e.i > FORMAT_VERSION ? " (written by a newer attograd?)" : "");
+        } else if (attr_get(f, "/", "format_version", AG_CONFIG_INT, &e, r) &&
+                   (e.i < FORMAT_VERSION_MIN || e.i > FORMAT_VERSION)) {
+            ag__ck_problem(r, FORMAT, "format_version %lld is not supported: this attograd reads versions %d to %d%s",
+                           (long long)e.i, FORMAT_VERSION_MIN, FORMAT_VERSION,
+                           e.i > FORMAT_VERSION ? " (written by a newer attograd?)" : "");
+        } else if (e.i < FORMAT_VERSION && r->trusted) { /* format 1 keeps data HDF5 does not checksum */
+            r->retry = true;
+            ag__ck_problem(r, FORMAT, "format_version %lld in the 1.10 format", (long long)e.i);
+        } else {
+            r->version = (int)e.i;
+        }
     }
     if (r->worst) {
         H5Fclose(f);
         return -1;
     }
-    *file_size = rc == 0 && st.st_size > 0 ? (size_t)st.st_size : 0;
     return f;
 }
 
-/* Read path (between ag__ck_begin and ag__ck_end): the parameters into model (a slab of
- * params, when params is given), the optimizer's hyperparameters into *so and its state slabs
- * into optim[k] (when opt is given), the training state into *state (when given). */
-void ag__ck_read_file(const char *path, const ag_params *params, char *model, const ag_optim *opt, ag_optim *so,
-                      char **optim, ag_train_state *state, report *r) {
-    size_t file_size = 0;
-    hid_t f = open_checkpoint(path, &file_size, r);
+void ag__ck_read_hdf5(const char *name, const read_req *q, size_t file_size, report *r) {
+    hid_t f = open_hdf5(name, file_size, r);
     if (f < 0) return;
-    if (params) load_model(f, params, model, r);
-    if (opt) load_optim(f, opt, so, optim, r);
-    if (state) load_state(f, state, file_size, r);
+    if (q->params) load_model(f, q->params, q->model, r);
+    if (q->opt) load_optim(f, q->opt, q->so, q->optim, r);
+    if (q->state) load_state(f, q->state, file_size, r);
+    if (q->all) verify_all(f, file_size, r);
     if (H5Fclose(f) < 0) ag__ck_problem(r, FORMAT, "closing failed: %s", ag__ck_cause().desc);
 }
