@@ -136,6 +136,18 @@ static ag_tensor *pad_key(ag_tensor *mask) {
     return ag_cat(2, parts, -1);
 }
 
+/* a mask given is alive, and bool or the query's float dtype (torch: "only bool and floating
+ * types of masks are supported") */
+static bool check_mask_dtype(const char *op, const char *what, const ag_tensor *mask, ag_dtype dt) {
+    if (!mask) return true;
+    if (!ag__check_not_null(op, mask)) return false;
+    if (mask->dtype == AG_BOOL || mask->dtype == dt) return true;
+    char b[128];
+    ag_error(op, "%s %s of dtype %s: expected bool or %s (the query's dtype)", what, ag_shape_str(mask, b),
+             ag_dtype_name(mask->dtype), ag_dtype_name(dt));
+    return false;
+}
+
 static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tensor *v, const ag_mha_args *a) {
     const char *op = "ag_mha_forward";
     char b1[128], b2[128], b3[128];
@@ -152,6 +164,8 @@ static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tenso
     }
     int64_t N = q->shape[0], L = q->shape[1], S = k->shape[1], H = c->num_heads;
     ag_tensor *kpm = a ? a->key_padding_mask : NULL, *am = a ? a->attn_mask : NULL;
+    if (!check_mask_dtype(op, "key_padding_mask", kpm, q->dtype) || !check_mask_dtype(op, "attn_mask", am, q->dtype))
+        return false;
     if (kpm && (kpm->ndim != 2 || kpm->shape[0] != N || kpm->shape[1] != S)) {
         ag_error(op, "key_padding_mask %s: expected (%lld,%lld) (batch, source length)", ag_shape_str(kpm, b1),
                  (long long)N, (long long)S);
@@ -253,6 +267,7 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
         kpm = pad_key(kpm);
     }
     ag_tensor *mask = ag_attention_mask(am, kpm, N, H);
+    if (!mask && (am || kpm)) return NULL; /* reported; never the unmasked output */
     ag_tensor *w = NULL;
     bool want_w = a->need_weights && weights;
     /* (N,L,E) with the heads merged */
@@ -283,6 +298,7 @@ ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowse
     int64_t qo = t.qo, ko = t.ko, vo = t.vo;
     if (!tq || !tk) return NULL;
     ag_tensor *mask = ag_attention_mask(a->attn_mask, a->key_padding_mask, N, H);
+    if (!mask && (a->attn_mask || a->key_padding_mask)) return NULL; /* reported */
     ag_tensor *o = ag__attention_heads(tq, qo, tk, ko, tv, vo, E, H, mask, a->is_causal, c->dropout, a->rng,
                                        a->training, NULL); /* (N, L, E) */
     if (!o) return NULL;

@@ -187,6 +187,10 @@ ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_ten
     }
     int64_t N = memory->shape[0], S = memory->shape[1], Dh = E / H;
     ag_decoder_cache *c = ag_arena_alloc(ag_arena_current(), sizeof *c);
+    if (!c) {
+        ag_error(op, "cannot allocate %zu bytes for the cache: out of memory", sizeof *c);
+        return NULL;
+    }
     *c = (ag_decoder_cache){.N = N, .S = S, .E = E, .H = H, .max_len = max_len, .layers = m->num_layers};
     if (memory_key_padding_mask) {
         TRY(c->mask = ag_attention_mask(NULL, memory_key_padding_mask, N, H));
