@@ -316,22 +316,19 @@ static size_t blocks_size(const ag_arena *a) {
     return total;
 }
 
-/* forget everything, keeping (at least) at_least bytes in one block */
-static void blocks_reset(ag_arena *a, size_t at_least) {
-    if (a->first->next || a->first->size < at_least) {
-        size_t total = blocks_size(a);
-        if (total < at_least) total = at_least;
-        free_blocks(a->first);
-        a->first = block_new(total, a->poison);
-        if (!a->first) {
-            fprintf(stderr, "attograd: out of memory allocating an arena block of %zu bytes\n", total);
-            abort();
+static void blocks_rewind(ag_arena *a, block *b, size_t used, size_t total);
+
+/* Forget everything, the blocks coalesced into one. When the system cannot provide the one
+ * block, the blocks stay as they are (rewound: a step allocates from them in turn). */
+static void blocks_reset(ag_arena *a) {
+    if (a->first->next) {
+        block *one = block_new(blocks_size(a), a->poison);
+        if (one) {
+            free_blocks(a->first);
+            a->first = one;
         }
     }
-    if (a->poison) AG_POISON(a->first->mem, a->first->used);
-    a->first->used = 0;
-    a->cur = a->first;
-    a->total_used = 0;
+    blocks_rewind(a, a->first, 0, 0);
     ag__threads_between_steps(); /* a step ends: the thread count may follow the load */
 }
 
@@ -372,7 +369,7 @@ static void halves_switch(ag_arena *a) {
 }
 
 void ag_arena_reset(ag_arena *a) {
-    blocks_reset(a, 0);
+    blocks_reset(a);
     if (a->halves[0]) {
         halves_switch(a);
         gen_reset(a->slot);

@@ -36,32 +36,34 @@ ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, 
     if (!m.cfg.vdim) m.cfg.vdim = E;
     int64_t kd = m.cfg.kdim, vd = m.cfg.vdim;
     char b[256];
+    ag_mha_t none = m; /* no weights: what a failure returns (the first failure is the one report) */
+#define ADD(field, name, ...)                                                                              \
+    do {                                                                                                \
+        if (!(m.field = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, name), __VA_ARGS__))) \
+            return none;                                                                                \
+    } while (0)
     if (kd == E && vd == E) {
-        m.in_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_weight"), AG_SHAPE(3 * E, E));
+        ADD(in_proj_weight, "in_proj_weight", AG_SHAPE(3 * E, E));
         xavier_uniform(rng, m.in_proj_weight, E, 3 * E);
     } else {
-        m.q_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "q_proj_weight"), AG_SHAPE(E, E));
-        m.k_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "k_proj_weight"), AG_SHAPE(E, kd));
-        m.v_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "v_proj_weight"), AG_SHAPE(E, vd));
+        ADD(q_proj_weight, "q_proj_weight", AG_SHAPE(E, E));
+        ADD(k_proj_weight, "k_proj_weight", AG_SHAPE(E, kd));
+        ADD(v_proj_weight, "v_proj_weight", AG_SHAPE(E, vd));
         xavier_uniform(rng, m.q_proj_weight, E, E);
         xavier_uniform(rng, m.k_proj_weight, kd, E);
         xavier_uniform(rng, m.v_proj_weight, vd, E);
     }
-    if (cfg->bias)
-        m.in_proj_bias =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_bias"), AG_SHAPE(3 * E));
+    if (cfg->bias) ADD(in_proj_bias, "in_proj_bias", AG_SHAPE(3 * E));
     if (cfg->add_bias_kv) {
         /* xavier_normal_ on (1,1,E): fan_in = fan_out = E */
-        m.bias_k = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_k"), AG_SHAPE(1, 1, E));
-        m.bias_v = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_v"), AG_SHAPE(1, 1, E));
+        ADD(bias_k, "bias_k", AG_SHAPE(1, 1, E));
+        ADD(bias_v, "bias_v", AG_SHAPE(1, 1, E));
         ag_normal_(rng, m.bias_k, 0, sqrt(1.0 / (double)E));
         ag_normal_(rng, m.bias_v, 0, sqrt(1.0 / (double)E));
     }
+#undef ADD
     m.out_proj = ag_linear_new(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "out_proj"), E, E, cfg->bias, rng);
+    if (!m.out_proj.weight) return none;
     if (m.out_proj.bias) ag_fill_(m.out_proj.bias, 0.0);
     return m;
 }
