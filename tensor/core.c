@@ -179,8 +179,9 @@ _Static_assert(sizeof(mark_t) <= sizeof(((ag_arena_mark *)0)->internal), "ag_are
  * The generation moves on at every reset, mark and rewind; the row says which generations are
  * still alive: those from live_from on, except the interval [dead_lo, dead_hi] that the last
  * rewinds forgot (adjacent intervals merge, so a loop rewinding to one mark stays one interval;
- * a disjoint older one is dropped: it goes unreported, never misreported). Rows are never
- * reused with a lower generation, so a tensor of a freed arena stays dead. Arenas may be made
+ * a disjoint older one is dropped: it goes unreported, never misreported). A freed arena keeps
+ * its row, which moves on at the free, and so does the arena that reuses it: a tensor of a
+ * freed arena stays dead. Arenas may be made
  * and freed on several threads (each arena used by one at a time): rows are taken atomically. */
 ag__arena_gen ag__arena_gens[AG_ARENA_SLOTS];
 static atomic_bool slot_taken[AG_ARENA_SLOTS];

@@ -76,10 +76,15 @@ size_t ag_dtype_size(ag_dtype dt);
  * any arena are never stale. The check reads the tensor's header, which an arena keeps intact
  * for one generation after forgetting it: a tensor from the step (or decoding iteration) just
  * before is always reported, an older one only while no newer header has taken its place.
+ * Header memory is never given back to the system (ag_arena_free keeps it for the next
+ * ag_arena_new), so the check never reads freed memory, and a tensor of a freed arena is
+ * reported as one its reset forgot. Reading values directly (ag_get, ag_set, ag_item,
+ * ag_to_buffer, ag_fprint, the fills) makes the same check.
  * Growth: an arena holding more than a threshold (1 GiB unless set with
  * ag_arena_set_growth_warning) since its last reset warns once on stderr, naming
  * ag_arena_reset, when it grows further. */
 ag_arena *ag_arena_new(size_t initial_bytes);
+/* Gives the arena's memory back, except its tensor headers (above); a's tensors are stale. */
 void ag_arena_free(ag_arena *a);
 /* Forget everything allocated; keeps the memory (coalesced into one block) for the next step. */
 void ag_arena_reset(ag_arena *a);
