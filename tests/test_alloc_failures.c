@@ -16,11 +16,11 @@
 #if defined(__SANITIZE_ADDRESS__)
 /* malloc's behaviour (NULL) past the cap instead of AddressSanitizer's report */
 const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "allocator_may_return_null=1:max_allocation_size_mb=96"; }
+const char *__asan_default_options(void) { return "allocator_may_return_null=1:max_allocation_size_mb=24"; }
 #endif
 
 /* Runs fn(arg) in a child whose further allocations are capped at cap_mb MiB in all (each
- * allocation at 96 MiB under AddressSanitizer), with one thread (a forked child has no OpenMP
+ * allocation at 24 MiB under AddressSanitizer), with one thread (a forked child has no OpenMP
  * pool); fails unless fn returned 0. fn's checks print what failed. */
 static void in_capped_child(int (*fn)(void *), void *arg, int cap_mb) {
     fflush(NULL);
@@ -100,15 +100,15 @@ static int feed_forward_in_child(void *arg) {
 }
 
 static void test_feed_forward_too_wide_for_memory_is_reported_not_a_crash(void **s) {
-    in_capped_child(feed_forward_in_child, NULL, 96);
+    in_capped_child(feed_forward_in_child, NULL, 24);
 }
 
-/* the optimizers' state is one slab per moment, as large as the parameters': 32 MiB each, of
- * which Adam's two do not fit in 48 MiB, SGD's momentum does */
+/* the optimizers' state is one slab per moment, as large as the parameters': 8 MiB each, of
+ * which Adam's two do not fit in 12 MiB, SGD's momentum does */
 static int optimizer_state_in_child(void *arg) {
     ag_params *p = arg;
     CHILD_CHECK(!ag_adam_new(p, NULL));
-    CHILD_ERROR("ag_adam_new: cannot allocate 33554432 bytes of optimizer state for 8388608 parameters",
+    CHILD_ERROR("ag_adam_new: cannot allocate 8388608 bytes of optimizer state for 2097152 parameters",
                 "out of memory");
     ag_sgd_config sgd = ag_sgd_defaults(0.1);
     sgd.momentum = 0.9;
@@ -123,8 +123,8 @@ static void test_optimizer_state_that_cannot_be_had_is_reported_not_an_abort(voi
     skip(); /* a cap per allocation lets the second slab through like the first */
 #endif
     ag_params *p = ag_params_new(AG_F32);
-    assert_non_null(ag_params_add(p, "w", AG_SHAPE(1 << 23)));
-    in_capped_child(optimizer_state_in_child, p, 48);
+    assert_non_null(ag_params_add(p, "w", AG_SHAPE(1 << 21)));
+    in_capped_child(optimizer_state_in_child, p, 12);
     ag_params_free(p);
 }
 
@@ -145,17 +145,17 @@ static void test_a_model_too_large_for_memory_is_reported_once_and_comes_back_em
 static int params_in_child(void *arg) {
     (void)arg;
     ag_params *p = ag_params_new(AG_F32);
-    CHILD_CHECK(ag_params_add(p, "a", AG_SHAPE(1 << 20)));     /* 4 MiB, capacity 2^20 */
-    CHILD_CHECK(ag_params_add(p, "b", AG_SHAPE(5 << 20)));     /* doubling: 2^23 floats, 32 MiB a slab */
-    CHILD_CHECK(!ag_params_add(p, "c", AG_SHAPE(40 << 20)));   /* 160 MiB a slab: never */
-    CHILD_ERROR("ag_params_add: 'c' (41943040)", "slab of 192937984 bytes", "out of memory");
-    CHILD_CHECK(p->count == 2 && p->numel == 6 << 20 && tu_error_count() == 0);
+    CHILD_CHECK(ag_params_add(p, "a", AG_SHAPE(1 << 18)));   /* 1 MiB, capacity 2^18 */
+    CHILD_CHECK(ag_params_add(p, "b", AG_SHAPE(5 << 18)));   /* doubled to 2^21 floats: 8 MiB a slab */
+    CHILD_CHECK(!ag_params_add(p, "c", AG_SHAPE(40 << 18))); /* 64 MiB doubled, 46 MiB exact: neither */
+    CHILD_ERROR("ag_params_add: 'c' (10485760)", "slab of 48234496 bytes", "out of memory");
+    CHILD_CHECK(p->count == 2 && p->numel == 6 << 18 && tu_error_count() == 0);
     ag_params_free(p);
     return 0;
 }
 
 static void test_a_parameter_slab_that_cannot_be_had_leaves_the_set_as_it_was(void **s) {
-    in_capped_child(params_in_child, NULL, 96);
+    in_capped_child(params_in_child, NULL, 24);
 }
 
 int main(void) {
