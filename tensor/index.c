@@ -63,7 +63,8 @@ ag_tensor *ag_cat(int n, ag_tensor *const *ts, int dim) {
         }
         shape[d] += t->shape[d];
     }
-    ag_tensor *out = ag__new(t0->dtype, t0->ndim, shape);
+    ag_tensor *out = ag__new_op(op, t0->dtype, t0->ndim, shape);
+    if (!out) return NULL;
     int64_t start = 0;
     for (int i = 0; i < n; i++) {
         ag__copy(ag_narrow(out, d, start, ts[i]->shape[d]), ts[i]); /* out needs no grad: no node */

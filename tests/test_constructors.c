@@ -16,7 +16,7 @@ const char *__asan_default_options(void) { return "allocator_may_return_null=1";
 
 static const float data[6] = {1, 2, 3, 4, 5, 6};
 
-static void test_a_null_shape_with_dims_is_reported_by_every_constructor(void **s) {
+static void test_a_null_shape_with_dims_is_reported_by_every_constructor_and_view(void **s) {
     ag_rng rng = ag_rng_new(1);
     assert_null(ag_from_buffer(AG_F32, 2, NULL, data));
     tu_assert_error("ag_from_buffer", "shape is NULL for 2 dims");
@@ -34,6 +34,16 @@ static void test_a_null_shape_with_dims_is_reported_by_every_constructor(void **
     tu_assert_error("ag_uniform", "shape is NULL");
     assert_null(ag_randn(&rng, AG_F64, 2, NULL));
     tu_assert_error("ag_randn", "shape is NULL");
+    /* views given a NULL shape or permutation */
+    ag_tensor *x = ag_from_buffer(AG_F32, AG_SHAPE(2, 3), data);
+    assert_null(ag_view(x, 2, NULL));
+    tu_assert_error("ag_view", "shape is NULL for 2 dims");
+    assert_null(ag_reshape(x, 1, NULL));
+    tu_assert_error("ag_reshape", "shape is NULL for 1 dims");
+    assert_null(ag_expand(x, 2, NULL));
+    tu_assert_error("ag_expand", "shape is NULL for 2 dims");
+    assert_null(ag_permute(x, NULL));
+    tu_assert_error("ag_permute", "dims is NULL for (2,3)");
     /* no dims need no shape: a 0-d tensor */
     ag_tensor *t = ag_from_buffer(AG_F32, 0, NULL, data);
     assert_non_null(t);
@@ -115,7 +125,7 @@ static void test_element_access_with_null_arguments_is_reported(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
-        T(test_a_null_shape_with_dims_is_reported_by_every_constructor),
+        T(test_a_null_shape_with_dims_is_reported_by_every_constructor_and_view),
         T(test_negative_overflowing_and_unknown_arguments_are_reported),
         T(test_arange_that_never_ends_or_cannot_fit_is_reported),
         T(test_element_access_with_null_arguments_is_reported),
