@@ -99,7 +99,9 @@ void ag_params_free(ag_params *p);
  * The parameters are views of one storage, the slab, and share its version counter (as views
  * of one buffer do in PyTorch): an in-place change to any of them (an optimizer step, a
  * checkpoint load, ag_fill_ on one) moves all their versions on, and a recorded graph that
- * saved one of them reports it at backward (tensor/node.h). Gradients share the other slab's. */
+ * saved one of them reports it at backward (tensor/node.h). Gradients share the other slab's.
+ * Slabs that cannot be allocated are reported (naming the parameter and the bytes of each
+ * slab) and give NULL; the set stays as it was. */
 ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape);
 ag_tensor *ag_params_find(const ag_params *p, const char *name);
 /* one memset of the gradient slab (the gradients' version moves on) */

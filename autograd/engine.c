@@ -198,7 +198,9 @@ void ag_zero_grad_(ag_tensor *t) {
 static int64_t first_bad(const ag_tensor *t, double *value) {
     if (!t || (t->dtype != AG_F32 && t->dtype != AG_F64)) return -1;
     int64_t n = ag_numel(t);
-    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)(n ? n : 1));
+    double *v = ag__alloc("ag_set_anomaly_enabled", ag_arena_current(), sizeof(double) * (size_t)(n ? n : 1),
+                          "the values the anomaly check reads");
+    if (!v) return -1;
     ag_to_buffer(t, AG_F64, v);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(v[i])) {

@@ -64,6 +64,36 @@ ag_tensor *ag_params_find(const ag_params *p, const char *name) {
     return NULL;
 }
 
+/* room for need elements in both slabs (the capacity doubled, or need itself when doubling asks
+ * too much), the values kept; false (the slabs as they were) when the memory cannot be had */
+static bool grow_slabs(ag_params *p, int64_t need) {
+    int64_t es = (int64_t)ag_dtype_size(p->dtype), cap = impl(p)->capacity ? impl(p)->capacity : 1024;
+    while (cap < need) cap *= 2;
+    char *data = ag__try_malloc((size_t)(cap * es)), *grad = data ? ag__try_malloc((size_t)(cap * es)) : NULL;
+    if (!grad && cap > need) {
+        ag_xfree(data);
+        cap = need;
+        data = ag__try_malloc((size_t)(cap * es));
+        grad = data ? ag__try_malloc((size_t)(cap * es)) : NULL;
+    }
+    if (!grad) {
+        ag_xfree(data);
+        return false;
+    }
+    ag__zero(data, (size_t)(cap * es));
+    ag__zero(grad, (size_t)(cap * es));
+    if (p->data) {
+        memcpy(data, p->data, (size_t)(p->numel * es));
+        memcpy(grad, p->grad, (size_t)(p->numel * es));
+    }
+    ag_xfree(p->data);
+    ag_xfree(p->grad);
+    p->data = data;
+    p->grad = grad;
+    impl(p)->capacity = cap;
+    return true;
+}
+
 ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape) {
     char b[128];
     if (!p || !name || ndim < 0 || ndim > AG_MAX_DIMS) {
@@ -85,27 +115,11 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
     /* keep every parameter 64-byte aligned */
     int64_t es = (int64_t)ag_dtype_size(p->dtype), align = 64 / es;
     int64_t offset = (p->numel + align - 1) / align * align;
-    if (offset + n > impl(p)->capacity) {
-        int64_t cap = impl(p)->capacity ? impl(p)->capacity : 1024;
-        while (cap < offset + n) cap *= 2;
-        char *data = ag__try_malloc((size_t)(cap * es)), *grad = data ? ag__try_malloc((size_t)(cap * es)) : NULL;
-        if (!grad) {
-            ag_xfree(data);
-            ag_error("ag_params_add", "'%s' %s: cannot allocate slabs of %lld bytes for %lld parameters: out of "
-                     "memory", name, ag__shape_str(ndim, shape, b), (long long)(cap * es), (long long)(offset + n));
-            return NULL;
-        }
-        memset(data, 0, (size_t)(cap * es));
-        memset(grad, 0, (size_t)(cap * es));
-        if (p->data) {
-            memcpy(data, p->data, (size_t)(p->numel * es));
-            memcpy(grad, p->grad, (size_t)(p->numel * es));
-        }
-        ag_xfree(p->data);
-        ag_xfree(p->grad);
-        p->data = data;
-        p->grad = grad;
-        impl(p)->capacity = cap;
+    if (offset + n > impl(p)->capacity && !grow_slabs(p, offset + n)) {
+        ag_error("ag_params_add", "'%s' %s: cannot allocate a parameter slab and a gradient slab of %lld bytes each "
+                 "for %lld parameters: out of memory", name, ag__shape_str(ndim, shape, b),
+                 (long long)((offset + n) * es), (long long)(offset + n));
+        return NULL;
     }
     if (p->count == impl(p)->cap_list) {
         int cap = impl(p)->cap_list ? 2 * impl(p)->cap_list : 64;
@@ -119,7 +133,8 @@ ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t
     t->grad = slab_tensor(p, p->grad, &impl(p)->grad_version, offset, ndim, shape);
     t->requires_grad = true;
     size_t len = strlen(name) + 1;
-    char *copy = ag_arena_alloc(impl(p)->meta, len);
+    char *copy = ag__alloc("ag_params_add", impl(p)->meta, len, "the parameter's name");
+    if (!t || !t->grad || !copy) return NULL;
     memcpy(copy, name, len);
     t->name = copy;
     p->list[p->count++] = t;

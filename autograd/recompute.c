@@ -20,7 +20,9 @@ typedef struct {
  * this backward's temporaries (which it frees afterwards). */
 static void recompute_backward(ag_node *n) {
     const recompute_state *st = n->extra;
-    ag_tensor **in = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)(st->nin ? st->nin : 1));
+    ag_tensor **in = ag__alloc("ag_recompute", ag_arena_current(), sizeof(ag_tensor *) * (size_t)(st->nin ? st->nin : 1),
+                               "the inputs of the recomputation");
+    if (!in) return;
     for (int i = 0; i < st->nin; i++) {
         in[i] = ag_detach(n->in[i]);
         if (n->in[i]->requires_grad) ag_requires_grad_(in[i], true);
@@ -115,10 +117,12 @@ ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, in
     }
     /* keep y's values only; the state for backward goes above them */
     ag_tensor *kept = ag_arena_rewind_keep(a, m, ag_detach(y));
-    recompute_state *st = ag_arena_alloc(a, sizeof *st + ctx_size);
+    recompute_state *st = ag__alloc(op, a, sizeof *st + ctx_size, "the state backward reads");
+    if (!kept || !st) return NULL;
     *st = (recompute_state){fn, ctx_size ? (char *)st + sizeof *st : NULL, r, counter, nin};
     if (ctx_size) memcpy(st->ctx, ctx, ctx_size);
     ag_node *n = ag__record(&RECOMPUTE, kept, (int)scan.nleaves, scan.leaves);
+    if (!n) return NULL;
     n->extra = st;
     return kept;
 }

@@ -37,7 +37,8 @@ ag_tensor *ag_pad_sequence(int n, ag_tensor *const *sequences, bool batch_first,
         }
         if (s->shape[0] > longest) longest = s->shape[0];
     }
-    ag_tensor **padded = ag_arena_alloc(ag_arena_current(), sizeof *padded * (size_t)n);
+    ag_tensor **padded = ag__alloc(op, ag_arena_current(), sizeof *padded * (size_t)n, "the padded sequences");
+    if (!padded) return NULL;
     for (int i = 0; i < n; i++) {
         ag_tensor *s = sequences[i];
         padded[i] = s;
@@ -74,7 +75,8 @@ static int64_t *lengths_of(const char *op, ag_tensor *lengths, int64_t max) {
         return NULL;
     }
     int64_t B = lengths->shape[0];
-    int64_t *v = ag_arena_alloc(ag_arena_current(), sizeof *v * (size_t)(B ? B : 1));
+    int64_t *v = ag__alloc(op, ag_arena_current(), sizeof *v * (size_t)(B ? B : 1), "the lengths");
+    if (!v) return NULL;
     ag_to_buffer(lengths, AG_I64, v);
     for (int64_t i = 0; i < B; i++)
         if (v[i] < 0 || v[i] > max) {
@@ -121,9 +123,11 @@ void ag_teacher_forcing(ag_tensor *y, ag_tensor *lengths, int64_t bos, int64_t e
         ag_error(op, "y %s and lengths %s: one length per row", ag_shape_str(y, b1), ag_shape_str(lengths, b2));
         return;
     }
-    int64_t *ids = ag_arena_alloc(ag_arena_current(), sizeof *ids * (size_t)(B * L > 0 ? B * L : 1));
+    int64_t *ids = ag__alloc(op, ag_arena_current(), sizeof *ids * (size_t)(B * L > 0 ? B * L : 1), "the token ids");
+    if (!ids) return;
     ag_to_buffer(y, AG_I64, ids);
     ag_tensor *in = ag_empty(AG_I64, AG_SHAPE(B, L + 1)), *out = ag_empty(AG_I64, AG_SHAPE(B, L + 1));
+    if (!in || !out) return;
     for (int64_t b = 0; b < B; b++)
         ag_teacher_forcing_row(ids + b * L, len[b], L + 1, bos, eos, pad, (int64_t *)in->data + b * (L + 1),
                                (int64_t *)out->data + b * (L + 1));

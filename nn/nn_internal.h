@@ -38,7 +38,8 @@ typedef struct {
     int64_t n, N, L;
 } ag__rowset;
 /* The rowset of key padding mask kpm (N, L): bool true or float -inf is padding. False (r
- * untouched) when no position, or every position, is padding. */
+ * untouched) when no position, or every position, is padding, or when the list cannot be had
+ * (out of memory: the caller computes every row, which gives the same result). */
 bool ag__live_rows(ag_tensor *kpm, bool batch_first, ag__rowset *r);
 /* Is every position that key padding mask b pads also padding in a (same shape)? True for b
  * NULL. */
@@ -86,8 +87,9 @@ ag_tensor *ag__feed_forward_placed(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, a
 
 /* rows[0..n) within [0, R), else reported through op */
 bool ag__check_rows(const char *op, const int64_t *rows, int64_t n, int64_t R);
-/* zero the rows of y (R rows of row_bytes) that are not among rows[0..n) */
-void ag__zero_other_rows(char *y, const int64_t *rows, int64_t n, int64_t R, size_t row_bytes);
+/* zero the rows of y (R rows of row_bytes) that are not among rows[0..n); false when its
+ * scratch cannot be had (reported through ag__put_rows) */
+bool ag__zero_other_rows(char *y, const int64_t *rows, int64_t n, int64_t R, size_t row_bytes);
 /* dst row rows[i] = src row i (scatter), or dst row i = src row rows[i] (!scatter); add: +=, of
  * D elements of dt */
 void ag__rows_copy(char *dst, const char *src, const int64_t *rows, int64_t n, size_t row_bytes, bool scatter);

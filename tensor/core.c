@@ -1,4 +1,5 @@
 /* Errors, heap accounting and the arena (bump allocator). */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +135,15 @@ void ag__zero(void *p, size_t bytes) {
  * included, during the next generation, and is reported; one kept longer is only while no
  * newer header has taken its place. The
  * halves' free space is not poisoned under AddressSanitizer: the stamp check reads it, and
- * reports. */
+ * reports.
+ *
+ * The halves' memory is never given back: a reset rewinds their blocks instead of coalescing
+ * them (adding a block when the pair must grow), and ag_arena_free keeps an arena's halves,
+ * with its row, for the next ag_arena_new. So the check on a tensor kept past a reset, a
+ * rewind or the free of its arena reads a header that is still the library's memory, never
+ * freed memory: a freed arena's row has moved on, and its tensors read as dead. Header memory
+ * is a small part of an arena (a few hundred bytes a tensor), and arenas alive at once bound
+ * how much is kept. */
 
 /* Under AddressSanitizer the free space is poisoned (AG_POISON): see internal.h. */
 
@@ -146,6 +155,7 @@ typedef struct block {
 
 struct ag_arena {
     block *first, *cur;
+    ag_arena *next_kept;   /* the list of freed arenas whose halves are kept (see above) */
     size_t total_used;
     uint32_t slot;         /* its row of ag__arena_gens (0: untracked, when every row is taken) */
     bool poison;           /* poison free space under AddressSanitizer (not the halves) */
@@ -169,8 +179,9 @@ _Static_assert(sizeof(mark_t) <= sizeof(((ag_arena_mark *)0)->internal), "ag_are
  * The generation moves on at every reset, mark and rewind; the row says which generations are
  * still alive: those from live_from on, except the interval [dead_lo, dead_hi] that the last
  * rewinds forgot (adjacent intervals merge, so a loop rewinding to one mark stays one interval;
- * a disjoint older one is dropped: it goes unreported, never misreported). Rows are never
- * reused with a lower generation, so a tensor of a freed arena stays dead. Arenas may be made
+ * a disjoint older one is dropped: it goes unreported, never misreported). A freed arena keeps
+ * its row, which moves on at the free, and so does the arena that reuses it: a tensor of a
+ * freed arena stays dead. Arenas may be made
  * and freed on several threads (each arena used by one at a time): rows are taken atomically. */
 ag__arena_gen ag__arena_gens[AG_ARENA_SLOTS];
 static atomic_bool slot_taken[AG_ARENA_SLOTS];
@@ -243,7 +254,28 @@ static ag_arena *arena_make(size_t initial_bytes, bool halves) {
     return a;
 }
 
-ag_arena *ag_arena_new(size_t initial_bytes) { return arena_make(initial_bytes, true); }
+/* freed arenas, their halves and rows kept for the next ag_arena_new (arenas may be made and
+ * freed on several threads) */
+static ag_arena *kept_arenas;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+ag_arena *ag_arena_new(size_t initial_bytes) {
+    pthread_mutex_lock(&kept_lock);
+    ag_arena *a = kept_arenas;
+    if (a) kept_arenas = a->next_kept;
+    pthread_mutex_unlock(&kept_lock);
+    if (!a) return arena_make(initial_bytes, true);
+    a->next_kept = NULL;
+    a->first = a->cur = block_new(initial_bytes < 4096 ? 4096 : initial_bytes, a->poison);
+    if (!a->first) {
+        fprintf(stderr, "attograd: out of memory allocating an arena of %zu bytes\n", initial_bytes);
+        abort();
+    }
+    a->total_used = 0;
+    a->warned = false;
+    a->warn_bytes = AG_ARENA_WARN_BYTES;
+    return a;
+}
 
 void ag_arena_set_growth_warning(ag_arena *a, size_t bytes) {
     a->warn_bytes = bytes;
@@ -260,15 +292,23 @@ static void free_blocks(block *b) {
     }
 }
 
+static void halves_switch(ag_arena *a);
+
 void ag_arena_free(ag_arena *a) {
     if (!a) return;
-    if (a->slot) {
-        gen_reset(a->slot);
-        atomic_store(&slot_taken[a->slot], false);
-    }
-    for (int h = 0; h < 4; h++) ag_arena_free(a->halves[h]);
     free_blocks(a->first);
-    ag_xfree(a);
+    a->first = a->cur = NULL;
+    if (!a->halves[0]) {
+        ag_xfree(a);
+        return;
+    }
+    /* everything made in it is dead; its headers stay readable (see above) */
+    halves_switch(a);
+    if (a->slot) gen_reset(a->slot);
+    pthread_mutex_lock(&kept_lock);
+    a->next_kept = kept_arenas;
+    kept_arenas = a;
+    pthread_mutex_unlock(&kept_lock);
 }
 
 static size_t blocks_size(const ag_arena *a) {
@@ -277,22 +317,19 @@ static size_t blocks_size(const ag_arena *a) {
     return total;
 }
 
-/* forget everything, keeping (at least) at_least bytes in one block */
-static void blocks_reset(ag_arena *a, size_t at_least) {
-    if (a->first->next || a->first->size < at_least) {
-        size_t total = blocks_size(a);
-        if (total < at_least) total = at_least;
-        free_blocks(a->first);
-        a->first = block_new(total, a->poison);
-        if (!a->first) {
-            fprintf(stderr, "attograd: out of memory allocating an arena block of %zu bytes\n", total);
-            abort();
+static void blocks_rewind(ag_arena *a, block *b, size_t used, size_t total);
+
+/* Forget everything, the blocks coalesced into one. When the system cannot provide the one
+ * block, the blocks stay as they are (rewound: a step allocates from them in turn). */
+static void blocks_reset(ag_arena *a) {
+    if (a->first->next) {
+        block *one = block_new(blocks_size(a), a->poison);
+        if (one) {
+            free_blocks(a->first);
+            a->first = one;
         }
     }
-    if (a->poison) AG_POISON(a->first->mem, a->first->used);
-    a->first->used = 0;
-    a->cur = a->first;
-    a->total_used = 0;
+    blocks_rewind(a, a->first, 0, 0);
     ag__threads_between_steps(); /* a step ends: the thread count may follow the load */
 }
 
@@ -308,18 +345,34 @@ static void blocks_rewind(ag_arena *a, block *b, size_t used, size_t total) {
     a->total_used = total;
 }
 
+/* A header half forgets everything and holds at least at_least bytes: its blocks are rewound,
+ * never freed (a block is added when it must grow; if that fails, allocation grows it later). */
+static void half_reset(ag_arena *h, size_t at_least) {
+    size_t total = blocks_size(h);
+    if (total < at_least) {
+        block *last = h->first;
+        while (last->next) last = last->next;
+        last->next = block_new(at_least - total < 4096 ? 4096 : at_least - total, false);
+    }
+    blocks_rewind(h, h->first, 0, 0);
+}
+
+/* The pair to be used starts afresh, as large as the pair just used (so a step like the last
+ * one allocates nothing); the other keeps its headers until the next switch. */
+static void halves_switch(ag_arena *a) {
+    for (int h = 0; h < 2; h++) {
+        ag_arena *keep = a->halves[2 * a->pair + h], *next = a->halves[2 * (a->pair ^ 1) + h];
+        half_reset(next, blocks_size(keep));
+        blocks_rewind(keep, keep->first, 0, 0);
+    }
+    a->pair ^= 1;
+    a->half = 0;
+}
+
 void ag_arena_reset(ag_arena *a) {
-    blocks_reset(a, 0);
+    blocks_reset(a);
     if (a->halves[0]) {
-        /* The pair to be used starts afresh, as large as the pair just used (so a step like the
-         * last one allocates nothing); the other keeps its headers until the next reset. */
-        for (int h = 0; h < 2; h++) {
-            ag_arena *keep = a->halves[2 * a->pair + h], *next = a->halves[2 * (a->pair ^ 1) + h];
-            blocks_reset(next, blocks_size(keep));
-            blocks_rewind(keep, keep->first, 0, 0);
-        }
-        a->pair ^= 1;
-        a->half = 0;
+        halves_switch(a);
         gen_reset(a->slot);
     }
 }
@@ -347,6 +400,12 @@ void *ag_arena_alloc(ag_arena *a, size_t asked) {
     AG_UNPOISON(p, asked);
     b->used += bytes;
     a->total_used += bytes;
+    return p;
+}
+
+void *ag__alloc(const char *op, ag_arena *a, size_t bytes, const char *what) {
+    void *p = ag_arena_alloc(a, bytes);
+    if (!p) ag_error(op, "cannot allocate %zu bytes for %s: out of memory", bytes, what);
     return p;
 }
 

@@ -63,7 +63,8 @@ ag_tensor *ag_cat(int n, ag_tensor *const *ts, int dim) {
         }
         shape[d] += t->shape[d];
     }
-    ag_tensor *out = ag__new(t0->dtype, t0->ndim, shape);
+    ag_tensor *out = ag__new_op(op, t0->dtype, t0->ndim, shape);
+    if (!out) return NULL;
     int64_t start = 0;
     for (int i = 0; i < n; i++) {
         ag__copy(ag_narrow(out, d, start, ts[i]->shape[d]), ts[i]); /* out needs no grad: no node */
@@ -99,7 +100,8 @@ ag_tensor *ag_stack(int n, ag_tensor *const *ts, int dim) {
             return NULL;
         }
     }
-    ag_tensor **u = ag_arena_alloc(ag_arena_current(), sizeof(ag_tensor *) * (size_t)n);
+    ag_tensor **u = ag__alloc(op, ag_arena_current(), sizeof(ag_tensor *) * (size_t)n, "the unsqueezed inputs");
+    if (!u) return NULL;
     for (int i = 0; i < n; i++) u[i] = ag_unsqueeze(ts[i], d);
     return ag_cat(n, u, d);
 }
@@ -162,11 +164,11 @@ static bool check_index_dtype(const char *op, const char *what, const ag_tensor 
     return false;
 }
 
-/* idx's values, row-major, as int64 (from the arena) */
-static int64_t *values_of(const ag_tensor *idx) {
+/* idx's values, row-major, as int64 (from the arena); NULL after reporting through op */
+static int64_t *values_of(const char *op, const ag_tensor *idx) {
     int64_t n = ag_numel(idx);
-    int64_t *v = ag_arena_alloc(ag_arena_current(), sizeof(int64_t) * (size_t)(n ? n : 1));
-    ag_to_buffer(idx, AG_I64, v);
+    int64_t *v = ag__alloc(op, ag_arena_current(), sizeof(int64_t) * (size_t)(n ? n : 1), "the indices");
+    if (v) ag_to_buffer(idx, AG_I64, v);
     return v;
 }
 
@@ -182,7 +184,8 @@ static bool in_range(const char *op, const int64_t *v, int64_t n, int64_t size, 
 }
 
 static bool check_range(const char *op, const ag_tensor *idx, int64_t size, const char *noun, const char *what) {
-    return in_range(op, values_of(idx), ag_numel(idx), size, noun, what);
+    const int64_t *v = values_of(op, idx);
+    return v && in_range(op, v, ag_numel(idx), size, noun, what);
 }
 
 /* ---- take and scatter-add ---- */
@@ -410,7 +413,8 @@ ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes) {
         ag_error(op, "index %s: at most %d dims", ag_shape_str(index, b), AG_MAX_DIMS - 1);
         return NULL;
     }
-    int64_t n = ag_numel(index), *v = values_of(index);
+    int64_t n = ag_numel(index), *v = values_of(op, index);
+    if (!v) return NULL;
     if (num_classes < 0) {
         num_classes = 0;
         for (int64_t i = 0; i < n; i++) num_classes = v[i] + 1 > num_classes ? v[i] + 1 : num_classes;
@@ -420,6 +424,7 @@ ag_tensor *ag_one_hot(ag_tensor *index, int64_t num_classes) {
     memcpy(shape, index->shape, sizeof(int64_t) * (size_t)index->ndim);
     shape[index->ndim] = num_classes;
     ag_tensor *out = ag_zeros(AG_I64, index->ndim + 1, shape);
+    if (!out) return NULL;
     int64_t *o = (int64_t *)out->data;
     for (int64_t i = 0; i < n; i++) o[i * num_classes + v[i]] = 1;
     return out;

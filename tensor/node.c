@@ -42,7 +42,8 @@ uint64_t ag__next_seq(void) { return next_seq; }
 
 ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in) {
     ag_arena *a = ag_arena_current();
-    ag_node *n = ag_arena_alloc(a, sizeof *n);
+    ag_node *n = ag__alloc(op->name, a, sizeof *n, "its graph node");
+    if (!n) return NULL;
     memset(n, 0, sizeof *n);
     n->op = op;
     n->out = out;
@@ -50,7 +51,8 @@ ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *
     /* the input pointers, then (unless the op saves nothing) the versions: one allocation */
     bool versions = op->saves != AG_SAVES_NONE;
     size_t ptrs = sizeof(ag_tensor *) * (size_t)(nin ? nin : 1);
-    n->in = ag_arena_alloc(a, ptrs + (versions ? sizeof(uint32_t) * (size_t)(nin + 1) : 0));
+    n->in = ag__alloc(op->name, a, ptrs + (versions ? sizeof(uint32_t) * (size_t)(nin + 1) : 0), "its graph node");
+    if (!n->in) return NULL;
     memcpy(n->in, in, sizeof(ag_tensor *) * (size_t)nin);
     if (versions) {
         n->versions = (uint32_t *)((char *)n->in + ptrs);
@@ -100,7 +102,8 @@ static ag_tensor *pool_get(const ag_tensor *like, bool zero) {
         pool_free[from] = *(void **)chunk;
     } else {
         if (!pool_arena) pool_arena = ag_arena_new((size_t)1 << 20);
-        chunk = ag_arena_alloc(pool_arena, POOL_HEADER + class_bytes(c));
+        chunk = ag__alloc("ag_backward", pool_arena, POOL_HEADER + class_bytes(c), "a gradient buffer");
+        if (!chunk) return NULL;
         CHUNK_CLASS(chunk) = c;
         pool_bytes += POOL_HEADER + class_bytes(c);
     }

@@ -135,6 +135,12 @@ void *ag__try_malloc(size_t bytes);
 /* A growable array p of *cap elements of size bytes, grown (doubling, contents kept) to hold
  * need; returns it. For buffers kept across steps, so growth stops after warm-up. */
 void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
+/* ag_arena_alloc(a, bytes), a failure reported through op, naming what and the size
+ * ("ag_x: cannot allocate 64 bytes for the saved state: out of memory"); NULL then */
+void *ag__alloc(const char *op, ag_arena *a, size_t bytes, const char *what);
+/* ag__new (a contiguous, uninitialised tensor from the current arena), a failure reported
+ * through op naming the size and shape */
+ag_tensor *ag__new_op(const char *op, ag_dtype dt, int ndim, const int64_t *shape);
 /* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);

@@ -133,10 +133,20 @@ bool ag__numel_fits(int ndim, const int64_t *shape) {
     return true;
 }
 
-static bool check_shape(const char *op, int ndim, const int64_t *shape) {
+/* the arguments of a constructor: a dtype attograd has, 0 to AG_MAX_DIMS dims, a shape array
+ * when there are dims, and a size that fits (ag__numel_fits) */
+static bool check_shape(const char *op, ag_dtype dt, int ndim, const int64_t *shape) {
     char b[128];
+    if ((unsigned)dt > AG_BOOL) {
+        ag_error(op, "dtype %d: expected AG_F32, AG_F64, AG_I32, AG_I64 or AG_BOOL", (int)dt);
+        return false;
+    }
     if (ndim < 0 || ndim > AG_MAX_DIMS) {
         ag_error(op, "%d dims: attograd supports 0 to %d", ndim, AG_MAX_DIMS);
+        return false;
+    }
+    if (ndim > 0 && !shape) {
+        ag_error(op, "shape is NULL for %d dims", ndim);
         return false;
     }
     for (int i = 0; i < ndim; i++)
@@ -158,25 +168,33 @@ static ag_tensor *header(void) {
     return ag__arena_header(ag_arena_current());
 }
 
-ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape) {
-    ag_tensor *t = header();
-    t->dtype = dt;
-    t->ndim = ndim;
-    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
-    ag__contiguous_strides(ndim, shape, t->stride);
+ag_tensor *ag__new_op(const char *op, ag_dtype dt, int ndim, const int64_t *shape) {
     size_t bytes = (size_t)ag__shape_numel(ndim, shape) * ag_dtype_size(dt);
-    t->data = ag_arena_alloc(ag_arena_current(), bytes);
-    if (!t->data) {
+    ag_tensor *t = header();
+    if (t) {
+        t->dtype = dt;
+        t->ndim = ndim;
+        for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+        ag__contiguous_strides(ndim, shape, t->stride);
+        t->data = ag_arena_alloc(ag_arena_current(), bytes);
+    }
+    if (!t || !t->data) {
         char b[128];
-        ag_error("ag_alloc", "cannot allocate %zu bytes for a %s tensor of shape %s: out of memory", bytes,
+        ag_error(op, "cannot allocate %zu bytes for a %s tensor of shape %s: out of memory", bytes,
                  ag_dtype_name(dt), ag__shape_str(ndim, shape, b));
         return NULL;
     }
     return t;
 }
 
+ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape) { return ag__new_op("ag_alloc", dt, ndim, shape); }
+
 ag_tensor *ag__alias(const ag_tensor *src) {
     ag_tensor *t = header();
+    if (!t) {
+        ag_error("ag_alloc", "cannot allocate a tensor header: out of memory");
+        return NULL;
+    }
     t->data = src->data;
     t->offset = src->offset;
     t->ndim = src->ndim;
@@ -190,28 +208,34 @@ ag_tensor *ag__alias(const ag_tensor *src) {
 uint32_t ag_version(const ag_tensor *t) { return ag__version(t); }
 
 ag_tensor *ag_empty(ag_dtype dt, int ndim, const int64_t *shape) {
-    if (!check_shape("ag_empty", ndim, shape)) return NULL;
-    return ag__new(dt, ndim, shape);
+    if (!check_shape("ag_empty", dt, ndim, shape)) return NULL;
+    return ag__new_op("ag_empty", dt, ndim, shape);
 }
 
 ag_tensor *ag_zeros(ag_dtype dt, int ndim, const int64_t *shape) {
-    if (!check_shape("ag_zeros", ndim, shape)) return NULL;
-    ag_tensor *t = ag__new(dt, ndim, shape);
+    if (!check_shape("ag_zeros", dt, ndim, shape)) return NULL;
+    ag_tensor *t = ag__new_op("ag_zeros", dt, ndim, shape);
     if (!t) return NULL;
     ag__zero(t->data, (size_t)ag_numel(t) * ag_dtype_size(dt));
     return t;
 }
 
 ag_tensor *ag_full(ag_dtype dt, int ndim, const int64_t *shape, double value) {
-    if (!check_shape("ag_full", ndim, shape)) return NULL;
-    ag_tensor *t = ag__new(dt, ndim, shape);
+    if (!check_shape("ag_full", dt, ndim, shape)) return NULL;
+    ag_tensor *t = ag__new_op("ag_full", dt, ndim, shape);
     if (t) ag__fill(t, value);
     return t;
 }
 
 ag_tensor *ag_ones(ag_dtype dt, int ndim, const int64_t *shape) { return ag_full(dt, ndim, shape, 1.0); }
-ag_tensor *ag_empty_like(const ag_tensor *t) { return ag__new(t->dtype, t->ndim, t->shape); }
-ag_tensor *ag_zeros_like(const ag_tensor *t) { return ag_zeros(t->dtype, t->ndim, t->shape); }
+ag_tensor *ag_empty_like(const ag_tensor *t) {
+    if (!ag__check_not_null("ag_empty_like", t)) return NULL;
+    return ag_empty(t->dtype, t->ndim, t->shape);
+}
+ag_tensor *ag_zeros_like(const ag_tensor *t) {
+    if (!ag__check_not_null("ag_zeros_like", t)) return NULL;
+    return ag_zeros(t->dtype, t->ndim, t->shape);
+}
 ag_tensor *ag_full_like(const ag_tensor *t, double value) {
     if (!ag__check_not_null("ag_full_like", t)) return NULL;
     return ag_full(t->dtype, t->ndim, t->shape, value);
@@ -225,41 +249,51 @@ ag_tensor *ag_scalar(ag_dtype dt, double value) { return ag_full(dt, 0, NULL, va
 static void store(char *p, ag_dtype dt, double v);
 
 ag_tensor *ag_arange(ag_dtype dt, double start, double end, double step) {
-    if (step == 0 || (end - start) * step < 0) {
-        if (step == 0 || start != end) {
-            ag_error("ag_arange", "start %g, end %g, step %g: step must be non-zero and point from start to end",
-                     start, end, step);
-            return NULL;
-        }
+    const char *op = "ag_arange";
+    if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0 || (end > start && step < 0) ||
+        (end < start && step > 0)) {
+        ag_error(op, "start %g, end %g, step %g: all must be finite, and step non-zero and point from start to end",
+                 start, end, step);
+        return NULL;
     }
-    int64_t n = (int64_t)ceil((end - start) / step);
-    if (n < 0) n = 0;
-    ag_tensor *t = ag__new(dt, 1, &n);
+    double count = ceil((end - start) / step); /* >= 0; inf when end - start or the quotient overflows */
+    int64_t n = count < 0x1p62 ? (int64_t)count : -1;
+    if (n < 0 || !ag__numel_fits(1, &n)) {
+        ag_error(op, "start %g, end %g, step %g: %g elements, more than any tensor can hold", start, end, step, count);
+        return NULL;
+    }
+    if (!check_shape(op, dt, 1, &n)) return NULL;
+    ag_tensor *t = ag__new_op(op, dt, 1, &n);
+    if (!t) return NULL;
     for (int64_t i = 0; i < n; i++) store(t->data + i * (int64_t)ag_dtype_size(dt), dt, start + (double)i * step);
     return t;
 }
 
 ag_tensor *ag_from_buffer(ag_dtype dt, int ndim, const int64_t *shape, const void *data) {
-    if (!check_shape("ag_from_buffer", ndim, shape)) return NULL;
-    ag_tensor *t = ag__new(dt, ndim, shape);
-    if (!t) return NULL;
+    if (!check_shape("ag_from_buffer", dt, ndim, shape)) return NULL;
     if (ag__shape_numel(ndim, shape) && !data) {
         char b[128];
         ag_error("ag_from_buffer", "data is NULL for shape %s", ag__shape_str(ndim, shape, b));
         return NULL;
     }
+    ag_tensor *t = ag__new_op("ag_from_buffer", dt, ndim, shape);
+    if (!t) return NULL;
     if (ag_numel(t)) memcpy(t->data, data, (size_t)ag_numel(t) * ag_dtype_size(dt)); /* data may be NULL if empty */
     return t;
 }
 
 ag_tensor *ag_wrap(ag_dtype dt, int ndim, const int64_t *shape, void *data) {
-    if (!check_shape("ag_wrap", ndim, shape)) return NULL;
+    if (!check_shape("ag_wrap", dt, ndim, shape)) return NULL;
     if (!data && ag__shape_numel(ndim, shape) > 0) {
         char b[128];
         ag_error("ag_wrap", "data is NULL for shape %s", ag__shape_str(ndim, shape, b));
         return NULL;
     }
     ag_tensor *t = header();
+    if (!t) {
+        ag_error("ag_wrap", "cannot allocate a tensor header: out of memory");
+        return NULL;
+    }
     t->dtype = dt;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i]; /* shape may be NULL when ndim == 0 */
@@ -277,6 +311,7 @@ ag_tensor *ag_arena_rewind_keep(ag_arena *a, ag_arena_mark m, ag_tensor *t) {
         return NULL;
     }
     ag_tensor *c = ag_contiguous(t);
+    if (!c) return NULL;
     ag_dtype dt = c->dtype;
     int nd = c->ndim;
     int64_t shape[AG_MAX_DIMS];
@@ -284,6 +319,10 @@ ag_tensor *ag_arena_rewind_keep(ag_arena *a, ag_arena_mark m, ag_tensor *t) {
     const char *src = ag__ptr(c);
     size_t bytes = (size_t)ag__shape_numel(nd, shape) * ag_dtype_size(dt);
     char *data = ag__arena_rewind_move(a, m, src, bytes); /* the data first, then its header */
+    if (!data) {
+        ag_error(op, "cannot allocate %zu bytes to keep %s: out of memory", bytes, ag__shape_str(nd, shape, (char[128]){0}));
+        return NULL;
+    }
     ag_arena *prev = ag_arena_use(a);
     ag_tensor *k = ag_wrap(dt, nd, shape, data);
     ag_arena_use(prev);
@@ -319,7 +358,14 @@ static void store(char *p, ag_dtype dt, double v) {
     }
 }
 
+/* t alive (ag__check_not_null) and index (NULL for a 0-d t) inside it */
 static bool check_index(const char *op, const ag_tensor *t, const int64_t *index) {
+    if (!ag__check_not_null(op, t)) return false;
+    if (t->ndim > 0 && !index) {
+        char b[128];
+        ag_error(op, "index is NULL for %s", ag_shape_str(t, b));
+        return false;
+    }
     for (int i = 0; i < t->ndim; i++)
         if (index[i] < 0 || index[i] >= t->shape[i]) {
             char b[128];
@@ -399,8 +445,9 @@ void ag_copy_(ag_tensor *dst, const ag_tensor *src) {
 }
 
 void ag_to_buffer(const ag_tensor *t, ag_dtype dt, void *out) {
-    ag_tensor *dst = ag_wrap(dt, t->ndim, t->shape, out);
-    ag__copy(dst, t);
+    if (!ag__check_not_null("ag_to_buffer", t)) return;
+    ag_tensor *dst = ag_wrap(dt, t->ndim, t->shape, out); /* reports NULL out */
+    if (dst) ag__copy(dst, t);
 }
 
 /* ---- fills ---- */
@@ -433,11 +480,21 @@ static bool fill_from_f64(ag_tensor *t, const double *v) {
     return ag__copy(t, src);
 }
 
+/* n doubles of scratch for the draws of op, from a (after a mark: a model's construction
+ * leaves nothing behind); NULL after reporting */
+static double *draws_scratch(const char *op, ag_arena *a, int64_t n) {
+    double *v = ag_arena_alloc(a, (size_t)n * sizeof(double));
+    if (!v) ag_error(op, "cannot allocate %zu bytes for %lld draws: out of memory", (size_t)n * sizeof(double), (long long)n);
+    return v;
+}
+
 static bool uniform_fill(ag_rng *rng, ag_tensor *t, double lo, double hi) {
+    if (!ag__check_not_null("ag_uniform_", t)) return false;
     int64_t n = ag_numel(t);
     ag_arena *a = ag_arena_current();
-    ag_arena_mark m = ag_arena_get_mark(a); /* the draws are scratch: a model's construction leaves nothing behind */
-    double *v = ag_arena_alloc(a, (size_t)n * sizeof(double));
+    ag_arena_mark m = ag_arena_get_mark(a);
+    double *v = draws_scratch("ag_uniform_", a, n);
+    if (!v) return false;
     ag_rng_uniform_f64(rng, n, v);
     for (int64_t i = 0; i < n; i++) {
         v[i] = lo + (hi - lo) * v[i];
@@ -450,10 +507,12 @@ static bool uniform_fill(ag_rng *rng, ag_tensor *t, double lo, double hi) {
 }
 
 static bool normal_fill(ag_rng *rng, ag_tensor *t, double mean, double std) {
+    if (!ag__check_not_null("ag_normal_", t)) return false;
     int64_t n = ag_numel(t);
     ag_arena *a = ag_arena_current();
     ag_arena_mark m = ag_arena_get_mark(a);
-    double *v = ag_arena_alloc(a, (size_t)n * sizeof(double));
+    double *v = draws_scratch("ag_normal_", a, n);
+    if (!v) return false;
     ag_rng_normal_f64(rng, n, v);
     for (int64_t i = 0; i < n; i++) v[i] = mean + std * v[i];
     bool ok = fill_from_f64(t, v);
@@ -470,14 +529,13 @@ void ag_normal_(ag_rng *rng, ag_tensor *t, double mean, double std) {
 }
 
 ag_tensor *ag_uniform(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
-    if (!check_shape("ag_uniform", ndim, shape)) return NULL;
+    if (!check_shape("ag_uniform", dt, ndim, shape)) return NULL;
     if (dt != AG_F32 && dt != AG_F64) {
         ag_error("ag_uniform", "dtype %s: random tensors are f32 or f64", ag_dtype_name(dt));
         return NULL;
     }
-    ag_tensor *t = ag__new(dt, ndim, shape);
-    uniform_fill(rng, t, lo, hi);
-    return t;
+    ag_tensor *t = ag__new_op("ag_uniform", dt, ndim, shape);
+    return t && uniform_fill(rng, t, lo, hi) ? t : NULL;
 }
 
 ag_tensor *ag_rand(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape) {
@@ -485,14 +543,13 @@ ag_tensor *ag_rand(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape) {
 }
 
 ag_tensor *ag_randn(ag_rng *rng, ag_dtype dt, int ndim, const int64_t *shape) {
-    if (!check_shape("ag_randn", ndim, shape)) return NULL;
+    if (!check_shape("ag_randn", dt, ndim, shape)) return NULL;
     if (dt != AG_F32 && dt != AG_F64) {
         ag_error("ag_randn", "dtype %s: random tensors are f32 or f64", ag_dtype_name(dt));
         return NULL;
     }
-    ag_tensor *t = ag__new(dt, ndim, shape);
-    normal_fill(rng, t, 0.0, 1.0);
-    return t;
+    ag_tensor *t = ag__new_op("ag_randn", dt, ndim, shape);
+    return t && normal_fill(rng, t, 0.0, 1.0) ? t : NULL;
 }
 
 /* ---- printing: tensor([[...]], shape=(2,3), dtype=f32), summarised past 1000 elements ---- */
@@ -537,6 +594,7 @@ static void print_rec(FILE *f, const ag_tensor *t, int dim, int64_t off, int ind
 
 void ag_fprint(FILE *f, const ag_tensor *t, const char *name) {
     char b[128];
+    if (t && !ag__check_not_null("ag_fprint", t)) return;
     const char *lead = "tensor(";
     int indent = (int)strlen(lead);
     if (name) {

@@ -76,10 +76,15 @@ size_t ag_dtype_size(ag_dtype dt);
  * any arena are never stale. The check reads the tensor's header, which an arena keeps intact
  * for one generation after forgetting it: a tensor from the step (or decoding iteration) just
  * before is always reported, an older one only while no newer header has taken its place.
+ * Header memory is never given back to the system (ag_arena_free keeps it for the next
+ * ag_arena_new), so the check never reads freed memory, and a tensor of a freed arena is
+ * reported as one its reset forgot. Reading values directly (ag_get, ag_set, ag_item,
+ * ag_to_buffer, ag_fprint, the fills) makes the same check.
  * Growth: an arena holding more than a threshold (1 GiB unless set with
  * ag_arena_set_growth_warning) since its last reset warns once on stderr, naming
  * ag_arena_reset, when it grows further. */
 ag_arena *ag_arena_new(size_t initial_bytes);
+/* Gives the arena's memory back, except its tensor headers (above); a's tensors are stale. */
 void ag_arena_free(ag_arena *a);
 /* Forget everything allocated; keeps the memory (coalesced into one block) for the next step. */
 void ag_arena_reset(ag_arena *a);
@@ -125,14 +130,18 @@ void ag_xfree(void *p);
 /* Threads for attograd's parallel work, as torch.set_num_threads: its OpenMP loops, its GEMM's
  * blocks and the products it hands to OpenBLAS, which it splits into blocks by shape over the
  * same threads (OpenBLAS itself runs single-threaded inside them, so OPENBLAS_NUM_THREADS does
- * not apply; attograd sets OpenBLAS back to 1 thread if the program raised it). n >= 1, else
- * the error handler. Process-wide: the calling thread uses it at once, other threads from
- * their next ag_arena_reset. Results are the same bits at every count.
+ * not apply; attograd sets OpenBLAS back to 1 thread if the program raised it). Process-wide:
+ * the calling thread uses it at once, other threads from their next ag_arena_reset. Results are the same bits at every count.
  * The default is OMP_NUM_THREADS when set; else the CPUs of the process's affinity mask, and
  * under mpirun no more than the CPUs / the ranks on this machine (OMPI_COMM_WORLD_LOCAL_SIZE,
  * or MPI_LOCALNRANKS). A thread whose OpenMP count the program sets itself
  * (omp_set_num_threads) keeps that count until ag_set_num_threads. */
-void ag_set_num_threads(int n);
+/* n from 1 to 4 per online CPU and no more than OpenMP's thread limit (OMP_THREAD_LIMIT): more
+ * threads than that only wait for CPUs (a region waits for its slowest thread), and a count in
+ * the tens of thousands overflows the stack of the thread that starts them (libgomp lays out
+ * its team on that stack). Returns true when set; else the error handler, naming the limit,
+ * and false (the count stays as it was). OMP_NUM_THREADS above the limit gives the limit. */
+bool ag_set_num_threads(int n);
 /* the count set by ag_set_num_threads, or the default */
 int ag_get_num_threads(void);
 /* Following the load (on by default; AG_FOLLOW_LOAD=0 in the environment starts it off):

@@ -74,11 +74,23 @@ int ag__default_threads(int capacity, int online, int local_ranks) {
     return n > 0 ? n : 1;
 }
 
-int ag__threads_from_env(void) {
-    int n = leading_count(getenv("OMP_NUM_THREADS"));
-    if (n) return n;
+static int online_cpus(void) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return ag__default_threads(ag__affinity_cpus(), online > 0 ? (int)online : 1, ag__local_ranks());
+    return online > 0 && online < 1 << 20 ? (int)online : 1;
+}
+
+int ag__max_threads(int online, int omp_limit) {
+    long cap = (long)AG_THREADS_PER_CPU * (online > 0 ? online : 1);
+    if (omp_limit > 0 && omp_limit < cap) cap = omp_limit;
+    return (int)cap;
+}
+
+int ag__threads_limit(void) { return ag__max_threads(online_cpus(), omp_get_thread_limit()); }
+
+int ag__threads_from_env(void) {
+    int n = leading_count(getenv("OMP_NUM_THREADS")), limit = ag__threads_limit();
+    if (n) return n < limit ? n : limit;
+    return ag__default_threads(ag__affinity_cpus(), online_cpus(), ag__local_ranks());
 }
 
 /* ---- the load of other processes ---- */
@@ -194,14 +206,21 @@ void ag__threads_between_steps(void) {
     apply(wanted());
 }
 
-void ag_set_num_threads(int n) {
+bool ag_set_num_threads(int n) {
+    int limit = ag__threads_limit();
     if (n < 1) {
         ag_error("ag_set_num_threads", "expected a positive number of threads, got %d", n);
-        return;
+        return false;
+    }
+    if (n > limit) {
+        ag_error("ag_set_num_threads", "%d threads: at most %d here (%d per online CPU, %d online; OpenMP's thread "
+                 "limit %d)", n, limit, AG_THREADS_PER_CPU, online_cpus(), omp_get_thread_limit());
+        return false;
     }
     atomic_store(&requested, n);
     atomic_fetch_add(&generation, 1);
     ag__threads_between_steps();
+    return true;
 }
 
 int ag_get_num_threads(void) { return atomic_load(&requested); }

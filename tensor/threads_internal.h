@@ -8,6 +8,12 @@
  * at most every 200 ms), unless the program set this thread's OpenMP count itself. */
 void ag__threads_between_steps(void);
 
+/* The most threads ag_set_num_threads accepts: AG_THREADS_PER_CPU per online CPU, and no more
+ * than OpenMP's thread limit (omp_get_thread_limit: OMP_THREAD_LIMIT); ag__threads_limit is
+ * it for this machine. */
+#define AG_THREADS_PER_CPU 4
+int ag__max_threads(int online, int omp_limit);
+int ag__threads_limit(void);
 /* CPUs in this thread's affinity mask (the online CPUs where there is no mask) */
 int ag__affinity_cpus(void);
 /* processes of this job on this machine: OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI's mpirun) or
@@ -17,7 +23,8 @@ int ag__local_ranks(void);
  * the local ranks when the mask covers the machine (ranks bound to their own cores each see
  * their cores only) */
 int ag__default_threads(int capacity, int online, int local_ranks);
-/* the default from the environment: OMP_NUM_THREADS when it is set to a count, else
+/* the default from the environment: OMP_NUM_THREADS when it is set to a count (no more than
+ * ag__threads_limit), else
  * ag__default_threads of the affinity mask, the online CPUs and the local ranks */
 int ag__threads_from_env(void);
 /* threads to use on capacity CPUs while other processes use others CPUs' worth of time: a

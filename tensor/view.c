@@ -43,6 +43,10 @@ static bool infer_shape(const char *op, const ag_tensor *t, int ndim, const int6
         ag_error(op, "%d dims: attograd supports 0 to %d", ndim, AG_MAX_DIMS);
         return false;
     }
+    if (ndim > 0 && !shape) {
+        ag_error(op, "shape is NULL for %d dims", ndim);
+        return false;
+    }
     int infer = -1;
     int64_t known = 1, n = ag_numel(t);
     for (int i = 0; i < ndim; i++) {
@@ -117,6 +121,11 @@ static const ag_op PERMUTE = {"ag_permute", permute_backward, AG_SAVES_NONE};
 
 static ag_tensor *permute(const char *op, ag_tensor *t, const int *dims) {
     int seen[AG_MAX_DIMS] = {0}, d[AG_MAX_DIMS];
+    if (t->ndim > 0 && !dims) {
+        char b[128];
+        ag_error(op, "dims is NULL for %s", ag_shape_str(t, b));
+        return NULL;
+    }
     for (int i = 0; i < t->ndim; i++) {
         d[i] = dims[i] < 0 ? dims[i] + t->ndim : dims[i];
         if (d[i] < 0 || d[i] >= t->ndim || seen[d[i]]++) {
@@ -301,6 +310,10 @@ static const ag_op EXPAND = {"ag_expand", expand_backward, AG_SAVES_NONE};
 ag_tensor *ag_expand(ag_tensor *t, int ndim, const int64_t *shape) {
     if (!ag__check_not_null("ag_expand", t)) return NULL;
     char b1[128], b2[128];
+    if (ndim > 0 && !shape) {
+        ag_error("ag_expand", "shape is NULL for %d dims", ndim);
+        return NULL;
+    }
     if (ndim < t->ndim || ndim > AG_MAX_DIMS) goto bad;
     ag_tensor *y = ag__alias(t);
     y->ndim = ndim;

@@ -143,6 +143,64 @@ static void test_parameters_and_other_arenas_are_never_stale(void **s) {
     ag_params_free(p);
 }
 
+/* A tensor of a freed arena is reported as one forgotten by a reset, without touching the
+ * freed memory (AddressSanitizer reported a heap-use-after-free in the check itself): the
+ * arena's headers stay the library's, for the next ag_arena_new. Also after that new arena
+ * has made tensors of its own. */
+static void test_a_tensor_of_a_freed_arena_is_reported_without_reading_freed_memory(void **s) {
+    ag_arena *a = ag_arena_current(), *b = ag_arena_new(4096);
+    ag_arena_use(b);
+    ag_tensor *x = ag_full(AG_F32, AG_SHAPE(2, 3), 2.0), *v = ag_transpose(x, 0, 1);
+    unsigned long long made = made_in(x);
+    ag_arena_use(a);
+    ag_arena_free(b);
+    ag_tensor *y = ag_ones(AG_F32, AG_SHAPE(2, 3));
+    assert_null(ag_add(x, y));
+    assert_dead("ag_add", "(2,3) f32", x, made, "ag_arena_reset (or ag_arena_free)");
+    assert_null(ag_contiguous(v));
+    assert_dead("ag_contiguous", "(3,2) f32", v, made, "ag_arena_free");
+    ag_arena *c = ag_arena_new(4096); /* may take b's headers */
+    ag_arena_use(c);
+    for (int i = 0; i < 4; i++) tu_assert_values(ag_add(ag_ones(AG_F32, AG_SHAPE(1)), ag_ones(AG_F32, AG_SHAPE(1))), 0, 2);
+    assert_null(ag_mul(x, x));
+    assert_dead("ag_mul", "(2,3) f32", x, made, "ag_arena_free");
+    ag_arena_use(a);
+    ag_arena_free(c);
+    assert_int_equal(tu_error_count(), 0);
+}
+
+/* Reading and writing values directly (ag_get, ag_set, ag_item, ag_to_buffer, ag_fprint, the
+ * fills) checks the tensor as every op does: a forgotten one is reported, nothing is read or
+ * written. */
+static void test_element_access_to_a_forgotten_tensor_is_reported(void **s) {
+    ag_arena *a = ag_arena_current();
+    ag_tensor *x = ag_full(AG_F64, AG_SHAPE(2, 2), 3.0), *one = ag_scalar(AG_F64, 4.0);
+    unsigned long long made = made_in(x);
+    ag_arena_reset(a);
+    ag_tensor *y = ag_full(AG_F64, AG_SHAPE(2, 2), 7.0); /* where x's values were */
+    assert_true(isnan(ag_get(x, (int64_t[]){0, 1})));
+    assert_dead("ag_get", "(2,2) f64", x, made, "ag_arena_reset");
+    ag_set(x, (int64_t[]){0, 1}, 5.0);
+    assert_dead("ag_set", "(2,2) f64", x, made, "ag_arena_reset");
+    assert_true(isnan(ag_item(one)));
+    assert_dead("ag_item", "() f64", one, made, "ag_arena_reset");
+    double out[4] = {0};
+    ag_to_buffer(x, AG_F64, out);
+    assert_dead("ag_to_buffer", "(2,2) f64", x, made, "ag_arena_reset");
+    assert_true(out[0] == 0 && out[3] == 0);
+    ag_fprint(stderr, x, "x");
+    assert_dead("ag_fprint", "(2,2) f64", x, made, "ag_arena_reset");
+    ag_fill_(x, 1.0);
+    assert_dead("ag_fill_", "(2,2) f64", x, made, "ag_arena_reset");
+    ag_uniform_(NULL, x, 0, 1);
+    assert_dead("ag_uniform_", "(2,2) f64", x, made, "ag_arena_reset");
+    ag_normal_(NULL, x, 0, 1);
+    assert_dead("ag_normal_", "(2,2) f64", x, made, "ag_arena_reset");
+    assert_null(ag_zeros_like(x));
+    assert_dead("ag_zeros_like", "(2,2) f64", x, made, "ag_arena_reset");
+    tu_assert_values(y, 0, 7, 7, 7, 7); /* nothing was written */
+}
+
 /* an op of this test's own: y = 2x, checked only where every op's inputs pass (ag_finish) */
 static void twice_backward(ag_node *n) { ag_accum_grad(n->in[0], ag_mul_scalar(n->out->grad, 2.0)); }
 static const ag_op TWICE = {"twice", twice_backward, AG_SAVES_NONE};
@@ -239,6 +297,8 @@ int main(void) {
         T(test_views_of_a_forgotten_tensor_are_reported),
         T(test_tensors_made_after_a_rewound_mark_are_reported_and_those_before_are_not),
         T(test_parameters_and_other_arenas_are_never_stale),
+        T(test_a_tensor_of_a_freed_arena_is_reported_without_reading_freed_memory),
+        T(test_element_access_to_a_forgotten_tensor_is_reported),
         T(test_a_new_op_gets_the_check_from_ag_finish),
         T(test_an_arena_growing_past_its_threshold_without_a_reset_warns_once),
     };

@@ -58,6 +58,49 @@ static void test_set_num_threads_rejects_counts_below_one(void **s) {
     assert_int_equal(omp_get_max_threads(), 2);
 }
 
+/* ag_set_num_threads(100000) overflowed libgomp's stack (it lays out the team on the stack of
+ * the thread that starts it): counts past 4 per online CPU, or past OpenMP's thread limit, are
+ * refused and the count stays */
+static void test_set_num_threads_refuses_more_than_the_machine_can_run(void **s) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int limit = ag__threads_limit();
+    assert_int_equal(limit, 4 * online < omp_get_thread_limit() ? 4 * online : omp_get_thread_limit());
+    assert_true(ag_set_num_threads(2));
+    assert_false(ag_set_num_threads(100000));
+    char at_most[64];
+    snprintf(at_most, sizeof at_most, "at most %d here (4 per online CPU, %ld online", limit, online);
+    tu_assert_error("ag_set_num_threads", "100000 threads", at_most, "OpenMP's thread limit");
+    assert_false(ag_set_num_threads(limit + 1));
+    tu_assert_error("ag_set_num_threads", "at most");
+    assert_false(ag_set_num_threads(INT32_MAX));
+    tu_assert_error("ag_set_num_threads", "2147483647 threads");
+    assert_int_equal(ag_get_num_threads(), 2);
+    assert_int_equal(omp_get_max_threads(), 2);
+    /* the limit itself runs: a region of that many threads */
+    assert_true(ag_set_num_threads(limit));
+    int team = 0;
+#pragma omp parallel
+#pragma omp single
+    team = omp_get_num_threads();
+    assert_int_equal(team, limit);
+    assert_int_equal(tu_error_count(), 0);
+}
+
+static void test_thread_limit_is_4_per_cpu_within_openmps_limit(void **s) {
+    assert_int_equal(ag__max_threads(2, 2147483647), 8);
+    assert_int_equal(ag__max_threads(2, 3), 3);      /* OMP_THREAD_LIMIT=3 */
+    assert_int_equal(ag__max_threads(256, 2147483647), 1024);
+    assert_int_equal(ag__max_threads(0, 2147483647), 4); /* no count of CPUs: one */
+    assert_int_equal(ag__max_threads(1 << 20, 2147483647), 4 << 20);
+    /* OMP_NUM_THREADS above the limit gives the limit */
+    char *prev = getenv("OMP_NUM_THREADS") ? strdup(getenv("OMP_NUM_THREADS")) : NULL;
+    setenv("OMP_NUM_THREADS", "100000", 1);
+    assert_int_equal(ag__threads_from_env(), ag__threads_limit());
+    if (prev) setenv("OMP_NUM_THREADS", prev, 1);
+    else unsetenv("OMP_NUM_THREADS");
+    free(prev);
+}
+
 static void *reset_and_report(void *arena) {
     int *before = malloc(2 * sizeof(int));
     before[0] = omp_get_max_threads();
@@ -268,6 +311,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         T(test_set_num_threads_sets_the_openmp_count_of_the_calling_thread),
         T(test_set_num_threads_rejects_counts_below_one),
+        T(test_set_num_threads_refuses_more_than_the_machine_can_run),
+        T(test_thread_limit_is_4_per_cpu_within_openmps_limit),
         T(test_another_thread_takes_up_the_count_at_its_next_arena_reset),
         T(test_omp_set_num_threads_by_the_program_is_kept_until_set_num_threads),
         T(test_training_step_same_bits_at_1_and_2_threads_after_set_num_threads),

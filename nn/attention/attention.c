@@ -297,13 +297,15 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
         a->mask = ag__ptr(mask);
     }
     a->alpha = a->Dh > 0 ? 1 / sqrt((double)a->Dh) : 1;
-    *p = ag__new(dt, 4, sshape);
+    *p = ag__new_op(op, dt, 4, sshape);
     *keep = *pd = NULL;
+    if (!*p) return false;
     a->p = ag__ptr(*p);
     if (training && dropout_p > 0) {
-        *keep = ag__new(AG_BOOL, 4, sshape);
+        *keep = ag__new_op(op, AG_BOOL, 4, sshape);
         a->pd_per_thread = !want_weights;
-        *pd = want_weights ? ag__new(dt, 4, sshape) : ag__new(dt, 3, (int64_t[]){head_slots(), a->L, a->S});
+        *pd = want_weights ? ag__new_op(op, dt, 4, sshape) : ag__new_op(op, dt, 3, (int64_t[]){head_slots(), a->L, a->S});
+        if (!*keep || !*pd) return false;
         if (!draw_keep(op, rng, dropout_p, *keep)) return false;
         a->keep = (const uint8_t *)(*keep)->data;
         a->pd = (*pd)->data;
@@ -314,11 +316,12 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
 }
 
 /* records the node (saving a, the probabilities and the keep mask) and hands out the weights */
-static void attn_finish(const ag_op *OP, const attn *a, ag_tensor *out, ag_tensor *const *in, ag_tensor *p,
+static bool attn_finish(const ag_op *OP, const attn *a, ag_tensor *out, ag_tensor *const *in, ag_tensor *p,
                         ag_tensor *keep, ag_tensor *pd, const int64_t *offsets, ag_tensor **weights_out) {
     ag_node *n = ag_finish(OP, out, 4, in);
     if (n) {
-        attn *saved = ag_arena_alloc(ag_arena_current(), sizeof *saved);
+        attn *saved = ag__alloc(OP->name, ag_arena_current(), sizeof *saved, "the state backward reads");
+        if (!saved) return false;
         *saved = *a;
         saved->pd = NULL;
         n->extra = saved;
@@ -330,10 +333,12 @@ static void attn_finish(const ag_op *OP, const attn *a, ag_tensor *out, ag_tenso
         if (pd || !n) {
             *weights_out = pd ? pd : p;
         } else { /* p is saved for backward: hand out a copy */
-            *weights_out = ag__new(p->dtype, 4, p->shape);
+            *weights_out = ag__new_op(OP->name, p->dtype, 4, p->shape);
+            if (!*weights_out) return false;
             ag__copy(*weights_out, p);
         }
     }
+    return true;
 }
 
 static bool check_qkv(const char *op, const ag_tensor *q, const ag_tensor *k, const ag_tensor *v) {
@@ -365,14 +370,15 @@ ag_tensor *ag_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mas
     ag_dtype dt = q->dtype;
     attn a = {.B = q->shape[0], .H = q->shape[1], .L = q->shape[2], .S = k->shape[2], .Dh = q->shape[3],
               .Dv = v->shape[3], .causal = causal};
-    ag_tensor *out = ag__new(dt, 4, (int64_t[]){a.B, a.H, a.L, a.Dv}), *p, *keep, *pd;
+    ag_tensor *out = ag__new_op(op, dt, 4, (int64_t[]){a.B, a.H, a.L, a.Dv}), *p, *keep, *pd;
+    if (!out) return NULL;
     as_mat(q, &a.q);
     as_mat(k, &a.k);
     as_mat(v, &a.v);
     a.o = dense_mat(out);
     if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, weights_out != NULL, &p, &keep, &pd)) return NULL;
-    attn_finish(&ATTENTION, &a, out, (ag_tensor *[]){q, k, v, mask}, p, keep, pd, NULL, weights_out);
-    return out;
+    return attn_finish(&ATTENTION, &a, out, (ag_tensor *[]){q, k, v, mask}, p, keep, pd, NULL, weights_out) ? out
+                                                                                                            : NULL;
 }
 
 ag_tensor *ag__attention_heads(ag_tensor *tq, int64_t qo, ag_tensor *tk, int64_t ko, ag_tensor *tv, int64_t vo,
@@ -396,7 +402,8 @@ ag_tensor *ag__attention_heads(ag_tensor *tq, int64_t qo, ag_tensor *tk, int64_t
     ag_dtype dt = tq->dtype;
     int64_t N = tq->shape[0], L = tq->shape[1], D = E / H;
     attn a = {.B = N, .H = H, .L = L, .S = tk->shape[1], .Dh = D, .Dv = D, .causal = causal};
-    ag_tensor *out = ag__new(dt, 3, (int64_t[]){N, L, E}), *p, *keep, *pd, *in[3];
+    ag_tensor *out = ag__new_op(op, dt, 3, (int64_t[]){N, L, E}), *p, *keep, *pd, *in[3];
+    if (!out) return NULL;
     mat *m[3] = {&a.q, &a.k, &a.v};
     for (int i = 0; i < 3; i++) { /* rows must be unit-stride for BLAS; anything else is copied */
         ag_tensor *x = t[i];
@@ -405,6 +412,7 @@ ag_tensor *ag__attention_heads(ag_tensor *tq, int64_t qo, ag_tensor *tk, int64_t
     }
     a.o = head_mat(out, 0, D);
     if (!attn_forward(op, &a, dt, mask, dropout_p, rng, training, weights_out != NULL, &p, &keep, &pd)) return NULL;
-    attn_finish(&ATTENTION_HEADS, &a, out, (ag_tensor *[]){tq, tk, tv, mask}, p, keep, pd, off, weights_out);
-    return out;
+    return attn_finish(&ATTENTION_HEADS, &a, out, (ag_tensor *[]){tq, tk, tv, mask}, p, keep, pd, off, weights_out)
+               ? out
+               : NULL;
 }

@@ -36,32 +36,34 @@ ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, 
     if (!m.cfg.vdim) m.cfg.vdim = E;
     int64_t kd = m.cfg.kdim, vd = m.cfg.vdim;
     char b[256];
+    ag_mha_t none = m; /* no weights: what a failure returns (the first failure is the one report) */
+#define ADD(field, name, ...)                                                                              \
+    do {                                                                                                \
+        if (!(m.field = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, name), __VA_ARGS__))) \
+            return none;                                                                                \
+    } while (0)
     if (kd == E && vd == E) {
-        m.in_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_weight"), AG_SHAPE(3 * E, E));
+        ADD(in_proj_weight, "in_proj_weight", AG_SHAPE(3 * E, E));
         xavier_uniform(rng, m.in_proj_weight, E, 3 * E);
     } else {
-        m.q_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "q_proj_weight"), AG_SHAPE(E, E));
-        m.k_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "k_proj_weight"), AG_SHAPE(E, kd));
-        m.v_proj_weight =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "v_proj_weight"), AG_SHAPE(E, vd));
+        ADD(q_proj_weight, "q_proj_weight", AG_SHAPE(E, E));
+        ADD(k_proj_weight, "k_proj_weight", AG_SHAPE(E, kd));
+        ADD(v_proj_weight, "v_proj_weight", AG_SHAPE(E, vd));
         xavier_uniform(rng, m.q_proj_weight, E, E);
         xavier_uniform(rng, m.k_proj_weight, kd, E);
         xavier_uniform(rng, m.v_proj_weight, vd, E);
     }
-    if (cfg->bias)
-        m.in_proj_bias =
-            ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "in_proj_bias"), AG_SHAPE(3 * E));
+    if (cfg->bias) ADD(in_proj_bias, "in_proj_bias", AG_SHAPE(3 * E));
     if (cfg->add_bias_kv) {
         /* xavier_normal_ on (1,1,E): fan_in = fan_out = E */
-        m.bias_k = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_k"), AG_SHAPE(1, 1, E));
-        m.bias_v = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "bias_v"), AG_SHAPE(1, 1, E));
+        ADD(bias_k, "bias_k", AG_SHAPE(1, 1, E));
+        ADD(bias_v, "bias_v", AG_SHAPE(1, 1, E));
         ag_normal_(rng, m.bias_k, 0, sqrt(1.0 / (double)E));
         ag_normal_(rng, m.bias_v, 0, sqrt(1.0 / (double)E));
     }
+#undef ADD
     m.out_proj = ag_linear_new(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, "out_proj"), E, E, cfg->bias, rng);
+    if (!m.out_proj.weight) return none;
     if (m.out_proj.bias) ag_fill_(m.out_proj.bias, 0.0);
     return m;
 }
@@ -136,6 +138,18 @@ static ag_tensor *pad_key(ag_tensor *mask) {
     return ag_cat(2, parts, -1);
 }
 
+/* a mask given is alive, and bool or the query's float dtype (torch: "only bool and floating
+ * types of masks are supported") */
+static bool check_mask_dtype(const char *op, const char *what, const ag_tensor *mask, ag_dtype dt) {
+    if (!mask) return true;
+    if (!ag__check_not_null(op, mask)) return false;
+    if (mask->dtype == AG_BOOL || mask->dtype == dt) return true;
+    char b[128];
+    ag_error(op, "%s %s of dtype %s: expected bool or %s (the query's dtype)", what, ag_shape_str(mask, b),
+             ag_dtype_name(mask->dtype), ag_dtype_name(dt));
+    return false;
+}
+
 static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tensor *v, const ag_mha_args *a) {
     const char *op = "ag_mha_forward";
     char b1[128], b2[128], b3[128];
@@ -152,6 +166,8 @@ static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tenso
     }
     int64_t N = q->shape[0], L = q->shape[1], S = k->shape[1], H = c->num_heads;
     ag_tensor *kpm = a ? a->key_padding_mask : NULL, *am = a ? a->attn_mask : NULL;
+    if (!check_mask_dtype(op, "key_padding_mask", kpm, q->dtype) || !check_mask_dtype(op, "attn_mask", am, q->dtype))
+        return false;
     if (kpm && (kpm->ndim != 2 || kpm->shape[0] != N || kpm->shape[1] != S)) {
         ag_error(op, "key_padding_mask %s: expected (%lld,%lld) (batch, source length)", ag_shape_str(kpm, b1),
                  (long long)N, (long long)S);
@@ -253,6 +269,7 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
         kpm = pad_key(kpm);
     }
     ag_tensor *mask = ag_attention_mask(am, kpm, N, H);
+    if (!mask && (am || kpm)) return NULL; /* reported; never the unmasked output */
     ag_tensor *w = NULL;
     bool want_w = a->need_weights && weights;
     /* (N,L,E) with the heads merged */
@@ -283,6 +300,7 @@ ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowse
     int64_t qo = t.qo, ko = t.ko, vo = t.vo;
     if (!tq || !tk) return NULL;
     ag_tensor *mask = ag_attention_mask(a->attn_mask, a->key_padding_mask, N, H);
+    if (!mask && (a->attn_mask || a->key_padding_mask)) return NULL; /* reported */
     ag_tensor *o = ag__attention_heads(tq, qo, tk, ko, tv, vo, E, H, mask, a->is_causal, c->dropout, a->rng,
                                        a->training, NULL); /* (N, L, E) */
     if (!o) return NULL;

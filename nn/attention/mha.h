@@ -39,7 +39,8 @@ typedef struct {
 
 /* Add the module's parameters under prefix ("" for none) and initialise them as PyTorch:
  * xavier-uniform in_proj (or q/k/v_proj), zero biases, xavier-normal bias_k/bias_v, out_proj
- * as nn.Linear. Misuse (embed_dim not divisible by num_heads, ...) is reported. */
+ * as nn.Linear. Misuse (embed_dim not divisible by num_heads, ...) is reported, and so is the
+ * first parameter that cannot be allocated (ag_params_add); either way no weight is set. */
 ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng);
 
 typedef struct {

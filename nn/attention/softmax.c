@@ -13,6 +13,7 @@
 int ag__check_softmax_mask(const char *op, const ag_tensor *mask, ag_dtype dt, int ndim, const int64_t *shape,
                            const char *what) {
     if (!mask) return AG_SOFTMAX_MASK_NONE;
+    if (!ag__check_not_null(op, mask)) return -1;
     char b1[128], b2[128];
     if (mask->dtype != AG_BOOL && mask->dtype != dt) {
         ag_error(op, "mask %s of dtype %s: expected bool or %s (the scores' dtype)", ag_shape_str(mask, b1),

@@ -99,13 +99,21 @@ ag_tensor *ag_sinusoidal_positions(int64_t L, int64_t D, ag_dtype dtype) {
                  (long long)L, (long long)D, ag_dtype_name(dtype));
         return NULL;
     }
-    double *v = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(L * D));
+    const char *op = "ag_sinusoidal_positions";
+    int64_t n;
+    if (__builtin_mul_overflow(L, D, &n) || !ag__numel_fits(1, &n)) {
+        ag_error(op, "L %lld, D %lld: more elements than any tensor can hold", (long long)L, (long long)D);
+        return NULL;
+    }
+    double *v = ag__alloc(op, ag_arena_current(), sizeof(double) * (size_t)max1(n), "the table in double");
+    if (!v) return NULL;
     for (int64_t j = 0; j < D; j++) {
         double div = pow(10000.0, (double)(j - j % 2) / (double)D);
         for (int64_t pos = 0; pos < L; pos++)
             v[pos * D + j] = j % 2 ? cos((double)pos / div) : sin((double)pos / div);
     }
-    ag_tensor *t = ag__new(dtype, AG_SHAPE(L, D));
+    ag_tensor *t = ag__new_op(op, dtype, AG_SHAPE(L, D));
+    if (!t) return NULL;
     ag__copy(t, ag_wrap(AG_F64, AG_SHAPE(L, D), v));
     return t;
 }

@@ -92,9 +92,10 @@ static ag_tensor *feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_te
     ag__mask_place place = hidden ? *hidden : ag__place_dense(x->ndim, shape, 0);
     if (p > 0 && p < 1 && !ag__place_bind(op, &place, r, x)) return NULL;
     shape[x->ndim - 1] = out;
-    ag_tensor *y = ag__new(dt, x->ndim, shape);
+    ag_tensor *y = ag__new_op(op, dt, x->ndim, shape);
     bool record = ag_any_requires_grad(5, (ag_tensor *[]){x, w1, b1, w2, b2});
-    ag_tensor *nz = record ? ag__new(AG_BOOL, 1, (int64_t[]){(m * ff + 7) / 8}) : NULL;
+    ag_tensor *nz = record ? ag__new_op(op, AG_BOOL, 1, (int64_t[]){(m * ff + 7) / 8}) : NULL;
+    if (!y || (record && !nz)) return NULL;
     ag_arena *arena = ag_arena_current();
     ag_arena_mark mark = ag_arena_get_mark(arena); /* the dense hidden activation is scratch */
     mat xm, w1m, w2m;
@@ -103,8 +104,13 @@ static ag_tensor *feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag_te
     ag__operand(w2, out, ff, &w2m);
     size_t es = ag_dtype_size(dt);
     int64_t rows = ff_block_rows(ff), packed = 0;
-    ag_tensor *a = ag__new(dt, AG_SHAPE(rows < m ? rows : m, ff));
-    char *vals = record ? ag_arena_alloc(arena, (size_t)(m * ff) * es) : NULL; /* room for all; the packed stay */
+    ag_tensor *a = ag__new_op(op, dt, AG_SHAPE(rows < m ? rows : m, ff));
+    /* room for every hidden value; the packed (nonzero) ones stay */
+    char *vals = a && record ? ag__alloc(op, arena, (size_t)(m * ff) * es, "the packed hidden activation") : NULL;
+    if (!a || (record && !vals)) {
+        ag_arena_rewind(arena, mark);
+        return NULL;
+    }
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
         int64_t n = m - r0 < rows ? m - r0 : rows;
         ag__linear_fwd(dt, rows_from(xm, r0, es), w1m, b1, n, d, ff, ag__ptr(a));

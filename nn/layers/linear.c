@@ -152,7 +152,9 @@ ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b) {
 /* The packed sides live in the arena above a mark and are given back right after: only the
  * padded sides are activations. In backward the gradient buffers are fetched before the mark (a
  * leaf's first buffer comes from the arena too). */
-static char *temp(size_t bytes) { return ag_arena_alloc(ag_arena_current(), bytes ? bytes : 1); }
+static char *temp(size_t bytes) {
+    return ag__alloc("ag__linear_rows", ag_arena_current(), bytes ? bytes : 1, "the packed rows");
+}
 
 /* what backward reads beyond the node: the rows (either may be NULL) */
 typedef struct { const int64_t *in_rows, *out_rows; } rows_pair;
@@ -171,15 +173,17 @@ static void linear_rows_backward(ag_node *n) {
     mat xm = rp->in_rows ? (mat){NULL, false, 0} : ag__as_matrix(x, m, in); /* with in_rows: below */
     if (rp->out_rows) { /* the packed dy: dy's rows */
         char *gp = temp((size_t)(m * out) * es);
+        if (!gp) return; /* reported */
         ag__rows_copy(gp, g, rp->out_rows, m, (size_t)out * es, false);
         g = gp;
     }
     char *dxp = dx ? ag__ptr(dx) : NULL;
     if (rp->in_rows) { /* the packed x again from the padded one; dx through a packed buffer */
         char *xp = temp((size_t)(m * in) * es);
+        dxp = dx && xp ? temp((size_t)(m * in) * es) : NULL;
+        if (!xp || (dx && !dxp)) return; /* reported */
         ag__rows_copy(xp, ag__ptr(x), rp->in_rows, m, (size_t)in * es, false);
         xm = (mat){xp, false, max1(in)};
-        dxp = dx ? temp((size_t)(m * in) * es) : NULL;
     }
     ag__linear_bwd(dt, g, xm, ag__as_matrix(w, out, in), m, in, out, dxp, fresh || rp->in_rows, dw, db);
     if (dx && rp->in_rows) ag__rows_add(dt, ag__ptr(dx), dxp, rp->in_rows, m, in, true);
@@ -207,23 +211,26 @@ ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, 
     size_t es = ag_dtype_size(dt);
     mat xm, wm;
     ag_tensor *xs = in_rows ? ag__dense(x) : ag__operand(x, m, in, &xm), *ws = ag__operand(w, out, in, &wm);
-    ag_tensor *y = out_rows ? ag__new(dt, ndim, shape) : ag__new(dt, 2, (int64_t[]){m, out});
+    ag_tensor *y = out_rows ? ag__new_op(op, dt, ndim, shape) : ag__new_op(op, dt, 2, (int64_t[]){m, out});
+    if (!xs || !ws || !y) return NULL;
     ag_arena_mark mark = ag_arena_get_mark(ag_arena_current());
     if (in_rows) {
         char *xp = temp((size_t)(m * in) * es);
+        if (!xp) return NULL;
         ag__rows_copy(xp, ag__ptr(xs), in_rows, m, (size_t)in * es, false);
         xm = (mat){xp, false, max1(in)};
     }
     char *yp = out_rows ? temp((size_t)(m * out) * es) : ag__ptr(y);
+    if (!yp) return NULL;
     ag__linear_fwd(dt, xm, wm, b, m, in, out, yp);
-    if (out_rows) {
-        ag__zero_other_rows(ag__ptr(y), out_rows, m, R, (size_t)out * es);
-        ag__rows_copy(ag__ptr(y), yp, out_rows, m, (size_t)out * es, true);
-    }
+    bool zeroed = !out_rows || ag__zero_other_rows(ag__ptr(y), out_rows, m, R, (size_t)out * es);
+    if (out_rows && zeroed) ag__rows_copy(ag__ptr(y), yp, out_rows, m, (size_t)out * es, true);
     ag_arena_rewind(ag_arena_current(), mark);
+    if (!zeroed) return NULL;
     ag_node *n = ag_finish(&LINEAR_ROWS, y, 3, (ag_tensor *[]){x, w, b});
     if (n) {
-        rows_pair *rp = ag_arena_alloc(ag_arena_current(), sizeof *rp);
+        rows_pair *rp = (rows_pair *)temp(sizeof *rp);
+        if (!rp) return NULL;
         *rp = (rows_pair){in_rows, out_rows};
         n->saved[0] = xs;
         n->saved[1] = ws;

@@ -12,7 +12,10 @@
 /* elements per partial sum in mse (fixed, so the summation order is fixed) */
 #define BLOCK 8192
 
-static double *scratch(int64_t n) { return ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(n)); }
+/* n doubles from the arena, a failure reported through op */
+static double *scratch(const char *op, int64_t n) {
+    return ag__alloc(op, ag_arena_current(), sizeof(double) * (size_t)max1(n), "the per-position losses");
+}
 
 static bool check_reduction(const char *op, ag_reduction r) {
     if (r == AG_REDUCTION_NONE || r == AG_REDUCTION_MEAN || r == AG_REDUCTION_SUM) return true;
@@ -182,8 +185,9 @@ ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, const ag_loss
     }
     L.smoothing = label_smoothing;
     int64_t npos = L.n * L.s;
-    ag_tensor *lse = ag__new(AG_F64, 1, &npos);
-    double *loss = scratch(npos);
+    ag_tensor *lse = ag__new_op(op, AG_F64, 1, &npos);
+    double *loss = lse ? scratch(op, npos) : NULL;
+    if (!loss) return NULL;
     if (L.cw)
         (logits->dtype == AG_F32 ? ce_weighted_forward_f32 : ce_weighted_forward_f64)(
             ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L, (double *)ag__ptr(lse), loss);
@@ -191,9 +195,10 @@ ag_tensor *ag_cross_entropy(ag_tensor *logits, ag_tensor *targets, const ag_loss
         (logits->dtype == AG_F32 ? ce_forward_f32 : ce_forward_f64)(ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L,
                                                                      (double *)ag__ptr(lse), loss);
     ag_tensor *y = reduce_positions(logits->dtype, targets, &L, loss);
-    ag_node *n = ag_finish(&CROSS_ENTROPY, y, 1, &logits);
+    ag_node *n = y ? ag_finish(&CROSS_ENTROPY, y, 1, &logits) : NULL;
     if (n) {
-        cls_info *keep = ag_arena_alloc(ag_arena_current(), sizeof *keep);
+        cls_info *keep = ag__alloc(op, ag_arena_current(), sizeof *keep, "the state backward reads");
+        if (!keep) return NULL;
         *keep = L;
         n->extra = keep;
         n->saved[0] = xc;
@@ -222,13 +227,15 @@ ag_tensor *ag_nll_loss(ag_tensor *log_probs, ag_tensor *targets, const ag_loss_c
     cls_info L;
     ag_tensor *xc, *tc;
     if (!class_layout(op, log_probs, targets, cfg, &L, &xc, &tc)) return NULL;
-    double *loss = scratch(L.n * L.s);
+    double *loss = scratch(op, L.n * L.s);
+    if (!loss) return NULL;
     (log_probs->dtype == AG_F32 ? nll_forward_f32 : nll_forward_f64)(ag__ptr(xc), (const int64_t *)ag__ptr(tc), &L,
                                                                       loss);
     ag_tensor *y = reduce_positions(log_probs->dtype, targets, &L, loss);
-    ag_node *n = ag_finish(&NLL_LOSS, y, 1, &log_probs);
+    ag_node *n = y ? ag_finish(&NLL_LOSS, y, 1, &log_probs) : NULL;
     if (n) {
-        cls_info *keep = ag_arena_alloc(ag_arena_current(), sizeof *keep);
+        cls_info *keep = ag__alloc(op, ag_arena_current(), sizeof *keep, "the state backward reads");
+        if (!keep) return NULL;
         *keep = L;
         n->extra = keep;
         n->saved[0] = tc;
@@ -274,12 +281,13 @@ ag_tensor *ag_mse_loss(ag_tensor *a, ag_tensor *b, const ag_loss_config *cfg) {
                  ag_dtype_name(a->dtype), ag_shape_str(b, b2), ag_dtype_name(b->dtype));
         return NULL;
     }
-    ag_tensor *ac = ag__dense(a), *bc = ag__dense(b), *y;
+    ag_tensor *ac = ag__dense(a), *bc = ag__dense(b), *y = NULL;
     int64_t count = ag_numel(a);
-    double *partial = scratch((count + BLOCK - 1) / BLOCK);
+    double *partial = scratch(op, (count + BLOCK - 1) / BLOCK);
     char *out = NULL;
+    if (!ac || !bc || !partial) return NULL;
     if (reduction == AG_REDUCTION_NONE) {
-        y = ag__new(a->dtype, a->ndim, a->shape);
+        if (!(y = ag__new_op(op, a->dtype, a->ndim, a->shape))) return NULL;
         out = ag__ptr(y);
     }
     (a->dtype == AG_F32 ? mse_forward_f32 : mse_forward_f64)(ag__ptr(ac), ag__ptr(bc), count, out, partial);

@@ -147,9 +147,10 @@ static ag_tensor *pointwise(const ag_op *op_def, pw_info *P, ag_tensor *x, ag_te
     P->count = count;
     P->batch = x->ndim ? x->shape[0] : 1;
     int64_t nb = (count + BLOCK - 1) / BLOCK;
-    double *partial = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(nb));
+    double *partial = ag__alloc(op, ag_arena_current(), sizeof(double) * (size_t)max1(nb), "the partial sums");
     ag_tensor *out = NULL;
-    if (red == AG_REDUCTION_NONE) out = ag__new(x->dtype, x->ndim, x->shape);
+    if (!partial) return NULL;
+    if (red == AG_REDUCTION_NONE && !(out = ag__new_op(op, x->dtype, x->ndim, x->shape))) return NULL;
     (x->dtype == AG_F32 ? pw_forward_f32 : pw_forward_f64)(P, ag__ptr(xc), ag__ptr(yc), w ? ag__ptr(w) : NULL,
                                                            pw ? ag__ptr(pw) : NULL, count, out ? ag__ptr(out) : NULL,
                                                            partial);
@@ -160,7 +161,8 @@ static ag_tensor *pointwise(const ag_op *op_def, pw_info *P, ag_tensor *x, ag_te
     }
     ag_node *n = ag_finish(op_def, out, 2, (ag_tensor *[]){x, y});
     if (n) {
-        pw_info *keep = ag_arena_alloc(ag_arena_current(), sizeof *keep);
+        pw_info *keep = ag__alloc(op, ag_arena_current(), sizeof *keep, "the state backward reads");
+        if (!keep) return NULL;
         *keep = *P;
         n->extra = keep;
         n->saved[0] = xc;

@@ -83,7 +83,8 @@ static void scores_backward(ag_node *n) { /* saved: kp, qp, v (dense) */
     ag_dtype dt = ds->dtype;
     int64_t N = kp->shape[0], S = kp->shape[1], A = kp->shape[2];
     ag_tensor *dkp = ag_grad_buffer(n->in[0]), *dqp = ag_grad_buffer(n->in[1]), *dv = ag_grad_buffer(n->in[2]);
-    double *vpart = ag_arena_alloc(ag_arena_current(), sizeof(double) * (size_t)max1(N * A));
+    double *vpart = ag__alloc(n->op->name, ag_arena_current(), sizeof(double) * (size_t)max1(N * A), "partial sums");
+    if (!vpart) return;
     (dt == AG_F32 ? add_scores_bwd_f32 : add_scores_bwd_f64)(N, S, A, ag__ptr(kp), ag__ptr(qp), ag__ptr(v),
                                                               ag__ptr(ds), dkp ? ag__ptr(dkp) : NULL,
                                                               dqp ? ag__ptr(dqp) : NULL, vpart);

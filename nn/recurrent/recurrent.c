@@ -209,7 +209,8 @@ static ag_tensor *sequence(const ag__rnn_kind *k, ag_tensor *gi, ag_tensor *h0, 
     }
     ag_node *n = ag_finish(&k->seq_op, y, 5, in);
     if (n) {
-        seq_info *si = ag_arena_alloc(ag_arena_current(), sizeof *si);
+        seq_info *si = ag__alloc(k->seq_op.name, ag_arena_current(), sizeof *si, "the state backward reads");
+        if (!si) return NULL;
         *si = (seq_info){k, active, reverse};
         n->extra = si;
         n->saved[0] = sv;
@@ -285,7 +286,11 @@ static const uint8_t *active_mask(const char *op, const ag_tensor *lengths, int6
         *bad = true;
         return NULL;
     }
-    uint8_t *a = ag_arena_alloc(ag_arena_current(), (size_t)max1(L * N));
+    uint8_t *a = ag__alloc(op, ag_arena_current(), (size_t)max1(L * N), "the steps each sequence takes");
+    if (!a) {
+        *bad = true;
+        return NULL;
+    }
     bool all = true;
     for (int64_t i = 0; i < N; i++) {
         int64_t len = (int64_t)ag_get(lengths, (int64_t[]){i});

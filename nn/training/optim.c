@@ -66,9 +66,16 @@ static bool check_params(const char *op, const ag_params *params) {
     return true;
 }
 
-static void *zero_slab(const ag_params *params) {
+/* a zeroed slab parallel to the parameters' (state for one value per parameter); NULL after
+ * reporting through op */
+static void *zero_slab(const char *op, const ag_params *params) {
     size_t bytes = (size_t)params->numel * ag_dtype_size(params->dtype);
-    void *s = ag_xmalloc(bytes ? bytes : 1);
+    void *s = ag__try_malloc(bytes ? bytes : 1);
+    if (!s) {
+        ag_error(op, "cannot allocate %zu bytes of optimizer state for %lld parameters: out of memory", bytes,
+                 (long long)params->numel);
+        return NULL;
+    }
     memset(s, 0, bytes);
     return s;
 }
@@ -119,7 +126,10 @@ ag_optim *ag_sgd_new(ag_params *params, const ag_sgd_config *cfg) {
     o->momentum = momentum;
     o->dampening = dampening;
     o->nesterov = nesterov;
-    if (momentum != 0) o->momentum_buffer = zero_slab(params);
+    if (momentum != 0 && !(o->momentum_buffer = zero_slab(op, params))) {
+        ag_optim_free(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -135,9 +145,11 @@ static ag_optim *adam_new(const char *op, ag_optim_kind kind, ag_params *params,
     o->betas[1] = beta2;
     o->eps = eps;
     o->amsgrad = cfg->amsgrad;
-    o->exp_avg = zero_slab(params);
-    o->exp_avg_sq = zero_slab(params);
-    if (o->amsgrad) o->max_exp_avg_sq = zero_slab(params);
+    if (!(o->exp_avg = zero_slab(op, params)) || !(o->exp_avg_sq = zero_slab(op, params)) ||
+        (o->amsgrad && !(o->max_exp_avg_sq = zero_slab(op, params)))) {
+        ag_optim_free(o);
+        return NULL;
+    }
     return o;
 }
 

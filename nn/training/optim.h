@@ -54,7 +54,9 @@ typedef struct {
 } ag_sgd_config;
 /* SGD(lr) with torch's defaults for the rest */
 ag_sgd_config ag_sgd_defaults(double lr);
-/* torch.optim.SGD; state: momentum_buffer if momentum != 0. */
+/* torch.optim.SGD; state: momentum_buffer if momentum != 0. Each optimizer's state is a slab
+ * per moment as large as the parameters'; one that cannot be allocated is reported (naming
+ * the bytes) and the constructor returns NULL. */
 ag_optim *ag_sgd_new(ag_params *params, const ag_sgd_config *cfg);
 
 /* torch.optim.Adam's and AdamW's arguments */

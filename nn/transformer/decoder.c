@@ -15,16 +15,15 @@ ag_transformer_decoder_layer_t ag_transformer_decoder_layer_new(ag_params *p, co
     memset(&m, 0, sizeof m);
     if (!ag__tf_check_config("ag_transformer_decoder_layer_new", prefix, cfg)) return m;
     m.cfg = *cfg;
-    m.self_attn = ag__tf_attn_new(p, prefix, "self_attn", cfg, rng);
-    m.multihead_attn = ag__tf_attn_new(p, prefix, "multihead_attn", cfg, rng);
-    m.linear1 = ag__tf_linear_new(p, prefix, "linear1", cfg->d_model, cfg->dim_feedforward, rng);
-    m.linear2 = ag__tf_linear_new(p, prefix, "linear2", cfg->dim_feedforward, cfg->d_model, rng);
-    m.norm1 = ag__tf_norm_new(p, prefix, "norm1", cfg);
-    m.norm2 = ag__tf_norm_new(p, prefix, "norm2", cfg);
-    m.norm3 = ag__tf_norm_new(p, prefix, "norm3", cfg);
-    if (!m.multihead_attn.in_proj_weight || !m.linear1.weight || !m.linear2.weight || !m.norm1.weight ||
-        !m.norm2.weight || !m.norm3.weight)
-        m.self_attn.in_proj_weight = NULL;
+    /* each module only when the one before was made: the first failure is the one report */
+    bool ok = (m.self_attn = ag__tf_attn_new(p, prefix, "self_attn", cfg, rng)).in_proj_weight &&
+              (m.multihead_attn = ag__tf_attn_new(p, prefix, "multihead_attn", cfg, rng)).in_proj_weight &&
+              (m.linear1 = ag__tf_linear_new(p, prefix, "linear1", cfg->d_model, cfg->dim_feedforward, rng)).weight &&
+              (m.linear2 = ag__tf_linear_new(p, prefix, "linear2", cfg->dim_feedforward, cfg->d_model, rng)).weight &&
+              (m.norm1 = ag__tf_norm_new(p, prefix, "norm1", cfg)).weight &&
+              (m.norm2 = ag__tf_norm_new(p, prefix, "norm2", cfg)).weight &&
+              (m.norm3 = ag__tf_norm_new(p, prefix, "norm3", cfg)).weight;
+    if (!ok) m.self_attn.in_proj_weight = NULL;
     return m;
 }
 
@@ -187,6 +186,10 @@ ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_ten
     }
     int64_t N = memory->shape[0], S = memory->shape[1], Dh = E / H;
     ag_decoder_cache *c = ag_arena_alloc(ag_arena_current(), sizeof *c);
+    if (!c) {
+        ag_error(op, "cannot allocate %zu bytes for the cache: out of memory", sizeof *c);
+        return NULL;
+    }
     *c = (ag_decoder_cache){.N = N, .S = S, .E = E, .H = H, .max_len = max_len, .layers = m->num_layers};
     if (memory_key_padding_mask) {
         TRY(c->mask = ag_attention_mask(NULL, memory_key_padding_mask, N, H));

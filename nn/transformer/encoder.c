@@ -16,12 +16,13 @@ ag_transformer_encoder_layer_t ag_transformer_encoder_layer_new(ag_params *p, co
     memset(&m, 0, sizeof m);
     if (!ag__tf_check_config("ag_transformer_encoder_layer_new", prefix, cfg)) return m;
     m.cfg = *cfg;
-    m.self_attn = ag__tf_attn_new(p, prefix, "self_attn", cfg, rng);
-    m.linear1 = ag__tf_linear_new(p, prefix, "linear1", cfg->d_model, cfg->dim_feedforward, rng);
-    m.linear2 = ag__tf_linear_new(p, prefix, "linear2", cfg->dim_feedforward, cfg->d_model, rng);
-    m.norm1 = ag__tf_norm_new(p, prefix, "norm1", cfg);
-    m.norm2 = ag__tf_norm_new(p, prefix, "norm2", cfg);
-    if (!m.linear1.weight || !m.linear2.weight || !m.norm1.weight || !m.norm2.weight) m.self_attn.in_proj_weight = NULL;
+    /* each module only when the one before was made: the first failure is the one report */
+    bool ok = (m.self_attn = ag__tf_attn_new(p, prefix, "self_attn", cfg, rng)).in_proj_weight &&
+              (m.linear1 = ag__tf_linear_new(p, prefix, "linear1", cfg->d_model, cfg->dim_feedforward, rng)).weight &&
+              (m.linear2 = ag__tf_linear_new(p, prefix, "linear2", cfg->dim_feedforward, cfg->d_model, rng)).weight &&
+              (m.norm1 = ag__tf_norm_new(p, prefix, "norm1", cfg)).weight &&
+              (m.norm2 = ag__tf_norm_new(p, prefix, "norm2", cfg)).weight;
+    if (!ok) m.self_attn.in_proj_weight = NULL;
     return m;
 }
 

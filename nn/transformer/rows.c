@@ -47,10 +47,11 @@ void ag__rows_copy(char *dst, const char *src, const int64_t *rows, int64_t n, s
                row_bytes);
 }
 
-void ag__zero_other_rows(char *y, const int64_t *rows, int64_t n, int64_t R, size_t row_bytes) {
+bool ag__zero_other_rows(char *y, const int64_t *rows, int64_t n, int64_t R, size_t row_bytes) {
     ag_arena *a = ag_arena_current();
     ag_arena_mark mark = ag_arena_get_mark(a);
-    uint8_t *kept = ag_arena_alloc(a, (size_t)R + 1);
+    uint8_t *kept = ag__alloc("ag__put_rows", a, (size_t)R + 1, "the rows written");
+    if (!kept) return false;
     memset(kept, 0, (size_t)R);
     for (int64_t i = 0; i < n; i++) kept[rows[i]] = 1;
     for (int64_t r = 0; r < R;) { /* runs of rows not written */
@@ -64,6 +65,7 @@ void ag__zero_other_rows(char *y, const int64_t *rows, int64_t n, int64_t R, siz
         r = e;
     }
     ag_arena_rewind(a, mark);
+    return true;
 }
 
 /* ---- take ---- */
@@ -79,7 +81,8 @@ ag_tensor *ag__take_rows(ag_tensor *x, const int64_t *rows, int64_t n) {
     if (!ag__check_float(op, x)) return NULL;
     int64_t D = row_len(x), R = D ? ag_numel(x) / D : 0;
     if (!ag__check_rows(op, rows, n, R)) return NULL;
-    ag_tensor *xc = ag__dense(x), *y = ag__new(x->dtype, 2, (int64_t[]){n, D});
+    ag_tensor *xc = ag__dense(x), *y = ag__new_op(op, x->dtype, 2, (int64_t[]){n, D});
+    if (!xc || !y) return NULL;
     ag__rows_copy(ag__ptr(y), ag__ptr(xc), rows, n, (size_t)D * ag_dtype_size(x->dtype), false);
     ag_node *nd = ag_finish(&TAKE_ROWS, y, 1, &x);
     if (nd) nd->extra = (void *)rows;
@@ -106,9 +109,9 @@ ag_tensor *ag__put_rows(ag_tensor *x, const int64_t *rows, int ndim, const int64
         return NULL;
     }
     if (!ag__check_rows(op, rows, x->shape[0], R)) return NULL;
-    ag_tensor *xc = ag__dense(x), *y = ag__new(x->dtype, ndim, shape);
+    ag_tensor *xc = ag__dense(x), *y = ag__new_op(op, x->dtype, ndim, shape);
     size_t row_bytes = (size_t)x->shape[1] * ag_dtype_size(x->dtype);
-    ag__zero_other_rows(ag__ptr(y), rows, x->shape[0], R, row_bytes);
+    if (!xc || !y || !ag__zero_other_rows(ag__ptr(y), rows, x->shape[0], R, row_bytes)) return NULL;
     ag__rows_copy(ag__ptr(y), ag__ptr(xc), rows, x->shape[0], row_bytes, true);
     ag_node *nd = ag_finish(&PUT_ROWS, y, 1, &x);
     if (nd) nd->extra = (void *)rows;
@@ -128,7 +131,8 @@ static bool padded_at(const ag_tensor *m, int64_t e) {
 bool ag__live_rows(ag_tensor *kpm, bool batch_first, ag__rowset *r) {
     int64_t N = kpm->shape[0], L = kpm->shape[1];
     ag_tensor *m = ag__dense(kpm);
-    int64_t *bf = ag_arena_alloc(ag_arena_current(), sizeof(int64_t) * (size_t)(N * L + 1));
+    int64_t *bf = m ? ag_arena_alloc(ag_arena_current(), sizeof(int64_t) * (size_t)(N * L + 1)) : NULL;
+    if (!bf) return false; /* no memory for the list: every row is computed (the same result) */
     int64_t n = 0;
     for (int64_t e = 0; e < N * L; e++)
         if (!padded_at(m, e)) bf[n++] = e;
@@ -140,6 +144,7 @@ bool ag__live_rows(ag_tensor *kpm, bool batch_first, ag__rowset *r) {
     r->src = bf;
     if (!batch_first) { /* the same positions in (L, N) order */
         int64_t *src = ag_arena_alloc(ag_arena_current(), sizeof(int64_t) * (size_t)(n + 1));
+        if (!src) return false;
         for (int64_t i = 0; i < n; i++) src[i] = bf[i] % L * N + bf[i] / L;
         r->src = src;
     }

@@ -79,6 +79,7 @@ bool ag__tf_check_seq(const char *op, const char *what, ag_tensor *t, const ag_t
 bool ag__tf_check_masks(const char *op, const char *mask_name, ag_tensor *am, const char *kpm_name, ag_tensor **kpm,
                         bool unbatched, int64_t N, int64_t H, int64_t L, int64_t S) {
     char b[128];
+    if ((am && !ag__check_not_null(op, am)) || (*kpm && !ag__check_not_null(op, *kpm))) return false;
     if (am && !((am->ndim == 2 && am->shape[0] == L && am->shape[1] == S) ||
                 (am->ndim == 3 && am->shape[0] == N * H && am->shape[1] == L && am->shape[2] == S))) {
         ag_error(op, "%s %s: expected (%lld,%lld) or (%lld,%lld,%lld) (batch*nhead, target, source)", mask_name,
