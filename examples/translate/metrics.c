@@ -116,19 +116,6 @@ void tr_metrics_work_free(tr_metrics_work *w) {
     free(w);
 }
 
-/* a zeroed table of at least 2 * entries slots (load at most one half) */
-static bool table_ready(void **tab, size_t *cap, size_t elem, size_t entries) {
-    size_t want = 64;
-    while (want < 2 * entries) want *= 2;
-    if (want <= *cap) return true; /* cleared slot by slot after each use */
-    void *t = calloc(want, elem);
-    if (!t) return false;
-    free(*tab);
-    *tab = t;
-    *cap = want;
-    return true;
-}
-
 static uint64_t mix(uint64_t h, uint64_t v) {
     h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
     h *= 0xFF51AFD7ED558CCDull;
@@ -241,11 +228,33 @@ const char *tr_tokenize_13a(tr_metrics_work *w, const char *line) {
 
 /* ---- n-gram counting ---- */
 
-/* The slot of the n symbols at sym[start] (created with zero counts if absent); NULL only if
- * the table is full, which table_ready's sizing rules out. */
+/* twice the n-gram table's slots, the entries placed again; false when out of memory */
+static bool ngrams_grow(tr_metrics_work *w) {
+    size_t cap = w->tab_cap ? 2 * w->tab_cap : 256;
+    ngram *t = calloc(cap, sizeof *t);
+    if (!t || !RESERVE(w->used, w->used_cap, cap / 2 + 1)) {
+        free(t);
+        return false;
+    }
+    for (size_t k = 0; k < w->used_n; k++) {
+        const ngram *g = &w->tab[w->used[k]];
+        size_t i = g->h & (cap - 1);
+        while (t[i].n) i = (i + 1) & (cap - 1);
+        t[i] = *g;
+        w->used[k] = (uint32_t)i;
+    }
+    free(w->tab);
+    w->tab = t;
+    w->tab_cap = cap;
+    return true;
+}
+
+/* The slot of the n symbols at sym[start], created with zero counts if absent (the table kept
+ * at most half full); NULL when out of memory. */
 static ngram *ngram_slot(tr_metrics_work *w, uint64_t h, uint32_t start, int n) {
+    if (2 * (w->used_n + 1) > w->tab_cap && !ngrams_grow(w)) return NULL;
     size_t mask = w->tab_cap - 1;
-    for (size_t i = h & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
         ngram *g = &w->tab[i];
         if (g->n == 0) {
             *g = (ngram){h, start, n, 0, 0, 0, 0};
@@ -255,14 +264,6 @@ static ngram *ngram_slot(tr_metrics_work *w, uint64_t h, uint32_t start, int n) 
         if (g->h == h && g->n == n && memcmp(w->sym + g->start, w->sym + start, sizeof(uint32_t) * (size_t)n) == 0)
             return g;
     }
-    return NULL;
-}
-
-/* room for the n-grams (orders 1..order) of symbols symbols */
-static bool ngrams_ready(tr_metrics_work *w, size_t symbols, int order) {
-    size_t entries = symbols * (size_t)order + 1;
-    return table_ready((void **)&w->tab, &w->tab_cap, sizeof(ngram), entries) &&
-           RESERVE(w->used, w->used_cap, entries);
 }
 
 static void ngrams_clear(tr_metrics_work *w) {
@@ -273,14 +274,15 @@ static void ngrams_clear(tr_metrics_work *w) {
 /* Count the n-grams (orders 1..order) of sym[at, at + len): as the hypothesis (stamp 0: hyp
  * counts, per-order totals into per_order) or as reference stamp > 0 (running count, the
  * largest count, and in per_order the occurrences within the hypothesis' count: the clipped
- * matches of this reference). */
-static void count_ngrams(tr_metrics_work *w, size_t at, size_t len, int order, int stamp, int64_t *per_order,
+ * matches of this reference). False when out of memory. */
+static bool count_ngrams(tr_metrics_work *w, size_t at, size_t len, int order, int stamp, int64_t *per_order,
                          int64_t *matches) {
     for (size_t i = 0; i < len; i++) {
         uint64_t h = 0x5EEDull;
         for (int n = 1; n <= order && i + (size_t)n <= len; n++) {
             h = mix(h, w->sym[at + i + (size_t)n - 1]);
             ngram *g = ngram_slot(w, h, (uint32_t)(at + i), n);
+            if (!g) return false;
             if (stamp == 0) {
                 g->hyp++;
             } else {
@@ -292,12 +294,48 @@ static void count_ngrams(tr_metrics_work *w, size_t at, size_t len, int order, i
             per_order[n - 1]++;
         }
     }
+    return true;
 }
 
 /* ---- BLEU ---- */
 
+/* the number of tokens of text (split on whitespace) */
+static size_t count_words(const char *text) {
+    size_t n = strlen(text), count = 0;
+    bool in = false;
+    for (size_t i = 0; i < n;) {
+        uint32_t c;
+        i += (size_t)utf8_next((const unsigned char *)text + i, n - i, &c);
+        bool sp = is_space(c);
+        count += in == false && !sp;
+        in = !sp;
+    }
+    return count;
+}
+
+/* twice the token table's slots, the tokens placed again; false when out of memory */
+static bool tokens_grow(tr_metrics_work *w) {
+    size_t cap = w->ttab_cap ? 2 * w->ttab_cap : 256;
+    token *t = calloc(cap, sizeof *t);
+    if (!t || !RESERVE(w->tused, w->tused_cap, cap / 2 + 1)) {
+        free(t);
+        return false;
+    }
+    for (size_t k = 0; k < w->tused_n; k++) {
+        const token *g = &w->ttab[w->tused[k]];
+        size_t i = g->h & (cap - 1);
+        while (t[i].len) i = (i + 1) & (cap - 1);
+        t[i] = *g;
+        w->tused[k] = (uint32_t)i;
+    }
+    free(w->ttab);
+    w->ttab = t;
+    w->ttab_cap = cap;
+    return true;
+}
+
 /* The tokens of text (split on whitespace) appended to sym as ids, equal tokens equal ids
- * within the segment; their count. */
+ * within the segment; their count, (size_t)-1 when out of memory. */
 static size_t intern_tokens(tr_metrics_work *w, const char *text, size_t at, uint32_t *next_id) {
     size_t n = strlen(text), count = 0;
     for (size_t i = 0; i < n;) {
@@ -315,6 +353,7 @@ static size_t intern_tokens(tr_metrics_work *w, const char *text, size_t at, uin
         }
         uint64_t h = 0xCBF29CE484222325ull;
         for (size_t k = s; k < i; k++) h = (h ^ (unsigned char)text[k]) * 0x100000001B3ull;
+        if (2 * (w->tused_n + 1) > w->ttab_cap && !tokens_grow(w)) return (size_t)-1;
         size_t off = (size_t)(text - w->toks) + s, mask = w->ttab_cap - 1, slot = h & mask;
         while (w->ttab[slot].len &&
                !(w->ttab[slot].h == h && w->ttab[slot].len == i - s &&
@@ -358,22 +397,26 @@ int tr_bleu_add(tr_metrics_work *w, tr_bleu_stats *s, const tr_bleu_opts *o, con
     enum { MAXREFS = 64 };
     size_t off[MAXREFS + 1], len[MAXREFS + 1], at = 0;
     if (nrefs < 1 || nrefs > MAXREFS || !tokenize_segment(w, o, hyp, refs, nrefs, off)) return -1;
-    size_t bytes = 0;
-    for (int k = 0; k <= nrefs; k++) bytes += strlen(w->toks + off[k]) + 1;
-    /* at most one token per two bytes (a byte and a space) plus one */
-    if (!RESERVE(w->sym, w->sym_cap, bytes) || !ngrams_ready(w, bytes, TR_BLEU_ORDER) ||
-        !table_ready((void **)&w->ttab, &w->ttab_cap, sizeof(token), bytes) ||
-        !RESERVE(w->tused, w->tused_cap, bytes))
-        return -1;
+    size_t words = 1;
+    for (int k = 0; k <= nrefs; k++) words += count_words(w->toks + off[k]);
+    if (!RESERVE(w->sym, w->sym_cap, words)) return -1;
     uint32_t next_id = 1;
-    for (int k = 0; k <= nrefs; k++) {
+    bool ok = true;
+    for (int k = 0; ok && k <= nrefs; k++) {
         len[k] = intern_tokens(w, w->toks + off[k], at, &next_id);
+        ok = len[k] != (size_t)-1;
         off[k] = at;
         at += len[k];
     }
     int64_t totals[TR_BLEU_ORDER] = {0}, ignore[TR_BLEU_ORDER] = {0};
-    count_ngrams(w, off[0], len[0], TR_BLEU_ORDER, 0, totals, NULL);
-    for (int k = 1; k <= nrefs; k++) count_ngrams(w, off[k], len[k], TR_BLEU_ORDER, k, ignore, NULL);
+    ok = ok && count_ngrams(w, off[0], len[0], TR_BLEU_ORDER, 0, totals, NULL);
+    for (int k = 1; ok && k <= nrefs; k++) ok = count_ngrams(w, off[k], len[k], TR_BLEU_ORDER, k, ignore, NULL);
+    for (size_t k = 0; k < w->tused_n; k++) w->ttab[w->tused[k]].len = 0;
+    w->tused_n = 0;
+    if (!ok) {
+        ngrams_clear(w);
+        return -1;
+    }
     for (size_t u = 0; u < w->used_n; u++) {
         const ngram *g = &w->tab[w->used[u]];
         s->correct[g->n - 1] += g->hyp < g->refmax ? g->hyp : g->refmax;
@@ -388,8 +431,6 @@ int tr_bleu_add(tr_metrics_work *w, tr_bleu_stats *s, const tr_bleu_opts *o, con
     s->hyp_len += hl;
     s->ref_len += best;
     ngrams_clear(w);
-    for (size_t k = 0; k < w->tused_n; k++) w->ttab[w->tused[k]].len = 0;
-    w->tused_n = 0;
     return 0;
 }
 
@@ -469,30 +510,32 @@ double tr_chrf_compute(const tr_chrf_stats *s, const tr_chrf_opts *o) {
 
 int tr_chrf_add(tr_metrics_work *w, tr_chrf_stats *s, const tr_chrf_opts *o, const char *hyp,
                 const char *const *refs, int nrefs) {
-    if (nrefs < 1) return -1;
-    size_t bytes = strlen(hyp) + 1;
+    enum { MAXREFS = 64 };
+    size_t bytes = strlen(hyp) + 1, at[MAXREFS + 2];
+    if (nrefs < 1 || nrefs > MAXREFS) return -1;
     for (int k = 0; k < nrefs; k++) bytes += strlen(refs[k]);
-    if (!RESERVE(w->sym, w->sym_cap, bytes) || !ngrams_ready(w, bytes, TR_CHRF_ORDER)) return -1;
-    size_t at = code_points(w, hyp, 0, o->whitespace);
+    if (!RESERVE(w->sym, w->sym_cap, bytes)) return -1;
+    /* the hypothesis' code points, then each reference's: n-grams point into all of them */
+    at[0] = 0;
+    for (int k = 0; k <= nrefs; k++) at[k + 1] = at[k] + code_points(w, k ? refs[k - 1] : hyp, at[k], o->whitespace);
     int64_t hyp_n[TR_CHRF_ORDER] = {0};
-    count_ngrams(w, 0, at, TR_CHRF_ORDER, 0, hyp_n, NULL);
+    bool ok = count_ngrams(w, 0, at[1], TR_CHRF_ORDER, 0, hyp_n, NULL);
     tr_chrf_stats best = {0};
     double best_f = -1;
-    for (int k = 0; k < nrefs; k++) { /* each reference after the previous one: entries point into all */
-        size_t rl = code_points(w, refs[k], at, o->whitespace);
+    for (int k = 1; ok && k <= nrefs; k++) {
         tr_chrf_stats t = {0};
-        count_ngrams(w, at, rl, TR_CHRF_ORDER, k + 1, t.ref, t.match);
-        at += rl;
+        ok = count_ngrams(w, at[k], at[k + 1] - at[k], TR_CHRF_ORDER, k, t.ref, t.match);
         for (int n = 0; n < TR_CHRF_ORDER; n++) t.hyp[n] = t.ref[n] > 0 ? hyp_n[n] : 0;
         double f = f_score(t.hyp, t.ref, t.match, TR_CHRF_ORDER, o);
         if (f > best_f) best_f = f, best = t;
     }
+    ngrams_clear(w);
+    if (!ok) return -1;
     for (int n = 0; n < TR_CHRF_ORDER; n++) {
         s->hyp[n] += best.hyp[n];
         s->ref[n] += best.ref[n];
         s->match[n] += best.match[n];
     }
-    ngrams_clear(w);
     return 0;
 }
 
