@@ -3,7 +3,10 @@
  * str.split() splits on; the helpers below give UTF-8 bytes those meanings. */
 #include "metrics.h"
 
+#include "data_internal.h"
+
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,24 +15,9 @@
 /* The code point at s (n > 0 bytes left) into *cp; returns its length. An invalid byte is one
  * character, 0x110000 + its value, so that it only equals itself. */
 static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
-    unsigned c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 1) {
-        *cp = c;
-        return 1;
-    }
-    if (len == 0 || (size_t)len > n) goto bad;
-    uint32_t v = c & (0x7Fu >> len);
-    for (int k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) goto bad;
-        v = v << 6 | (s[k] & 0x3Fu);
-    }
-    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < least[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) goto bad;
-    *cp = v;
-    return len;
-bad:
-    *cp = 0x110000u + c;
+    int len = tr__utf8_next(s, n, cp);
+    if (len) return len;
+    *cp = 0x110000u + s[0];
     return 1;
 }
 
@@ -114,6 +102,36 @@ void tr_metrics_work_free(tr_metrics_work *w) {
     free(w->ttab);
     free(w->tused);
     free(w);
+}
+
+/* Double an open-addressing table of *cap entries of elem bytes, each starting with its
+ * uint64_t hash and free when the 4 bytes at busy are 0; used[0..n) lists the occupied slots
+ * (updated). False when out of memory (the table unchanged). */
+static bool table_grow(void **tab, size_t *cap, size_t elem, size_t busy, uint32_t **used, size_t *used_cap,
+                       size_t n) {
+    size_t c = *cap ? 2 * *cap : 256;
+    char *t = calloc(c, elem), *old = *tab;
+    if (!t || !reserve((void **)used, used_cap, c / 2 + 1, sizeof **used)) {
+        free(t);
+        return false;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const char *e = old + (size_t)(*used)[k] * elem;
+        uint64_t h;
+        uint32_t b;
+        memcpy(&h, e, sizeof h);
+        size_t i = h & (c - 1);
+        for (;; i = (i + 1) & (c - 1)) {
+            memcpy(&b, t + i * elem + busy, sizeof b);
+            if (!b) break;
+        }
+        memcpy(t + i * elem, e, elem);
+        (*used)[k] = (uint32_t)i;
+    }
+    free(old);
+    *tab = t;
+    *cap = c;
+    return true;
 }
 
 static uint64_t mix(uint64_t h, uint64_t v) {
@@ -228,31 +246,12 @@ const char *tr_tokenize_13a(tr_metrics_work *w, const char *line) {
 
 /* ---- n-gram counting ---- */
 
-/* twice the n-gram table's slots, the entries placed again; false when out of memory */
-static bool ngrams_grow(tr_metrics_work *w) {
-    size_t cap = w->tab_cap ? 2 * w->tab_cap : 256;
-    ngram *t = calloc(cap, sizeof *t);
-    if (!t || !RESERVE(w->used, w->used_cap, cap / 2 + 1)) {
-        free(t);
-        return false;
-    }
-    for (size_t k = 0; k < w->used_n; k++) {
-        const ngram *g = &w->tab[w->used[k]];
-        size_t i = g->h & (cap - 1);
-        while (t[i].n) i = (i + 1) & (cap - 1);
-        t[i] = *g;
-        w->used[k] = (uint32_t)i;
-    }
-    free(w->tab);
-    w->tab = t;
-    w->tab_cap = cap;
-    return true;
-}
-
 /* The slot of the n symbols at sym[start], created with zero counts if absent (the table kept
  * at most half full); NULL when out of memory. */
 static ngram *ngram_slot(tr_metrics_work *w, uint64_t h, uint32_t start, int n) {
-    if (2 * (w->used_n + 1) > w->tab_cap && !ngrams_grow(w)) return NULL;
+    if (2 * (w->used_n + 1) > w->tab_cap &&
+        !table_grow((void **)&w->tab, &w->tab_cap, sizeof(ngram), offsetof(ngram, n), &w->used, &w->used_cap, w->used_n))
+        return NULL;
     size_t mask = w->tab_cap - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
         ngram *g = &w->tab[i];
@@ -313,27 +312,6 @@ static size_t count_words(const char *text) {
     return count;
 }
 
-/* twice the token table's slots, the tokens placed again; false when out of memory */
-static bool tokens_grow(tr_metrics_work *w) {
-    size_t cap = w->ttab_cap ? 2 * w->ttab_cap : 256;
-    token *t = calloc(cap, sizeof *t);
-    if (!t || !RESERVE(w->tused, w->tused_cap, cap / 2 + 1)) {
-        free(t);
-        return false;
-    }
-    for (size_t k = 0; k < w->tused_n; k++) {
-        const token *g = &w->ttab[w->tused[k]];
-        size_t i = g->h & (cap - 1);
-        while (t[i].len) i = (i + 1) & (cap - 1);
-        t[i] = *g;
-        w->tused[k] = (uint32_t)i;
-    }
-    free(w->ttab);
-    w->ttab = t;
-    w->ttab_cap = cap;
-    return true;
-}
-
 /* The tokens of text (split on whitespace) appended to sym as ids, equal tokens equal ids
  * within the segment; their count, (size_t)-1 when out of memory. */
 static size_t intern_tokens(tr_metrics_work *w, const char *text, size_t at, uint32_t *next_id) {
@@ -353,7 +331,9 @@ static size_t intern_tokens(tr_metrics_work *w, const char *text, size_t at, uin
         }
         uint64_t h = 0xCBF29CE484222325ull;
         for (size_t k = s; k < i; k++) h = (h ^ (unsigned char)text[k]) * 0x100000001B3ull;
-        if (2 * (w->tused_n + 1) > w->ttab_cap && !tokens_grow(w)) return (size_t)-1;
+        if (2 * (w->tused_n + 1) > w->ttab_cap && !table_grow((void **)&w->ttab, &w->ttab_cap, sizeof(token),
+                                                              offsetof(token, len), &w->tused, &w->tused_cap, w->tused_n))
+            return (size_t)-1;
         size_t off = (size_t)(text - w->toks) + s, mask = w->ttab_cap - 1, slot = h & mask;
         while (w->ttab[slot].len &&
                !(w->ttab[slot].h == h && w->ttab[slot].len == i - s &&

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_internal.h"
 #include "metrics.h"
 #include "translate.h"
 
@@ -23,25 +24,13 @@ static void lines_free(lines *l) {
 }
 
 /* whether s[0..n) is UTF-8 without NUL bytes; the offset of the first bad byte in *bad */
-static bool valid_utf8(const unsigned char *s, size_t n, size_t *bad) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        int len = c == 0 ? 0 : c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        uint32_t v = len > 1 ? c & (0x7Fu >> len) : c;
-        if (len == 0 || i + (size_t)len > n) goto fail;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) goto fail;
-            v = v << 6 | (s[i + k] & 0x3Fu);
+static bool valid_utf8(const char *s, size_t n, size_t *bad) {
+    uint32_t cp;
+    for (size_t i = 0, len; i < n; i += len)
+        if (s[i] == 0 || !(len = (size_t)tr__utf8_next((const unsigned char *)s + i, n - i, &cp))) {
+            *bad = i;
+            return false;
         }
-        if ((len == 2 && v < 0x80) || (len == 3 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) ||
-            (len == 4 && (v < 0x10000 || v > 0x10FFFF)))
-            goto fail;
-        i += (size_t)len;
-        continue;
-    fail:
-        *bad = i;
-        return false;
-    }
     return true;
 }
 
@@ -90,7 +79,7 @@ static bool read_lines(lines *l, const char *path, const char *what) {
         char *e = strchr(s, '\n');
         if (e) *e = 0;
         size_t len = e ? (size_t)(e - s) : strlen(s), bad;
-        if (!valid_utf8((const unsigned char *)s, len, &bad)) {
+        if (!valid_utf8(s, len, &bad)) {
             fprintf(stderr, "attograd-translate score: %s:%lld: invalid UTF-8 at byte %zu (0x%02X)%s\n", name,
                     (long long)(k + 1), bad + 1, (unsigned char)s[bad], s[bad] ? "" : ", a NUL byte");
             lines_free(l);
