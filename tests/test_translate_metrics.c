@@ -431,6 +431,9 @@ static void test_score_refuses_what_sacrebleu_refuses(void **state) {
     assert_contains(tt.err, "No such file or directory");
     assert_status(RUN("score", "--hyp", bad, "--ref", ref), 1);
     assert_contains(tt.err, "bad.txt:2: invalid UTF-8 at byte 2 (0xFF)");
+    tt_write_file(bad, "one\nt\0o\n", 7);
+    assert_status(RUN("score", "--hyp", bad, "--ref", ref), 1);
+    assert_contains(tt.err, "bad.txt:2: invalid UTF-8 at byte 2 (0x00), a NUL byte");
     assert_status(RUN("score", "--hyp", ref, "--ref", blank), 1);
     assert_contains(tt.err, "blank.txt:2: empty reference");
     /* usage errors: exit 2 and a pointer to --help */

@@ -74,11 +74,11 @@ static bool read_lines(lines *l, const char *path, const char *what) {
         lines_free(l);
         return false;
     }
-    char *s = l->text;
+    char *s = l->text, *end = l->text + n;
     for (int64_t k = 0; k < count; k++) {
-        char *e = strchr(s, '\n');
+        char *e = memchr(s, '\n', (size_t)(end - s));
         if (e) *e = 0;
-        size_t len = e ? (size_t)(e - s) : strlen(s), bad;
+        size_t len = (size_t)((e ? e : end) - s), bad;
         if (!valid_utf8(s, len, &bad)) {
             fprintf(stderr, "attograd-translate score: %s:%lld: invalid UTF-8 at byte %zu (0x%02X)%s\n", name,
                     (long long)(k + 1), bad + 1, (unsigned char)s[bad], s[bad] ? "" : ", a NUL byte");
