@@ -287,6 +287,9 @@ static void test_eval_prints_the_loss_its_help_promises_as_train_computes_it(voi
     assert_int_equal(tt_count(want, "|nrefs:1|case:mixed|"), 2);
     const char *bleu_head = "  BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:";
     assert_true(strncmp(sacre, bleu_head, strlen(bleu_head)) == 0);
+    /* training says once, at its first evaluation, whose BLEU its lines print */
+    assert_int_equal(tt_count(tiny_log[1], "step 3: evaluating on 2 dev pairs; BLEU and chrF2 are sacreBLEU "), 1);
+    assert_int_equal(tt_count(tiny_log[1], "sacreBLEU"), 1);
     assert_true(train_loss > 0.5 && train_loss < 5); /* 6 steps: far from ln(10) = 2.3 is not learnt yet */
     /* the loss changes with the data: one pair alone */
     tt_write_text(tt_in_dir("one.tsv"), "a b\tB A\n");
