@@ -19,8 +19,8 @@ mpmd() { timeout 300 mpirun --oversubscribe -np 1 "$@"; } # mpmd A... : -np 1 B.
 tiny="--train $data/train.tsv --d-model 16 --heads 2 --layers 1 --ff 32 --batch 8 --max-eval 8 --samples 0
       --dropout 0.3 --seed 3 --eval-every 3 --save-every 3 --threads 1 --tokenizer word"
 
-# the evaluation lines without their time: "step N: train loss ..., BLEU x"
-losses() { grep -o 'step [0-9]*: train loss .*BLEU [0-9.]*' "$1"; }
+# the evaluation lines without their time: "step N: train loss ..., BLEU x, chrF2 y"
+losses() { grep -o 'step [0-9]*: train loss .*chrF2 [0-9.]*' "$1"; }
 
 # 2 ranks x 4 pairs train as 1 process x 8 pairs, dropout 0.3 included: the same losses at
 # every evaluation (4 decimals); with dropout 0 they differ (the masks are drawn, not skipped)

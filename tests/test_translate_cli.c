@@ -17,6 +17,7 @@
 
 #include <hdf5.h>
 
+#include "metrics.h"
 #include "test_util.h"
 #include "translate_run.h"
 
@@ -270,16 +271,16 @@ static ag_train_state load_state(const char *path) {
     return st;
 }
 
-/* the "step N: train loss ..., BLEU x" parts of a log's evaluation lines (not the time taken),
- * one a line, in order */
+/* the "step N: train loss ..., BLEU x, chrF2 y" parts of a log's evaluation lines (not the time
+ * taken), one a line, in order */
 static char *eval_lines(const char *log) {
     char *out = calloc(strlen(log) + 1, 1);
     for (const char *p = log; *p;) {
         const char *e = strchr(p, '\n');
         size_t len = e ? (size_t)(e - p + 1) : strlen(p);
-        const char *loss = strstr(p, ": train loss "), *bleu = strstr(p, ", BLEU ");
+        const char *loss = strstr(p, ": train loss "), *bleu = strstr(p, ", chrF2 ");
         if (strncmp(p, "step ", 5) == 0 && loss && bleu && bleu < p + len) {
-            bleu += strlen(", BLEU ");
+            bleu += strlen(", chrF2 ");
             strncat(out, p, (size_t)(bleu - p) + strspn(bleu, "0123456789."));
             strcat(out, "\n");
         }
@@ -352,24 +353,34 @@ static void test_train_with_dev_and_test_files_evaluates_the_best_checkpoint_on_
     assert_true(loss > 0 && exact >= 0 && exact <= 100 && bleu >= 0 && bleu <= 100);
 }
 
-/* the line eval prints: "<data>: N pairs, loss L, greedy|beam exact match X%, BLEU Y" */
+/* the lines eval prints: "<data>: N pairs, loss L, greedy|beam exact match X%, BLEU Y, chrF2 Z",
+ * then sacreBLEU's BLEU and chrF2 lines with their signatures */
 static void check_eval_output(const char *data, int pairs, const char *search) {
     char head[600], mode[16];
     snprintf(head, sizeof head, "%s: ", data);
     if (strncmp(tt.out, head, strlen(head)) != 0)
         fail_msg("eval printed '%s', expected it to start with '%s'", tt.out, head);
     int n;
-    double loss, exact, bleu;
+    double loss, exact, bleu, chrf;
     char end;
-    int got = sscanf(tt.out + strlen(head), "%d pairs, loss %lf, %15s exact match %lf%%, BLEU %lf%c", &n, &loss,
-                     mode, &exact, &bleu, &end);
-    if (got != 6 || end != '\n') fail_msg("eval printed '%s'", tt.out);
+    int got = sscanf(tt.out + strlen(head), "%d pairs, loss %lf, %15s exact match %lf%%, BLEU %lf, chrF2 %lf%c", &n,
+                     &loss, mode, &exact, &bleu, &chrf, &end);
+    if (got != 7 || end != '\n') fail_msg("eval printed '%s'", tt.out);
     assert_int_equal(n, pairs);
     assert_string_equal(mode, search);
     assert_true(loss > 0 && isfinite(loss));
     assert_true(exact >= 0 && exact <= 100);
     assert_true(bleu >= 0 && bleu <= 100);
-    assert_int_equal(tt_count(tt.out, "\n"), 1);
+    assert_true(chrf >= 0 && chrf <= 100);
+    assert_int_equal(tt_count(tt.out, "\n"), 3);
+    /* sacreBLEU's lines say the same numbers */
+    char b[64], c[64];
+    snprintf(b, sizeof b, "|version:%s = %.2f ", TR_SACREBLEU_VERSION, bleu);
+    snprintf(c, sizeof c, "|version:%s = %.2f\n", TR_SACREBLEU_VERSION, chrf);
+    assert_contains(tt.out, "\n  BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|");
+    assert_contains(tt.out, b);
+    assert_contains(tt.out, "\nchrF2|nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|");
+    assert_contains(tt.out, c);
 }
 
 static void test_eval_prints_exact_match_and_bleu_greedy_and_beam(void **state) {

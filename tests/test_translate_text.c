@@ -1,4 +1,4 @@
-/* attograd-translate support code: corpus reading, tokenisation, vocabularies, batching, BLEU,
+/* attograd-translate support code: corpus reading, tokenisation, vocabularies, batching,
  * progress output, SVG files, and checks of the shipped num-en-fr data set.
  *
  * The data set is found through the environment variable AG_SOURCE_ROOT (the source tree), else
@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "data.h"
-#include "metrics.h"
 #include "progress.h"
 #include "svg.h"
 
@@ -665,107 +664,6 @@ static void test_epoch_order_depends_only_on_seed_and_epoch(void **state) {
     tr_vocab_free(&tv);
 }
 
-/* ---- BLEU ----------------------------------------------------------------------------------- */
-/* Witness: this reference implementation (Python, collections.Counter), run by hand; the numbers
- * below are pasted from its output.
- *
- *   def ngrams(t, n): return Counter(tuple(t[i:i+n]) for i in range(len(t)-n+1))
- *   def corpus_bleu(pairs):
- *       m=[0]*4; tot=[0]*4; c=r=0
- *       for h,ref in pairs:
- *           h=h.split(); ref=ref.split(); c+=len(h); r+=len(ref)
- *           for n in range(1,5):
- *               hc=ngrams(h,n); rc=ngrams(ref,n)
- *               m[n-1]+=sum(min(v,rc[g]) for g,v in hc.items()); tot[n-1]+=max(0,len(h)-n+1)
- *       if min(m)==0: return 0.0
- *       bp = 1.0 if c>r else math.exp(1-r/c)
- *       return bp*math.exp(sum(math.log(a/b) for a,b in zip(m,tot))/4)
- */
-
-static int split_words(char *s, const char **w) {
-    int n = 0;
-    for (char *t = strtok(s, " "); t; t = strtok(NULL, " ")) w[n++] = t;
-    return n;
-}
-
-static void add_pair(tr_bleu_stats *s, const char *hyp, const char *ref) {
-    char hb[256], rb[256];
-    const char *h[64], *r[64];
-    snprintf(hb, sizeof hb, "%s", hyp);
-    snprintf(rb, sizeof rb, "%s", ref);
-    int hn = split_words(hb, h), rn = split_words(rb, r);
-    tr_bleu_add_tokens(s, h, hn, r, rn);
-}
-
-static void test_bleu_matches_hand_computed_value_with_brevity_penalty(void **state) {
-    (void)state;
-    /* hyp "a b c d e", ref "a b c d f g": p1 = 4/5 (a b c d), p2 = 3/4 (ab bc cd), p3 = 2/3
-     * (abc bcd), p4 = 1/2 (abcd); c = 5 ≤ r = 6 so BP = exp(1 − 6/5) = e^−0.2 = 0.8187307531;
-     * (4/5 · 3/4 · 2/3 · 1/2)^¼ = 0.2^¼ = 0.6687403050; BLEU = 0.5475182535 (reference: same) */
-    tr_bleu_stats s = {0};
-    add_pair(&s, "a b c d e", "a b c d f g");
-    const int64_t m[4] = {4, 3, 2, 1}, t[4] = {5, 4, 3, 2};
-    assert_memory_equal(s.match, m, sizeof m);
-    assert_memory_equal(s.total, t, sizeof t);
-    assert_true(fabs(tr_bleu_score(&s) - 0.5475182535069453) < 1e-12);
-    assert_true(fabs(tr_exact_match(&s)) < 1e-15);
-    /* the same with ids */
-    int64_t h[] = {1, 2, 3, 4, 5}, r[] = {1, 2, 3, 4, 6, 7};
-    const int64_t *hp[] = {h}, *rp[] = {r};
-    int hl[] = {5}, rl[] = {6};
-    assert_true(fabs(tr_corpus_bleu_ids(1, hp, hl, rp, rl) - 0.5475182535069453) < 1e-12);
-}
-
-static void test_bleu_sums_counts_over_the_corpus(void **state) {
-    (void)state;
-    /* adding the exact pair "x y z w": p = 8/9, 6/7, 4/5, 2/3; c = 9, r = 10;
-     * BLEU = exp(1 − 10/9) · (8/9 · 6/7 · 4/5 · 2/3)^¼ = 0.7144468265841446 (reference: same),
-     * not the mean of sentence scores (0.5475 and 1) */
-    tr_bleu_stats s = {0};
-    add_pair(&s, "a b c d e", "a b c d f g");
-    add_pair(&s, "x y z w", "x y z w");
-    assert_true(fabs(tr_bleu_score(&s) - 0.7144468265841446) < 1e-12);
-    assert_true(fabs(tr_exact_match(&s) - 0.5) < 1e-15);
-    assert_int_equal(s.hyp_len, 9);
-    assert_int_equal(s.ref_len, 10);
-}
-
-static void test_bleu_clips_repeats_and_is_zero_without_smoothing(void **state) {
-    (void)state;
-    /* "the the the the" vs "the cat": "the" counts once (clipped to the reference's 1): p1 = 1/4,
-     * no bigram matches, so BLEU is 0 */
-    tr_bleu_stats s = {0};
-    add_pair(&s, "the the the the", "the cat");
-    assert_int_equal(s.match[0], 1);
-    assert_int_equal(s.total[0], 4);
-    assert_int_equal(s.match[1], 0);
-    assert_true(tr_bleu_score(&s) == 0);
-    /* "the cat sat on the mat" vs "the cat is on the mat": p = 5/6, 3/5, 1/4, 0/3 → 0 */
-    tr_bleu_stats u = {0};
-    add_pair(&u, "the cat sat on the mat", "the cat is on the mat");
-    const int64_t m[4] = {5, 3, 1, 0};
-    assert_memory_equal(u.match, m, sizeof m);
-    assert_true(tr_bleu_score(&u) == 0);
-    tr_bleu_stats empty = {0};
-    assert_true(tr_bleu_score(&empty) == 0);
-    assert_true(tr_exact_match(&empty) == 0);
-}
-
-static void test_bleu_matches_reference_implementation_on_a_small_corpus(void **state) {
-    (void)state;
-    /* reference output: 0.5149417859767794, matches [20, 14, 9, 6], totals [28, 24, 20, 16],
-     * c = 28 > r = 21 (so BP = 1) */
-    tr_bleu_stats s = {0};
-    add_pair(&s, "the cat sat on the mat today", "the cat sat on the mat");
-    add_pair(&s, "there is a cat on the mat on the mat", "a cat is on the mat");
-    add_pair(&s, "deux mille quatre cent quarante - six", "deux mille quatre cent quarante - sept");
-    add_pair(&s, "cent cent cent mille", "cent mille");
-    const int64_t m[4] = {20, 14, 9, 6}, t[4] = {28, 24, 20, 16};
-    assert_memory_equal(s.match, m, sizeof m);
-    assert_memory_equal(s.total, t, sizeof t);
-    assert_true(fabs(tr_bleu_score(&s) - 0.5149417859767794) < 1e-12);
-}
-
 /* ---- progress ------------------------------------------------------------------------------- */
 
 static double fake_t;
@@ -1253,10 +1151,6 @@ int main(void) {
         cmocka_unit_test(test_batches_cover_each_pair_once_per_epoch_with_correct_padding),
         cmocka_unit_test(test_batches_group_similar_source_lengths),
         cmocka_unit_test(test_epoch_order_depends_only_on_seed_and_epoch),
-        cmocka_unit_test(test_bleu_matches_hand_computed_value_with_brevity_penalty),
-        cmocka_unit_test(test_bleu_sums_counts_over_the_corpus),
-        cmocka_unit_test(test_bleu_clips_repeats_and_is_zero_without_smoothing),
-        cmocka_unit_test(test_bleu_matches_reference_implementation_on_a_small_corpus),
         cmocka_unit_test(test_progress_plain_mode_prints_a_line_every_n_steps),
         cmocka_unit_test(test_progress_plain_mode_prints_by_time_and_ignores_nan_loss),
         cmocka_unit_test(test_progress_terminal_mode_redraws_one_line),

@@ -270,18 +270,26 @@ static void test_eval_prints_the_loss_its_help_promises_as_train_computes_it(voi
     const char *ck = tiny();
     assert_status(RUN("eval", "--help"), 0);
     assert_contains(tt.out, "Loss (teacher-forced cross entropy per target token)");
-    /* train --test evaluated best.h5 on the same file: the same loss, exact match and BLEU */
+    /* train --test evaluated best.h5 on the same file: the same loss, exact match, BLEU and chrF,
+     * and the same sacreBLEU lines after it */
     const char *line = strstr(tiny_log[0], "test loss ");
     assert_non_null(line);
-    double train_loss, train_exact, train_bleu;
-    assert_int_equal(sscanf(line, "test loss %lf, greedy exact match %lf%%, BLEU %lf", &train_loss, &train_exact,
-                            &train_bleu),
-                     3);
+    double train_loss, train_exact, train_bleu, train_chrf;
+    assert_int_equal(sscanf(line, "test loss %lf, greedy exact match %lf%%, BLEU %lf, chrF2 %lf", &train_loss,
+                            &train_exact, &train_bleu, &train_chrf),
+                     4);
     assert_status(RUN("eval", "--checkpoint", ck, "--data", toy()), 0);
-    char want[1024];
-    snprintf(want, sizeof want, "%s: 40 pairs, loss %.4f, greedy exact match %.2f%%, BLEU %.2f\n", toy(), train_loss,
-             train_exact, train_bleu);
+    char want[2048];
+    const char *sacre = strchr(line, '\n') + 1, *end = strchr(strchr(sacre, '\n') + 1, '\n') + 1;
+    snprintf(want, sizeof want, "%s: 40 pairs, loss %.4f, greedy exact match %.2f%%, BLEU %.2f, chrF2 %.2f\n%.*s", toy(),
+             train_loss, train_exact, train_bleu, train_chrf, (int)(end - sacre), sacre);
     assert_string_equal(tt.out, want);
+    assert_int_equal(tt_count(want, "|nrefs:1|case:mixed|"), 2);
+    const char *bleu_head = "  BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:";
+    assert_true(strncmp(sacre, bleu_head, strlen(bleu_head)) == 0);
+    /* training says once, at its first evaluation, whose BLEU its lines print */
+    assert_int_equal(tt_count(tiny_log[1], "step 3: evaluating on 2 dev pairs; BLEU and chrF2 are sacreBLEU "), 1);
+    assert_int_equal(tt_count(tiny_log[1], "sacreBLEU"), 1);
     assert_true(train_loss > 0.5 && train_loss < 5); /* 6 steps: far from ln(10) = 2.3 is not learnt yet */
     /* the loss changes with the data: one pair alone */
     tt_write_text(tt_in_dir("one.tsv"), "a b\tB A\n");

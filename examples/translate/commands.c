@@ -115,8 +115,10 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
 
 static const char *EVAL_USAGE =
     "usage: attograd-translate eval --checkpoint FILE --data FILE [--beam K]\n"
-    "Loss (teacher-forced cross entropy per target token), exact match and corpus BLEU-4 of a checkpoint\n"
-    "on a TSV file, in one line: \"FILE: N pairs, loss L, greedy exact match E%, BLEU B\".";
+    "Loss (teacher-forced cross entropy per target token), exact match, and sacreBLEU's corpus BLEU\n"
+    "and chrF2 on the detokenized translations, of a checkpoint on a TSV file, in one line:\n"
+    "\"FILE: N pairs, loss L, greedy exact match E%, BLEU B, chrF2 C\", then sacreBLEU's lines for\n"
+    "both with their signatures.";
 
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL;
@@ -153,19 +155,22 @@ int cmd_eval(int argc, char **argv) {
     }
     char note[1024];
     if (tr_corpus_skip_summary(&c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: %s: %s\n", data, note);
-    /* decode every source sentence and compare its ids with the reference text's, as train does
-     * (the text would not do: "<unk>" reads back as three tokens) */
+    /* decode every source sentence; exact match compares its ids with the reference text's, as
+     * train does (the text would not do: "<unk>" reads back as three tokens), BLEU and chrF its
+     * text with the reference text */
     enum { PART = 64, MAXT = 512 };
     int64_t W = translate_width(&t), r[MAXT];
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(PART * W));
-    tr_bleu_stats s = {0};
-    for (int64_t at = 0; at < c.n; at += PART) {
+    eval_scorer sc;
+    bool ok = eval_scorer_init(&sc) && hyp;
+    for (int64_t at = 0; ok && at < c.n; at += PART) {
         int k = c.n - at < PART ? (int)(c.n - at) : PART;
         translate_ids(&t, (const char *const *)c.src + at, k, (int)beam, 0.6, hyp);
-        for (int i = 0; i < k; i++) {
+        for (int i = 0; ok && i < k; i++) {
             /* encode returns the full count, which may exceed the buffer: clamp */
             int rn = tr_vocab_encode(&t.tgt, c.tgt[at + i], t.mode, r, MAXT);
-            tr_bleu_add_ids(&s, hyp + i * W, tr_ids_len(hyp + i * W, (int)W), r, rn < MAXT ? rn : MAXT);
+            ok = eval_scorer_add(&sc, &t.tgt, t.mode, hyp + i * W, tr_ids_len(hyp + i * W, (int)W), r,
+                                 rn < MAXT ? rn : MAXT, c.tgt[at + i]);
         }
     }
     free(hyp);
@@ -183,12 +188,19 @@ int cmd_eval(int argc, char **argv) {
     if (d.n < c.n)
         snprintf(left_out, sizeof left_out, " (on %lld pairs: %lld longer than the model's %lld tokens left out)",
                  (long long)d.n, (long long)(c.n - d.n), (long long)t.max_len);
-    printf("%s: %lld pairs, loss %.4f%s, %s exact match %.2f%%, BLEU %.2f\n", data, (long long)c.n, loss, left_out,
-           beam > 1 ? "beam" : "greedy", 100 * tr_exact_match(&s), 100 * tr_bleu_score(&s));
+    if (ok) {
+        printf("%s: %lld pairs, loss %.4f%s, %s exact match %.2f%%, BLEU %.2f, chrF2 %.2f\n", data, (long long)c.n, loss,
+               left_out, beam > 1 ? "beam" : "greedy", 100 * tr_scores_exact(&sc.s), tr_scores_bleu(&sc.s),
+               tr_scores_chrf(&sc.s));
+        tr_metrics_print(stdout, &sc.s.bleu, &sc.s.chrf, 1, 2, NULL);
+    } else {
+        fprintf(stderr, "attograd-translate: eval: out of memory\n");
+    }
+    eval_scorer_free(&sc);
     tr_dataset_free(&d);
     tr_corpus_free(&c);
     trained_free(&t);
-    return 0;
+    return ok ? 0 : 1;
 }
 
 static const char *TRANSLATE_USAGE =

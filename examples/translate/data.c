@@ -62,6 +62,8 @@ static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
     return len;
 }
 
+int tr__utf8_next(const unsigned char *s, size_t n, uint32_t *cp) { return utf8_next(s, n, cp); }
+
 static bool is_space(uint32_t c) {
     return c == ' ' || (c >= '\t' && c <= '\r') || c == 0x85 || c == 0xA0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;

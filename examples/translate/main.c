@@ -5,6 +5,7 @@
  *   attograd-translate eval --checkpoint FILE --data FILE [--beam K]
  *   attograd-translate translate --checkpoint FILE [--beam K] [SENTENCE ...]   (else stdin)
  *   attograd-translate attention --checkpoint FILE --out FILE.svg SENTENCE
+ *   attograd-translate score --ref FILE [--hyp FILE]                          (else stdin)
  *
  * Bad input (files, corpora, options) is reported with a message and never crashes: exit status
  * 1 for a failure, 2 for a usage error. */
@@ -429,9 +430,10 @@ static const char *MAIN_USAGE =
     "usage: attograd-translate COMMAND [options]\n"
     "commands:\n"
     "  train       train a model on a TSV parallel corpus (source<TAB>target per line)\n"
-    "  eval        loss, exact match and BLEU of a checkpoint on a TSV file\n"
+    "  eval        loss, exact match, BLEU and chrF of a checkpoint on a TSV file\n"
     "  translate   translate sentences given as arguments, or one per line on stdin\n"
     "  attention   draw the cross-attention of one sentence as an SVG heatmap\n"
+    "  score       sacreBLEU's BLEU and chrF and exact match of a hypothesis file against references\n"
     "`attograd-translate COMMAND --help` lists a command's options; --version prints the version.";
 
 int main(int argc, char **argv) {
@@ -444,6 +446,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
     if (strcmp(cmd, "translate") == 0) return cmd_translate(argc, argv);
     if (strcmp(cmd, "attention") == 0) return cmd_attention(argc, argv);
+    if (strcmp(cmd, "score") == 0) return cmd_score(argc, argv);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         printf("%s\n", MAIN_USAGE);
         return 0;
@@ -452,8 +455,8 @@ int main(int argc, char **argv) {
         printf("attograd-translate %s\n", AG_TRANSLATE_VERSION);
         return 0;
     }
-    const char *commands[] = {"train", "eval", "translate", "attention", "--help", "--version"};
-    const char *near = opts_nearest(cmd, strlen(cmd), commands, 6);
+    const char *commands[] = {"train", "eval", "translate", "attention", "score", "--help", "--version"};
+    const char *near = opts_nearest(cmd, strlen(cmd), commands, 7);
     if (near) return opts_error(argv, 1, "unknown command '%s' (did you mean %s?)", cmd, near);
     return opts_error(argv, 1, "unknown command '%s'", cmd);
 }

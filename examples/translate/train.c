@@ -580,13 +580,14 @@ static void run_evaluate_and_save(run *r) {
     ag_train_state *st = &r->st;
     bool last = st->global_step == o->steps;
     if (st->global_step % o->eval_every == 0 || last) {
-        tr_progress_message(&r->prog, "step %lld: evaluating on %lld dev pairs", (long long)st->global_step,
-                            (long long)r->c.dev_eval.n);
-        eval_result e = evaluate(r->m, &r->c.dev_eval, &r->c.src, &r->c.tgt, r->c.mode, 1, 0, (int)o->samples, stderr);
+        tr_progress_message(&r->prog, "step %lld: evaluating on %lld dev pairs%s%s", (long long)st->global_step,
+                            (long long)r->c.dev_eval.n, r->cv.n ? "" : "; ", r->cv.n ? "" : tr_metrics_note());
+        eval_result e = evaluate(r->m, &r->c.dev_eval, NULL, &r->c.src, &r->c.tgt, r->c.mode, 1, 0, (int)o->samples,
+                                 stderr);
         double train_loss = r->window_loss / (double)r->window_n;
         tr_progress_message(&r->prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f, "
-                            "%.0f s",
-                            (long long)st->global_step, train_loss, e.loss, 100 * e.exact, 100 * e.bleu, now() - r->t0);
+                            "chrF2 %.2f, %.0f s", (long long)st->global_step, train_loss, e.loss, 100 * e.exact, e.bleu,
+                            e.chrf, now() - r->t0);
         if (r->curve_n) train_point(r);
         curves_add(&r->cv, (double)st->global_step, e.loss, e.exact);
         curves_write(&r->cv, r->curves_path);
@@ -623,15 +624,7 @@ static bool report_best(run *r, trained *best) {
         tr_dataset td = {0};
         if (read_corpus(&tc, o->test, o) &&
             tr_dataset_build(&td, &tc, &best->src, &best->tgt, r->c.mode, eval_limit(o), err, sizeof err) == 0) {
-            printf("test (%s, %lld pairs), best checkpoint:\n", o->test, (long long)tc.n);
-            eval_result e = evaluate(best->m, &td, &best->src, &best->tgt, r->c.mode, 1, 0, (int)o->samples, stdout);
-            if (td.dropped) { /* longer than the model's positions: translated wrong, not left out */
-                fprintf(stderr, "attograd-translate: %s: %lld pairs longer than %d tokens, beyond the model's "
-                                "positions, count as wrong translations\n", o->test, (long long)td.dropped,
-                        eval_limit(o));
-                e.exact *= (double)td.n / (double)tc.n;
-            }
-            printf("test loss %.4f, greedy exact match %.2f%%, BLEU %.2f\n", e.loss, 100 * e.exact, 100 * e.bleu);
+            eval_report_test(best->m, &td, &tc, &best->src, &best->tgt, r->c.mode, (int)o->samples, eval_limit(o));
         } else {
             ok = false;
         }

@@ -1,5 +1,5 @@
 /* attograd-translate train: evaluation on the dev pairs (teacher-forced loss, greedy or beam
- * exact match and BLEU) and the training curves. */
+ * exact match, sacreBLEU's BLEU and chrF) and the training curves. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +8,7 @@
 #include "svg.h"
 #include "train_internal.h"
 
-/* ---- evaluation: teacher-forced loss, greedy (or beam) exact match and BLEU ---- */
+/* ---- evaluation: teacher-forced loss, greedy (or beam) exact match, BLEU and chrF ---- */
 
 /* pairs per evaluation batch: training's batch size, so evaluating needs no more memory */
 #define EVAL_BATCH 64
@@ -49,23 +49,83 @@ double evaluate_loss(model *m, const tr_dataset *d) {
     return tokens ? sum / (double)tokens : NAN;
 }
 
-eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const tr_vocab *tgt_v, tr_tok_mode mode,
-                     int beam, int64_t max_pairs, int samples, FILE *f) {
+bool eval_scorer_init(eval_scorer *e) {
+    memset(e, 0, sizeof *e);
+    return tr_scores_init(&e->s) == 0;
+}
+
+void eval_scorer_free(eval_scorer *e) {
+    tr_scores_free(&e->s);
+    free(e->hyp);
+    free(e->ref);
+    memset(e, 0, sizeof *e);
+}
+
+/* the text of n ids into *buf (grown as needed); false when out of memory */
+static bool decode_into(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mode mode, char **buf, size_t *cap) {
+    size_t need = tr_vocab_decode(v, ids, n, mode, NULL, 0) + 1;
+    if (need > *cap) {
+        char *b = realloc(*buf, need);
+        if (!b) return false;
+        *buf = b;
+        *cap = need;
+    }
+    tr_vocab_decode(v, ids, n, mode, *buf, *cap);
+    return true;
+}
+
+bool eval_scorer_add(eval_scorer *e, const tr_vocab *tgt, tr_tok_mode mode, const int64_t *hyp, int hn,
+                     const int64_t *ref, int rn, const char *ref_text) {
+    if (!decode_into(tgt, hyp, hn, mode, &e->hyp, &e->hyp_cap)) return false;
+    if (!ref_text) {
+        if (!decode_into(tgt, ref, rn, mode, &e->ref, &e->ref_cap)) return false;
+    } else {
+        size_t len = strlen(ref_text) + 1;
+        if (len > e->ref_cap) {
+            char *b = realloc(e->ref, len);
+            if (!b) return false;
+            e->ref = b;
+            e->ref_cap = len;
+        }
+        memcpy(e->ref, ref_text, len);
+    }
+    bool exact = hn == rn && memcmp(hyp, ref, sizeof(int64_t) * (size_t)hn) == 0;
+    const char *refs[1] = {e->ref};
+    return tr_scores_add(&e->s, e->hyp, refs, 1, exact) == 0;
+}
+
+/* the target text of each pair of d in text (matched by corpus line; both in file order), NULL
+ * where there is none; a malloc'd array, NULL without text or memory */
+static const char **reference_texts(const tr_dataset *d, const tr_corpus *text) {
+    const char **out = text && d->n ? calloc((size_t)d->n, sizeof *out) : NULL;
+    for (int64_t i = 0, j = 0; out && i < d->n; i++) {
+        while (j < text->n && text->line[j] < d->line[i]) j++;
+        if (j < text->n && text->line[j] == d->line[i]) out[i] = text->tgt[j];
+    }
+    return out;
+}
+
+eval_result evaluate(model *m, const tr_dataset *d, const tr_corpus *text, const tr_vocab *src_v,
+                     const tr_vocab *tgt_v, tr_tok_mode mode, int beam, int64_t max_pairs, int samples, FILE *f) {
     eval_result r = {0};
     char err[TR_ERR_SIZE];
     tr_batcher b;
     tr_batch bt;
-    if (tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 || tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
+    eval_scorer sc;
+    if (!eval_scorer_init(&sc)) snprintf(err, sizeof err, "out of memory");
+    if (!sc.s.work || tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 ||
+        tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
         fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
+        eval_scorer_free(&sc);
         r.loss = NAN;
         return r;
     }
     tr_batcher_set_epoch(&b, 0);
-    tr_bleu_stats bleu = {0};
     double loss_sum = 0;
     int64_t tokens = 0, W = 2 * (int64_t)b.max_len[1] + 8;
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(128 * W));
-    bool grad = ag_set_grad_enabled(false);
+    const char **ref_text = reference_texts(d, text);
+    bool grad = ag_set_grad_enabled(false), oom = false;
     /* in the caller's arena (training's, between steps): evaluation reuses that memory */
     ag_arena *arena = ag_arena_current();
     ag_arena_mark mark = ag_arena_get_mark(arena);
@@ -78,14 +138,13 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const
         model_translate(m, src, W, beam, 0.6, hyp);
         for (int i = 0; i < bt.B; i++) {
             const int64_t *h = hyp + i * W, *ref = bt.tgt_out + (int64_t)i * bt.Lt;
-            tr_bleu_add_ids(&bleu, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt));
-            if (f && shown < samples) {
-                char s[512], t[512], rf[512];
+            oom |= !eval_scorer_add(&sc, tgt_v, mode, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt),
+                                    ref_text ? ref_text[bt.index[i]] : NULL);
+            if (f && shown < samples && !oom) {
+                char s[512];
                 tr_vocab_decode(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
-                tr_vocab_decode(tgt_v, h, (int)W, mode, t, sizeof t);
-                tr_vocab_decode(tgt_v, ref, bt.Lt, mode, rf, sizeof rf);
-                if (strcmp(t, rf) == 0) fprintf(f, "  %s  ->  %s\n", s, t);
-                else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, t, rf);
+                if (strcmp(sc.hyp, sc.ref) == 0) fprintf(f, "  %s  ->  %s\n", s, sc.hyp);
+                else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, sc.hyp, sc.ref);
                 shown++;
             }
         }
@@ -93,13 +152,53 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const
         ag_arena_rewind(arena, mark);
     }
     ag_set_grad_enabled(grad);
+    if (oom) fprintf(stderr, "attograd-translate: evaluation: out of memory for the metrics\n");
+    r.loss = tokens ? loss_sum / (double)tokens : NAN;
+    r.exact = tr_scores_exact(&sc.s);
+    r.bleu = oom ? NAN : tr_scores_bleu(&sc.s);
+    r.chrf = oom ? NAN : tr_scores_chrf(&sc.s);
+    r.bleu_stats = sc.s.bleu;
+    r.chrf_stats = sc.s.chrf;
+    free(ref_text);
     free(hyp);
+    eval_scorer_free(&sc);
     tr_batch_free(&bt);
     tr_batcher_free(&b);
-    r.loss = tokens ? loss_sum / (double)tokens : NAN;
-    r.exact = tr_exact_match(&bleu);
-    r.bleu = tr_bleu_score(&bleu);
     return r;
+}
+
+/* the pairs of text that d lacks (longer than the model's positions): empty hypotheses, as the
+ * model cannot translate them */
+static void add_untranslated(eval_result *e, const tr_dataset *d, const tr_corpus *text) {
+    tr_scores s;
+    if (tr_scores_init(&s) != 0) return;
+    s.bleu = e->bleu_stats;
+    s.chrf = e->chrf_stats;
+    for (int64_t i = 0, j = 0; j < text->n; j++) {
+        while (i < d->n && d->line[i] < text->line[j]) i++;
+        if (i < d->n && d->line[i] == text->line[j]) continue;
+        const char *ref[1] = {text->tgt[j]};
+        if (tr_scores_add(&s, "", ref, 1, 0) != 0) break;
+    }
+    e->bleu_stats = s.bleu;
+    e->chrf_stats = s.chrf;
+    e->bleu = tr_scores_bleu(&s);
+    e->chrf = tr_scores_chrf(&s);
+    tr_scores_free(&s);
+}
+
+void eval_report_test(model *m, const tr_dataset *d, const tr_corpus *text, const tr_vocab *src_v,
+                      const tr_vocab *tgt_v, tr_tok_mode mode, int samples, int limit) {
+    printf("test (%s, %lld pairs), best checkpoint:\n", text->path, (long long)text->n);
+    eval_result e = evaluate(m, d, text, src_v, tgt_v, mode, 1, 0, samples, stdout);
+    if (d->dropped) { /* longer than the model's positions: translated wrong, not left out */
+        fprintf(stderr, "attograd-translate: %s: %lld pairs longer than %d tokens, beyond the model's positions, count "
+                        "as wrong translations\n", text->path, (long long)d->dropped, limit);
+        e.exact *= (double)d->n / (double)text->n;
+        add_untranslated(&e, d, text);
+    }
+    printf("test loss %.4f, greedy exact match %.2f%%, BLEU %.2f, chrF2 %.2f\n", e.loss, 100 * e.exact, e.bleu, e.chrf);
+    tr_metrics_print(stdout, &e.bleu_stats, &e.chrf_stats, 1, 2, NULL);
 }
 
 /* ---- curves ---- */
