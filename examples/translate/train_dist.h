@@ -47,7 +47,8 @@ double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, 
 bool tr_dist_any(bool flag);
 /* After a step: every rank's rng counter moves to the largest (a rank with no rows drew
  * nothing), so rank 0's, which checkpoints save, is every rank's and a resumed run continues the
- * stream exactly; returns whether interrupted is set on any rank. Collective. */
-bool tr_dist_step_done(ag_rng *rng, bool interrupted);
+ * stream exactly; *diverged (a non-finite loss) is set on every rank when set on any; returns
+ * whether interrupted is set on any rank. Collective. */
+bool tr_dist_step_done(ag_rng *rng, bool interrupted, bool *diverged);
 
 #endif
