@@ -264,8 +264,8 @@ static void test_tiny_corpora_get_a_vocabulary_that_fits_or_a_plain_message(void
     assert_status(RUN("train", "--train", words, "--out", out, SPM_TINY, spm[0], spm[1], spm[2], spm[3],
                       "--vocab-size", "273"), 1);
     char expect[600];
-    snprintf(expect, sizeof expect, "attograd-translate: %s: source side: a vocabulary of 273 pieces is too small: it "
-             "needs at least 274 (the 4 special tokens, 256 bytes and the side's 14 distinct characters)\n", words);
+    snprintf(expect, sizeof expect, "attograd-translate: %s: source side, vocabulary size 273: too small: it needs at "
+             "least 274 pieces (the 4 special tokens, 256 bytes and the side's 14 distinct characters)\n", words);
     assert_string_equal(tt.err, expect);
     /* more than the corpus has: capped, and said in one line */
     assert_status(RUN("train", "--train", words, "--out", out, SPM_TINY, spm[0], spm[1], spm[2], spm[3],

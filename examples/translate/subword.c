@@ -51,7 +51,7 @@ int tr_vocab_train_spm(tr_vocab *v, const tr_corpus *c, int side, const tr_subwo
                             o->vocab_size > 0 ? o->vocab_size : tr_subword_default_size(c, side)};
     int least = o->vocab_size > 0 ? tr_subword_least_size(c, side) : 0;
     if (o->vocab_size > 0 && o->vocab_size < least)
-        return tr__fail(err, errsz, "%s: %s side: a vocabulary of %d pieces is too small: it needs at least %d (the 4 "
+        return tr__fail(err, errsz, "%s: %s side, vocabulary size %d: too small: it needs at least %d pieces (the 4 "
                         "special tokens, 256 bytes and the side's %d distinct characters)", name, what, o->vocab_size,
                         least, least - TR_NUM_SPECIALS - 256);
     char *model = NULL, msg[TR_ERR_SIZE];
