@@ -525,9 +525,9 @@ static void run_free(run *r) {
 static bool train_same_run(run *r) {
     const train_opts *o = &r->o;
     const model_config *c = model_cfg(r->m);
-    char config[512];
+    char config[512]; /* the doubles in hexadecimal: exact, so settings differing in the last bit differ */
     snprintf(config, sizeof config, "%s d%lld h%lld ff%lld hidden%lld enc%lld dec%lld batch%lld seed%lld steps%lld "
-             "lr%g warmup%lld dropout%g ls%g clip%g tf%g", o->model, (long long)c->d_model, (long long)c->nhead,
+             "lr%a warmup%lld dropout%a ls%a clip%a tf%a", o->model, (long long)c->d_model, (long long)c->nhead,
              (long long)c->ff, (long long)c->hidden, (long long)c->enc_layers, (long long)c->dec_layers,
              (long long)o->batch, (long long)o->seed, (long long)o->steps, o->lr, (long long)o->warmup, o->dropout,
              o->label_smoothing, o->clip, o->teacher_forcing);

@@ -160,8 +160,8 @@ bool load_corpora(corpora *c, const train_opts *o, const trained *resumed) {
         goto fail;
     } else if (c->dev.n == 0) { /* best.h5 is chosen on the dev pairs: there must be some */
         snprintf(err, sizeof err,
-                 "%s: --heldout %g of %lld pairs holds out none for development: raise it or give --dev FILE", o->train,
-                 o->heldout, (long long)c->all.n);
+                 "%s: --heldout %s of %lld pairs holds out none for development: raise it or give --dev FILE", o->train,
+                 tr_num_text(o->heldout).s, (long long)c->all.n);
         goto fail;
     }
     if (c->train.n == 0) {
