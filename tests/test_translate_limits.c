@@ -134,12 +134,14 @@ static void test_a_model_too_big_for_memory_is_refused_before_it_is_allocated(vo
     assert_contains(tt.err, expect);
     assert_machine_memory(tt.err);
     assert_false(exists(tt_in_dir("too-big/last.h5")));
-    /* 2^20 feed-forward units of 64 pairs each: the activations alone are beyond the machine
-     * (it crashed in the feed-forward's packing) */
-    assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "1", "--ff", "1048576", "--batch",
-                      "1048576"), 1);
-    assert_contains(tt.err, "attograd-translate: the model is too big: --d-model 16 --heads 2 --ff 1048576 ");
-    assert_contains(tt.err, "of activations for --batch 1048576 pairs of up to ");
+    /* 2^20 feed-forward units (it crashed in the feed-forward's packing), in 32+32 layers of
+     * 1024: 2^37 parameters and more. The activations are those of every training pair in one
+     * batch (--batch asks for more than there are). */
+    assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "1", "--d-model", "1024", "--ff",
+                      "1048576", "--layers", "32", "--batch", "1048576"), 1);
+    assert_contains(tt.err, "attograd-translate: the model is too big: --d-model 1024 --heads 2 --ff 1048576 "
+                            "--layers 32+32 with vocabularies of ");
+    assert_contains(tt.err, "of activations for batches of 36 pairs of up to "); /* 40 pairs, 4 held out */
     assert_machine_memory(tt.err);
     /* the recurrent kinds are counted too */
     assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "1", "--model", "gru", "--hidden",

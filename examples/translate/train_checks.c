@@ -142,7 +142,7 @@ bool tr_model_fits_memory(const model_config *c, int64_t batch, int64_t len, con
     describe(c, model, sizeof model);
     if (batch > 0)
         snprintf(train, sizeof train, ", %s with their gradients and Adam's two moments; with the positional table "
-                 "(%s) and about %s of activations for --batch %lld pairs of up to %lld tokens, %s in all",
+                 "(%s) and about %s of activations for batches of %lld pairs of up to %lld tokens, %s in all",
                  tr_bytes_text(state).s, tr_bytes_text(positions).s, tr_bytes_text(act).s, (long long)batch,
                  (long long)len, tr_bytes_text(state + positions + act).s);
     else snprintf(train, sizeof train, " and %s for the positional table", tr_bytes_text(positions).s);
@@ -172,7 +172,8 @@ bool train_model_checks(const model_config *cfg, const train_opts *o, const corp
         fprintf(stderr, "attograd-translate: its checkpoint would not load: %s\n", msg);
         return false;
     }
-    if (tr_model_fits_memory(cfg, o->batch, corpora_longest(c), NULL, msg, sizeof msg)) return true;
+    int64_t batch = o->batch < c->train.n ? o->batch : c->train.n; /* a batch holds at most every pair */
+    if (tr_model_fits_memory(cfg, batch, corpora_longest(c), NULL, msg, sizeof msg)) return true;
     fprintf(stderr, "attograd-translate: the model is too big: %s\n", msg);
     return false;
 }
