@@ -161,22 +161,19 @@ typedef struct {
     const char *m;
     int64_t ms, lim;
 } ag__softmax_mask;
-/* How a row's exponentials (and, backward, its products) are summed. Each caller keeps the
- * order its results have always had, bit for bit:
- *   PAIRWISE    ag_softmax, ag_log_softmax: numpy's pairwise sum, any strides
- *   SEQUENTIAL  ag_masked_softmax: left to right, any strides
- *   LANES       the attention's unit-stride score rows, in place (x == y, dx == g): W lanes and
- *               a padded tail, and tensor/fastmath.h's ag__expf for f32 */
-typedef enum { AG_SOFTMAX_PAIRWISE, AG_SOFTMAX_SEQUENTIAL, AG_SOFTMAX_LANES } ag__softmax_order;
+/* A row's exponentials (and, backward, its products) are summed in one order for every caller:
+ * W lanes (element j into lane j mod W) added left to right, so that ag_softmax,
+ * ag_masked_softmax without a mask and the attention's score rows agree bit for bit. f32 uses
+ * tensor/fastmath.h's ag__expf. */
 /* forward: x at element stride xs into y at ys; mask NULL for a plain softmax */
-void ag__softmax_row_f32(ag__softmax_order order, bool log_, const float *x, int64_t xs, float *y, int64_t ys,
+void ag__softmax_row_f32(bool log_, const float *x, int64_t xs, float *y, int64_t ys,
                          int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
-void ag__softmax_row_f64(ag__softmax_order order, bool log_, const double *x, int64_t xs, double *y, int64_t ys,
+void ag__softmax_row_f64(bool log_, const double *x, int64_t xs, double *y, int64_t ys,
                          int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
 /* backward: dx = (acc: dx +) y*(g - Σ g*y), or for log_ g - exp(y) Σ g; all at stride s */
-void ag__softmax_row_bwd_f32(ag__softmax_order order, bool log_, const float *y, const float *g, float *dx,
+void ag__softmax_row_bwd_f32(bool log_, const float *y, const float *g, float *dx,
                              int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
-void ag__softmax_row_bwd_f64(ag__softmax_order order, bool log_, const double *y, const double *g, double *dx,
+void ag__softmax_row_bwd_f64(bool log_, const double *y, const double *g, double *dx,
                              int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
 /* ---- end of the softmax row kernel ---- */
 

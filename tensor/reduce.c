@@ -105,12 +105,11 @@ static bool parallel(int64_t work, int64_t tasks) { return work > AG_PAR_THRESHO
 
 #define E_SUM(x, y, c) (x)
 #define E_SQDEV(x, y, c) (((x) - (c)) * ((x) - (c)))
-#define E_DOT(x, y, c) ((x) * (y))
 #define TILE 64 /* output columns summed together in the vertical kernel */
 #define LEAF 16 /* rows summed sequentially at the leaves of the vertical kernel */
 
-/* sum_run_f32, sum_reduce_f32, ...: sums of every dtype (integers and bool in int64_t), the
- * squared deviations of var, and dot runs (softmax's backward) */
+/* sum_run_f32, sum_reduce_f32, ...: sums of every dtype (integers and bool in int64_t) and the
+ * squared deviations of var */
 #define T float
 #define TA float
 #define FN(name) sum_##name##_f32
@@ -177,24 +176,6 @@ static bool parallel(int64_t work, int64_t tasks) { return work > AG_PAR_THRESHO
 #define EXPR E_SQDEV
 #include "pairwise_sum.inc"
 #include "reduce_plan.inc"
-#undef T
-#undef TA
-#undef FN
-#undef EXPR
-#define T float
-#define TA float
-#define FN(name) dot_##name##_f32
-#define EXPR E_DOT
-#include "pairwise_sum.inc"
-#undef T
-#undef TA
-#undef FN
-#undef EXPR
-#define T double
-#define TA double
-#define FN(name) dot_##name##_f64
-#define EXPR E_DOT
-#include "pairwise_sum.inc"
 #undef T
 #undef TA
 #undef FN
@@ -527,22 +508,21 @@ ag_tensor *ag_argmax(ag_tensor *t, int dim, bool keepdim) {
 
 /* ---- softmax / log_softmax along one dim ---- */
 
-/* The softmax row kernel (softmax_rows.inc, declared in internal.h), here beside the pairwise
- * sums it uses */
-#define EXP_FAST ag__expf
+/* The softmax row kernel (softmax_rows.inc, declared in op.h), once per float type */
+#define EXP ag__expf
 #define T float
 #define FN(name) name##_f32
 #include "softmax_rows.inc"
 #undef T
 #undef FN
-#undef EXP_FAST
-#define EXP_FAST exp
+#undef EXP
+#define EXP exp
 #define T double
 #define FN(name) name##_f64
 #include "softmax_rows.inc"
 #undef T
 #undef FN
-#undef EXP_FAST
+#undef EXP
 
 /* y is a contiguous tensor of x's shape; rows of n along the plan's reduced dim, at stride sx in
  * x and sy in y */
@@ -554,9 +534,9 @@ static void softmax_rows(const plan *p, ag_dtype dt, const void *xv, int64_t n, 
         int64_t xo, yo;
         kept_offsets(p, o, &xo, &yo);
         if (dt == AG_F32)
-            ag__softmax_row_f32(AG_SOFTMAX_PAIRWISE, log_, (const float *)xv + xo, sx, (float *)yv + yo, sy, n, NULL);
+            ag__softmax_row_f32(log_, (const float *)xv + xo, sx, (float *)yv + yo, sy, n, NULL);
         else
-            ag__softmax_row_f64(AG_SOFTMAX_PAIRWISE, log_, (const double *)xv + xo, sx, (double *)yv + yo, sy, n,
+            ag__softmax_row_f64(log_, (const double *)xv + xo, sx, (double *)yv + yo, sy, n,
                                 NULL);
     }
 }
@@ -571,10 +551,10 @@ static void softmax_rows_bwd(const plan *p, ag_dtype dt, int64_t n, int64_t s, c
         int64_t xo, co;
         kept_offsets(p, o, &xo, &co);
         if (dt == AG_F32)
-            ag__softmax_row_bwd_f32(AG_SOFTMAX_PAIRWISE, log_, (const float *)yv + co, (const float *)gv + co,
+            ag__softmax_row_bwd_f32(log_, (const float *)yv + co, (const float *)gv + co,
                                     (float *)dxv + co, n, s, true);
         else
-            ag__softmax_row_bwd_f64(AG_SOFTMAX_PAIRWISE, log_, (const double *)yv + co, (const double *)gv + co,
+            ag__softmax_row_bwd_f64(log_, (const double *)yv + co, (const double *)gv + co,
                                     (double *)dxv + co, n, s, true);
     }
 }

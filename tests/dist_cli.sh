@@ -4,9 +4,10 @@
 # its own dropout masks wherever it runs), a run placed by a hostfile over TCP, resume from 1
 # process on 2 ranks and from 2 ranks in 1 process, 2- and 4-rank checkpoints translating in one
 # process, a rank that cannot open its corpus or trains another model, and ranks that die
-# (test_dist die ..., over shared memory and over TCP): the job must end within 10 s of the
-# death (every mpirun has a 300 s guard against a hang, for the sanitizer build on a busy
-# machine). Each check prints what it compared.
+# (test_dist die ..., over shared memory and over TCP) or leave early: the job must end within
+# 10 s of the death (every mpirun has a 300 s guard against a hang, for the sanitizer build on
+# a busy machine), and SIGTERM to either rank or to mpirun ends every process within 20 s.
+# Each check prints what it compared.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 bin=$1 test_dist=$2 data=$3
@@ -96,10 +97,10 @@ mpmd "$bin" train $tiny --steps 6 --out "$tmp/y" : -np 1 "$bin" train $tiny --d-
 grep -q "rank 1: .*differs from rank 0's" "$tmp/y.log" || fail "no message naming rank 1: $(cat "$tmp/y.log")"
 echo "ok $(grep "rank 1" "$tmp/y.log")"
 
-# a rank killed, or exiting 0 without finalize, while the other waits for
-# its gradients: mpirun stops the job within seconds and names the rank
-# (killed over TCP too, the link between machines)
-for run in signal exit0 "signal tcp"; do
+# a rank killed, exiting 0 without finalize, or leaving with ag_dist_finalize while the other
+# waits for its gradients: the job stops within seconds and the rank is named (killed over TCP
+# too, the link between machines)
+for run in signal exit0 finalize "signal tcp"; do
     how=${run% tcp} via=
     [ "$run" = "$how" ] || via=$tcp
     mpi $via "$test_dist" die $how >"$tmp/die.log" 2>&1 && fail "rank 1 died ($run) and mpirun exited 0"
@@ -110,3 +111,68 @@ for run in signal exit0 "signal tcp"; do
     grep -q "rank 1\|\[\[[0-9]*,1\],1\]" "$tmp/die.log" || fail "rank 1 not named: $(cat "$tmp/die.log")"
     echo "ok rank 1 died ($run): the job ended ${took}s later, status $status"
 done
+
+# SIGTERM to rank 0, to rank 1 and to mpirun while training (three jobs at once): every rank
+# stops after the same step, rank 0 saves last.h5 and says so once, and --resume continues from
+# it. A rank's status 130 is mpirun's. mpirun signalled itself sends the ranks SIGTERM
+# odls_base_sigkill_timeout seconds later (1 by default, 3 here to leave time for the step and
+# the save under the sanitizers) and SIGKILL as long after that, and exits 1.
+long="$tiny --eval-every 5 --save-every 100000"
+rank_pid() { # the pid of rank $2 among mpirun $1's children
+    for p in $(pgrep -P "$1"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
+    done
+}
+alive() { # whether one of the pids is a live process (not a zombie)
+    for p; do
+        [ -n "$(awk '$3 != "Z"' "/proc/$p/stat" 2>/dev/null)" ] && return 0
+    done
+    return 1
+}
+sigterm() { # $1: 0, 1 or mpirun
+    target=$1 out=$tmp/sig$1 grace=
+    [ $target = mpirun ] && grace="--mca odls_base_sigkill_timeout 3"
+    mpirun -np 2 --oversubscribe $grace "$bin" train $long --steps 100000 --out "$out" >/dev/null 2>"$out.log" &
+    mp=$!
+    i=0
+    until grep -q "step 5: train loss" "$out.log" 2>/dev/null; do # under way: rank 0's first evaluation
+        i=$((i + 1))
+        [ $i -le 1200 ] && alive $mp || { kill -9 $mp; fail "SIGTERM to $target: no training: $(cat "$out.log")"; }
+        sleep 0.1
+    done
+    ranks=$(pgrep -P $mp)
+    victim=$mp
+    [ $target = mpirun ] || victim=$(rank_pid $mp $target)
+    [ -n "$victim" ] || { kill -9 $mp $ranks; fail "no rank $target among mpirun's children ($ranks)"; }
+    kill -TERM $victim
+    start=$(date +%s.%N)
+    i=0
+    while alive $mp $ranks; do
+        i=$((i + 1))
+        [ $i -le 200 ] || { kill -9 $mp $ranks; fail "SIGTERM to $target: still running after 20 s: $(tail -5 "$out.log")"; }
+        sleep 0.1
+    done
+    wait $mp
+    status=$?
+    took=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+    want=130
+    [ $target = mpirun ] && want=1
+    [ $status = $want ] || fail "SIGTERM to $target: mpirun exited $status, not $want: $(tail -5 "$out.log")"
+    [ "$(grep -c "interrupted at step" "$out.log")" = 1 ] || fail "SIGTERM to $target: not one message: $(cat "$out.log")"
+    step=$(sed -n "s|.*interrupted at step \([0-9]*\); saved $out/last.h5 (continue with --resume)\$|\1|p" "$out.log")
+    [ -n "$step" ] || fail "SIGTERM to $target: $(grep "interrupted at" "$out.log")"
+    "$bin" train $long --steps $((step + 2)) --out "$out" --resume >/dev/null 2>"$out.res" ||
+        fail "SIGTERM to $target: --resume: $(cat "$out.res")"
+    grep -q "resuming $out/last.h5 at step $step " "$out.res" && grep -q "step $((step + 2)): train loss" "$out.res" ||
+        fail "SIGTERM to $target: --resume did not continue from step $step: $(cat "$out.res")"
+    echo "ok SIGTERM to $target at step $step: every process gone ${took}s later, status $status, resumed"
+}
+jobs=
+for target in 0 1 mpirun; do
+    sigterm $target >"$tmp/sig$target.result" &
+    jobs="$jobs $!"
+done
+failed=0
+for j in $jobs; do wait $j || failed=1; done
+cat "$tmp/sig0.result" "$tmp/sig1.result" "$tmp/sigmpirun.result"
+[ $failed = 0 ] || exit 1

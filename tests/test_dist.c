@@ -336,9 +336,10 @@ static void test_agree_and_same_name_the_failing_rank(void) {
     if (rank == 0) printf("ok agreement: '%s'\n", msg);
 }
 
-/* `test_dist die signal|exit|exit0`: the last rank dies (SIGKILL), exits 3, or exits 0
- * without ag_dist_finalize in the middle of training while the others wait for its gradients;
- * tests/dist_cli.sh checks that mpirun stops them all promptly and names it */
+/* `test_dist die signal|exit|exit0|finalize`: the last rank dies (SIGKILL), exits 3, exits 0
+ * without ag_dist_finalize, or leaves with ag_dist_finalize in the middle of training while
+ * the others wait for its gradients; tests/dist_cli.sh checks that the job stops promptly and
+ * names it */
 static int die(const char *how) {
     mlp m = mlp_new(5);
     ag_dist *d = ag_dist_new(m.p, NULL);
@@ -354,6 +355,10 @@ static int die(const char *how) {
             fprintf(stderr, "rank %d: dying (%s) at %.3f\n", rank, how,
                     (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
             if (strcmp(how, "signal") == 0) raise(SIGKILL);
+            if (strcmp(how, "finalize") == 0) {
+                ag_dist_free(d);
+                ag_dist_finalize();
+            }
             exit(strcmp(how, "exit") == 0 ? 3 : 0);
         }
         ag_dist_sync_grads(d);

@@ -4,13 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "lock.h"
 #include "metrics.h"
 #include "progress.h"
 #include "subword.h"
@@ -26,11 +26,7 @@ static double lr_at(const train_opts *o, int64_t step) {
     return ag_lr_schedule_at(&sched, step);
 }
 
-static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) {
-    (void)sig;
-    interrupted = 1;
-}
+static bool interrupted; /* Ctrl-C or SIGTERM on some rank, agreed by all after a step (train_dist.h) */
 
 /* ---- checkpoints ---- */
 
@@ -265,8 +261,10 @@ static bool run_setup(run *r, const train_opts *given) {
     r->o = *given;
     r->given = given;
     const train_opts *o = &r->o;
-    if (!make_dir(o->out) || !writable_dir(o->out)) {
-        fprintf(stderr, "attograd-translate: cannot write checkpoints to %s: %s\n", o->out, strerror(errno));
+    bool refused = false; /* another trainer holds --out (lock.h): it said so */
+    if (!make_dir(o->out) || !tr_lock_out(o->out, &refused) || !writable_dir(o->out)) {
+        if (!refused)
+            fprintf(stderr, "attograd-translate: cannot write checkpoints to %s: %s\n", o->out, strerror(errno));
         return false;
     }
     FILE *test = o->test ? fopen(o->test, "r") : NULL;
@@ -291,10 +289,7 @@ static bool run_setup(run *r, const train_opts *given) {
         return false;
     }
     tr_batcher_set_epoch(&r->b, r->st.epoch);
-    struct sigaction sa = {.sa_handler = on_sigint};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    tr_dist_catch_signals(true);
 
     if (!r->resuming && o->warmup > o->steps)
         fprintf(stderr, "attograd-translate: warning: --warmup %lld is longer than the run (--steps %lld): the "
@@ -519,6 +514,7 @@ static void run_free(run *r) {
     free(r->best_path);
     free(r->curves_path);
     free(r->attn_path);
+    tr_unlock_out();
 }
 
 /* every rank reads the same pairs, vocabularies and model with the same settings */
@@ -549,11 +545,12 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
         if (devnull) r.prog.out = devnull;
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
             run_step(&r);
-            if (tr_dist_step_done(&r.rng, interrupted, &r.diverged)) interrupted = 1;
+            interrupted = tr_dist_step_done(&r.rng, &r.diverged);
             if (lead) run_evaluate_and_save(&r);
             r.stop = tr_dist_any(r.stop);
         }
         tr_dist_detach(&r.rng);
+        tr_dist_catch_signals(false);
         if (devnull) {
             fclose(devnull);
             r.prog.out = stderr;

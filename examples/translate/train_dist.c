@@ -1,4 +1,5 @@
 /* attograd-translate train under mpirun (train_dist.h). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,19 @@ void tr_dist_rows(const tr_batch *bt, ag_rng *rng, int64_t *first, int64_t *n, d
     *n = (int64_t)bt->B * (r + 1) / size - *first;
     *loss_scale = bt->ntokens ? (double)size * (double)tokens_of_rows(bt, *first, *n) / (double)bt->ntokens : 0.0;
     if (*n > 0) ag_rng_share_batch(rng, *first, *n, bt->B);
+}
+
+static volatile sig_atomic_t signalled; /* SIGINT or SIGTERM reached this process */
+static void on_signal(int sig) {
+    (void)sig;
+    signalled = 1;
+}
+
+void tr_dist_catch_signals(bool on) {
+    struct sigaction sa = {.sa_handler = on ? on_signal : SIG_DFL};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 #ifdef AG_HAVE_MPI
@@ -120,9 +134,9 @@ void tr_dist_attach(ag_params *p) {
     if (on) dist = ag_dist_new(p, NULL);
 }
 
-bool tr_dist_step_done(ag_rng *rng, bool interrupted, bool *diverged) {
-    if (!on) return interrupted;
-    uint64_t x[3] = {rng->counter, interrupted, *diverged};
+bool tr_dist_step_done(ag_rng *rng, bool *diverged) {
+    if (!on) return signalled;
+    uint64_t x[3] = {rng->counter, signalled, *diverged};
     ag_dist_max_u64(x, 3);
     rng->counter = x[0];
     *diverged = x[2] != 0;
@@ -159,7 +173,7 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
 }
 void tr_dist_attach(ag_params *p) {}
 void tr_dist_detach(ag_rng *rng) {}
-bool tr_dist_step_done(ag_rng *rng, bool interrupted, bool *diverged) { return interrupted; }
+bool tr_dist_step_done(ag_rng *rng, bool *diverged) { return signalled; }
 void tr_dist_sync(void) {}
 double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n) { return local_loss; }
 bool tr_dist_any(bool flag) { return flag; }

@@ -45,10 +45,15 @@ void tr_dist_sync(void);
 double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n);
 /* Whether flag is set on any rank. Collective (one rank: flag). */
 bool tr_dist_any(bool flag);
+/* SIGINT and SIGTERM (on) only set a flag that tr_dist_step_done reads, or (off) take their
+ * default action again. */
+void tr_dist_catch_signals(bool on);
 /* After a step: every rank's rng counter moves to the largest (a rank with no rows drew
  * nothing), so rank 0's, which checkpoints save, is every rank's and a resumed run continues the
  * stream exactly; *diverged (a non-finite loss) is set on every rank when set on any; returns
- * whether interrupted is set on any rank. Collective. */
-bool tr_dist_step_done(ag_rng *rng, bool interrupted, bool *diverged);
+ * whether a signal caught since tr_dist_catch_signals reached any rank. Every rank gets the same
+ * answers and stops after the same step; the caller tests them, never a flag of its own, between
+ * collectives. Collective. */
+bool tr_dist_step_done(ag_rng *rng, bool *diverged);
 
 #endif

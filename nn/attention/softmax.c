@@ -86,10 +86,10 @@ static void masked_softmax_rows(const ag_tensor *x, const ag_tensor *mask, int m
         rows_at(&r, row, &xo, &co, &mo);
         ag__softmax_mask m = {(ag__softmax_mask_kind)mk, mp ? mp + mo : NULL, ms, n};
         if (x->dtype == AG_F32)
-            ag__softmax_row_f32(AG_SOFTMAX_SEQUENTIAL, false, (const float *)xp + xo, xs, (float *)yp + co, ys, n,
+            ag__softmax_row_f32(false, (const float *)xp + xo, xs, (float *)yp + co, ys, n,
                                 &m);
         else
-            ag__softmax_row_f64(AG_SOFTMAX_SEQUENTIAL, false, (const double *)xp + xo, xs, (double *)yp + co, ys,
+            ag__softmax_row_f64(false, (const double *)xp + xo, xs, (double *)yp + co, ys,
                                 n, &m);
     }
 }
@@ -106,10 +106,10 @@ static void masked_softmax_rows_bwd(const ag_tensor *y, const ag_tensor *g, ag_t
         int64_t xo, co, mo;
         rows_at(&r, row, &xo, &co, &mo);
         if (y->dtype == AG_F32)
-            ag__softmax_row_bwd_f32(AG_SOFTMAX_SEQUENTIAL, false, (const float *)yp + co, (const float *)gp + co,
+            ag__softmax_row_bwd_f32(false, (const float *)yp + co, (const float *)gp + co,
                                     (float *)dp + co, n, st, acc);
         else
-            ag__softmax_row_bwd_f64(AG_SOFTMAX_SEQUENTIAL, false, (const double *)yp + co, (const double *)gp + co,
+            ag__softmax_row_bwd_f64(false, (const double *)yp + co, (const double *)gp + co,
                                     (double *)dp + co, n, st, acc);
     }
 }

@@ -5,12 +5,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../tensor/op.h"
 #include "dist.h"
 
 static bool started;          /* ag_dist_init called MPI_Init_thread */
 static int rank_, size_ = 1, local_rank_, local_size_ = 1;
+/* MPI_COMM_WORLD's duplicate for the notes ag_dist_finalize sends: "this rank joins no more
+ * collectives" */
+static MPI_Comm leaving = MPI_COMM_NULL;
+enum { TAG_LEAVING = 7 };
 
 bool ag_dist_init(int *argc, char ***argv) {
     int up = 0;
@@ -30,14 +35,78 @@ bool ag_dist_init(int *argc, char ***argv) {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
+    if (leaving == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &leaving);
     return true;
+}
+
+/* The note of every other rank that it has left: each rank, leaving, waits for the others' */
+static void say_leaving(void) {
+    if (leaving == MPI_COMM_NULL) return;
+    MPI_Request *req = ag_xmalloc(sizeof *req * (size_t)size_);
+    for (int r = 0; r < size_; r++)
+        if (r != rank_) MPI_Isend(NULL, 0, MPI_BYTE, r, TAG_LEAVING, leaving, &req[r]);
+        else req[r] = MPI_REQUEST_NULL;
+    for (int r = 0; r < size_; r++)
+        if (r != rank_) MPI_Recv(NULL, 0, MPI_BYTE, r, TAG_LEAVING, leaving, MPI_STATUS_IGNORE);
+    MPI_Waitall(size_, req, MPI_STATUSES_IGNORE);
+    ag_xfree(req);
+    MPI_Comm_free(&leaving);
 }
 
 void ag_dist_finalize(void) {
     int done = 0;
     MPI_Finalized(&done);
+    if (!done) say_leaving();
     if (started && !done) MPI_Finalize();
     started = false;
+}
+
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The rank whose leaving note has come, or -1 */
+static int rank_left(void) {
+    int flag = 0;
+    MPI_Status st;
+    if (leaving != MPI_COMM_NULL) MPI_Iprobe(MPI_ANY_SOURCE, TAG_LEAVING, leaving, &flag, &st);
+    return flag ? st.MPI_SOURCE : -1;
+}
+
+/* MPI_Waitall on this rank's part of collectives. A rank that has left (ag_dist_finalize) never
+ * joins them: after a grace second (its last messages may still be on the way) the job stops
+ * with a message naming it, instead of this rank waiting forever. A rank that dies or exits
+ * without ag_dist_finalize is Open MPI's to find: mpirun stops the job. */
+static void wait_all(int n, MPI_Request *req) {
+    double since = 0;
+    for (unsigned spin = 1;; spin++) {
+        int done = 0;
+        MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+        if (done) return;
+        if (spin % 64) continue;
+        int gone = rank_left();
+        if (gone < 0) continue;
+        if (since == 0) since = seconds();
+        else if (seconds() - since > 1.0) {
+            fprintf(stderr, "attograd: rank %d left (ag_dist_finalize) while rank %d waits for it in a collective: "
+                            "the ranks called different collectives; stopping the job\n", gone, rank_);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+}
+
+static void allreduce(void *x, int n, MPI_Datatype type, MPI_Op op) {
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, x, n, type, op, MPI_COMM_WORLD, &req);
+    wait_all(1, &req);
+}
+
+static void bcast(void *x, int n, MPI_Datatype type, int root) {
+    MPI_Request req;
+    MPI_Ibcast(x, n, type, root, MPI_COMM_WORLD, &req);
+    wait_all(1, &req);
 }
 
 int ag_dist_rank(void) { return rank_; }
@@ -51,8 +120,8 @@ void ag_dist_abort(int status) { MPI_Abort(MPI_COMM_WORLD, status); }
 
 /* the lowest rank whose flag is set, or size_ when none is */
 static int lowest_flagged(bool flag) {
-    int mine = flag ? rank_ : size_, low;
-    MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    int low = flag ? rank_ : size_;
+    allreduce(&low, 1, MPI_INT, MPI_MIN);
     return low;
 }
 
@@ -61,7 +130,7 @@ bool ag_dist_agree(bool ok, const char *message, char *msg, size_t msgsize) {
     if (bad == size_) return true;
     char text[1024] = "";
     if (rank_ == bad) snprintf(text, sizeof text, "%s", message ? message : "failed");
-    MPI_Bcast(text, (int)sizeof text, MPI_CHAR, bad, MPI_COMM_WORLD);
+    bcast(text, (int)sizeof text, MPI_CHAR, bad);
     if (msg && msgsize) snprintf(msg, msgsize, "rank %d: %s", bad, text);
     return false;
 }
@@ -83,7 +152,7 @@ static uint64_t hash_bytes(const void *data, size_t n) {
 
 bool ag_dist_same(const void *data, size_t n, const char *what, char *msg, size_t msgsize) {
     uint64_t h = hash_bytes(data, n), h0 = h;
-    MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    bcast(&h0, 1, MPI_UINT64_T, 0);
     int bad = lowest_flagged(h != h0);
     if (bad == size_) return true;
     if (msg && msgsize) snprintf(msg, msgsize, "rank %d: %s differs from rank 0's", bad, what);
@@ -91,18 +160,16 @@ bool ag_dist_same(const void *data, size_t n, const char *what, char *msg, size_
 }
 
 int64_t ag_dist_sum_i64(int64_t x) {
-    int64_t s;
-    MPI_Allreduce(&x, &s, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-    return s;
+    allreduce(&x, 1, MPI_INT64_T, MPI_SUM);
+    return x;
 }
 
 double ag_dist_sum_f64(double x) {
-    double s;
-    MPI_Allreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    return s;
+    allreduce(&x, 1, MPI_DOUBLE, MPI_SUM);
+    return x;
 }
 
-void ag_dist_max_u64(uint64_t *x, int n) { MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD); }
+void ag_dist_max_u64(uint64_t *x, int n) { allreduce(x, n, MPI_UINT64_T, MPI_MAX); }
 
 bool ag_dist_any(bool flag) { return lowest_flagged(flag) < size_; }
 
@@ -110,7 +177,7 @@ void ag_dist_broadcast(void *data, size_t n, int root) {
     char *p = data; /* MPI counts are ints: in pieces of at most 1 GiB */
     for (size_t done = 0; done < n;) {
         size_t k = n - done < ((size_t)1 << 30) ? n - done : (size_t)1 << 30;
-        MPI_Bcast(p + done, (int)k, MPI_BYTE, root, MPI_COMM_WORLD);
+        bcast(p + done, (int)k, MPI_BYTE, root);
         done += k;
     }
 }
@@ -249,7 +316,7 @@ void ag_dist_free(ag_dist *d) {
         ag_set_leaf_grad_hooks(NULL);
         active = NULL;
     }
-    if (d->next > 0) MPI_Waitall(d->next, d->req, MPI_STATUSES_IGNORE);
+    if (d->next > 0) wait_all(d->next, d->req);
     ag_xfree(d->bucket_of);
     ag_xfree(d->uses);
     ag_xfree(d->b);
@@ -265,7 +332,7 @@ void ag_dist_sync_grads(ag_dist *d) {
         d->b[d->next].params = 0;
         start_bucket(d, d->next++);
     }
-    MPI_Waitall(d->nb, d->req, MPI_STATUSES_IGNORE);
+    wait_all(d->nb, d->req);
     d->next = 0;
     d->counting = false;
     d->in_flight = false;

@@ -49,7 +49,8 @@
  * size * local_count / global_count (ag_dist_sum_i64 gives the global count).
  *
  * Faults: a process that dies or exits without ag_dist_finalize makes mpirun stop the others
- * (Open MPI's default). A failure that one rank finds (a file it cannot open) must reach the
+ * (Open MPI's default). One that calls ag_dist_finalize while another still waits for it in a
+ * collective stops the job too: the waiting rank sees its note and calls MPI_Abort naming it. A failure that one rank finds (a file it cannot open) must reach the
  * others before the next collective: ag_dist_agree. ag_dist_same finds a rank whose
  * configuration (corpus, vocabulary, model) differs from rank 0's. */
 #ifndef AG_DIST_H
@@ -68,7 +69,8 @@ extern "C" {
 /* MPI_Init_thread (threads funneled: OpenMP threads never call MPI) unless MPI is already up.
  * false (with a message on stderr) when MPI cannot start. Without mpirun: one rank. */
 bool ag_dist_init(int *argc, char ***argv);
-/* MPI_Finalize if ag_dist_init started MPI; call it on every rank, after the last collective. */
+/* Tells the other ranks this one takes part in no more collectives and waits for theirs, then
+ * MPI_Finalize if ag_dist_init started MPI; call it on every rank, after the last collective. */
 void ag_dist_finalize(void);
 int ag_dist_rank(void);       /* 0 .. size-1 (0 before init) */
 int ag_dist_size(void);       /* processes in the job (1 before init) */
