@@ -1031,9 +1031,10 @@ static void test_commands_reject_missing_non_hdf5_and_foreign_checkpoints(void *
     assert_true(ag_config_remove(&novocab, "src_vocab") && ag_config_remove(&novocab, "tgt_vocab"));
     write_foreign_checkpoint(tt_in_dir("no-vocab.h5"), &novocab);
     assert_rejected(tt_in_dir("no-vocab.h5"), "vocabularies in the checkpoint are missing or damaged", 2);
-    /* a real run's configuration and vocabularies over parameters of another model */
+    /* a real run's configuration and vocabularies over parameters of another model, fewer than
+     * the configuration makes: refused before the model is built */
     write_foreign_checkpoint(tt_in_dir("other-params.h5"), &real);
-    assert_rejected(tt_in_dir("other-params.h5"), "src_embed.weight", 0);
+    assert_rejected(tt_in_dir("other-params.h5"), "bytes of parameters, more than the file's", 0);
     ag_train_state_clear(&other);
     ag_train_state_clear(&real);
     ag_train_state_clear(&novocab);

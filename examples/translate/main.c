@@ -278,37 +278,45 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
 }
 
 /* A damaged configuration must not reach model_new (whose layers refuse impossible sizes) nor
- * the decoding buffers sized by max_len: false with msg naming the field, its value and range. */
-static bool check_config(const char *path, const model_config *c, int64_t max_len, char *msg, size_t msgsize) {
+ * the decoding buffers sized by max_len; train holds its options to the same limits. */
+bool model_config_check(const model_config *c, int64_t max_len, char *msg, size_t msgsize) {
     int64_t max_layers = model_kind_recurrent(c->kind) ? AG_GRU_MAX_LAYERS : AG_TRANSFORMER_MAX_LAYERS;
     const struct {
         const char *key;
         int64_t v, lo, hi;
-    } range[] = {{"d_model", c->d_model, 1, 1 << 20},
+    } range[] = {{"d_model", c->d_model, 1, TR_MAX_SIZE},
                  {"nhead", c->nhead, 1, c->d_model},
-                 {"dim_feedforward", c->ff, 1, 1 << 20},
+                 {"dim_feedforward", c->ff, 1, TR_MAX_SIZE},
                  {"encoder_layers", c->enc_layers, 1, max_layers},
                  {"decoder_layers", c->dec_layers, 1, max_layers},
-                 {"hidden", c->hidden, 1, 1 << 20},
-                 {"max_len", max_len, 2, 1 << 20},
-                 {"positions", c->max_len, max_len, 1 << 21}};
+                 {"hidden", c->hidden, 1, TR_MAX_SIZE},
+                 {"max_len", max_len, 2, TR_MAX_SIZE},
+                 {"positions", c->max_len, max_len, TR_MAX_POSITIONS}};
     for (size_t i = 0; i < sizeof range / sizeof *range; i++)
         if (range[i].v < range[i].lo || range[i].v > range[i].hi) {
-            snprintf(msg, msgsize, "%s: damaged model configuration: %s = %lld, expected %lld to %lld", path,
-                     range[i].key, (long long)range[i].v, (long long)range[i].lo, (long long)range[i].hi);
+            snprintf(msg, msgsize, "%s = %lld, expected %lld to %lld", range[i].key, (long long)range[i].v,
+                     (long long)range[i].lo, (long long)range[i].hi);
             return false;
         }
     if (c->d_model % c->nhead != 0) {
-        snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld is not a multiple of nhead %lld", path,
-                 (long long)c->d_model, (long long)c->nhead);
+        snprintf(msg, msgsize, "d_model %lld is not a multiple of nhead %lld", (long long)c->d_model,
+                 (long long)c->nhead);
         return false;
     }
     if (!(c->dropout >= 0 && c->dropout < 1)) {
-        snprintf(msg, msgsize, "%s: damaged model configuration: dropout = %g, expected 0 to 1 (excluded)", path,
-                 c->dropout);
+        snprintf(msg, msgsize, "dropout = %s, expected 0 to 1 (excluded)", tr_num_text(c->dropout).s);
         return false;
     }
     return true;
+}
+
+tr_text tr_num_text(double x) {
+    tr_text t;
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(t.s, sizeof t.s, "%.*g", digits, x);
+        if (strtod(t.s, NULL) == x) break;
+    }
+    return t;
 }
 
 bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
@@ -329,7 +337,11 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
         snprintf(msg, msgsize, "%s: not a checkpoint of attograd-translate (model configuration missing)", path);
         goto fail;
     }
-    if (!check_config(path, &c, t->max_len, msg, msgsize)) goto fail;
+    char why[256];
+    if (!model_config_check(&c, t->max_len, why, sizeof why)) {
+        snprintf(msg, msgsize, "%s: damaged model configuration: %s", path, why);
+        goto fail;
+    }
     t->mode = strcmp(tokens, "spm") == 0 ? TR_SPM : strcmp(tokens, "chars") == 0 ? TR_CHARS : TR_WORDS;
     char err[TR_ERR_SIZE] = "";
     if (t->mode == TR_SPM) {
@@ -349,21 +361,19 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     }
     c.src_vocab = t->src.size;
     c.tgt_vocab = t->tgt.size;
-    /* the model must fit in the file that holds its parameters, 4 bytes each: at least the
-     * embeddings, and per layer the attention's four d_model x d_model projections (Transformer)
-     * or the 3, 4 or 1 hidden x hidden recurrent weights (GRU, LSTM, RNN) */
-    double layers = (double)(c.enc_layers + c.dec_layers), d = (double)c.d_model, h = (double)c.hidden;
-    double least = 4 * (((double)c.src_vocab + (double)c.tgt_vocab) * d +
-                        layers * (model_kind_recurrent(c.kind) ? model_kind_gates(c.kind) * h * h : 4 * d * d));
+    /* the model must fit in the file that holds its parameters, 4 bytes each, and in memory:
+     * a damaged size is refused here, before anything is allocated */
+    double need = 4 * (double)model_param_count(&c);
     struct stat fs;
-    if (stat(path, &fs) == 0 && least > (double)fs.st_size) {
-        snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld, hidden %lld, %lld+%lld layers and "
-                 "vocabularies of %lld and %lld tokens need at least %.0f bytes of parameters, more than the "
-                 "file's %lld", path, (long long)c.d_model, (long long)c.hidden, (long long)c.enc_layers,
-                 (long long)c.dec_layers, (long long)c.src_vocab, (long long)c.tgt_vocab, least,
-                 (long long)fs.st_size);
+    if (stat(path, &fs) == 0 && need > (double)fs.st_size) {
+        snprintf(msg, msgsize, "%s: damaged model configuration: d_model %lld, dim_feedforward %lld, hidden %lld, "
+                 "%lld+%lld layers and vocabularies of %lld and %lld tokens make %.0f bytes of parameters, more "
+                 "than the file's %lld", path, (long long)c.d_model, (long long)c.ff, (long long)c.hidden,
+                 (long long)c.enc_layers, (long long)c.dec_layers, (long long)c.src_vocab, (long long)c.tgt_vocab,
+                 need, (long long)fs.st_size);
         goto fail;
     }
+    if (!tr_model_fits_memory(&c, 0, 0, path, msg, msgsize)) goto fail;
     t->m = model_new(&c, AG_F32, 0);
     if (!t->m || (st = ag_checkpoint_load(path, model_params(t->m), NULL, NULL, NULL, msg, msgsize)) != AG_CKPT_OK)
         goto fail;
@@ -388,26 +398,28 @@ int64_t translate_width(const trained *t) { return 2 * t->max_len + 8; }
 void translate_ids(trained *t, const char *const *in, int n, int beam, double length_penalty, int64_t *hyp) {
     enum { CHUNK = 64 };
     int64_t L = t->max_len, W = translate_width(t);
-    int64_t *src = calloc((size_t)(CHUNK * L), sizeof *src);
     ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
     for (int at = 0; at < n; at += CHUNK) {
+        /* the chunk's longest sentence as the model reads it (at most L - 1 ids and <eos>) sizes
+         * the batch, not max_len: a model of a large --max-len reads short sentences cheaply */
         int B = n - at < CHUNK ? n - at : CHUNK;
         int64_t S = 1;
-        memset(src, 0, sizeof(int64_t) * (size_t)(CHUNK * L));
         for (int b = 0; b < B; b++) {
-            int len = tr_vocab_encode(&t->src, in[at + b], t->mode, src + b * L, (int)L - 1);
-            if (len > L - 1) len = (int)L - 1;
-            src[b * L + len] = TR_EOS;
+            int64_t len = tr_vocab_encode(&t->src, in[at + b], t->mode, NULL, 0);
+            if (len > L - 1) len = L - 1;
             if (len + 1 > S) S = len + 1;
         }
-        ag_tensor *s = ag_empty(AG_I64, AG_SHAPE(B, S));
-        for (int b = 0; b < B; b++) memcpy((int64_t *)s->data + b * S, src + b * L, sizeof(int64_t) * (size_t)S);
+        ag_tensor *s = ag_zeros(AG_I64, AG_SHAPE(B, S));
+        for (int b = 0; b < B; b++) {
+            int64_t *row = (int64_t *)s->data + b * S;
+            int len = tr_vocab_encode(&t->src, in[at + b], t->mode, row, (int)S - 1);
+            row[len < S - 1 ? len : S - 1] = TR_EOS;
+        }
         model_translate(t->m, s, W, beam, length_penalty, hyp + (int64_t)at * W);
         ag_arena_reset(arena);
     }
     ag_arena_use(prev);
     ag_arena_free(arena);
-    free(src);
 }
 
 void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out) {

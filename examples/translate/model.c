@@ -100,6 +100,22 @@ static void recurrent_new(model *m, const model_config *cfg, ag_rng *r) {
     m->generator = ag_linear_new(m->params, "generator", 3 * H, cfg->tgt_vocab, true, r);
 }
 
+int64_t model_param_count(const model_config *c) {
+    double E = (double)c->d_model, F = (double)c->ff, H = (double)c->hidden, V = (double)c->tgt_vocab;
+    double n = ((double)c->src_vocab + V) * E; /* the embeddings */
+    if (c->kind == MODEL_TRANSFORMER) {
+        double mha = 4 * E * E + 4 * E, ffn = 2 * E * F + F + E; /* in/out projections; linear1, linear2 */
+        n += (double)c->enc_layers * (mha + ffn + 4 * E) + (double)c->dec_layers * (2 * mha + ffn + 6 * E);
+        n += 4 * E + E * V + V; /* the encoder's and decoder's final norms, the generator */
+    } else {
+        double G = model_kind_gates(c->kind) * H, first = E, enc = 0;
+        for (int64_t l = 0; l < c->enc_layers; l++, first = 2 * H) enc += 2 * (G * (first + H) + 2 * G);
+        n += enc + (2 * H * H + H) + (3 * H * H + H) /* bridge, additive attention */
+             + G * (E + 2 * H + H) + 2 * G + 3 * H * V + V; /* the decoder cell, the generator */
+    }
+    return n < 9.2e18 ? (int64_t)n : INT64_MAX;
+}
+
 model *model_new(const model_config *cfg, ag_dtype dt, uint64_t seed) {
     model *m = calloc(1, sizeof *m);
     m->cfg = *cfg;

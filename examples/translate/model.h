@@ -33,6 +33,10 @@ typedef struct {
 /* the defaults of `attograd-translate train --model transformer|gru|lstm|rnn` */
 model_config model_defaults(model_kind kind, int64_t src_vocab, int64_t tgt_vocab);
 
+/* the parameters model_new makes for cfg, counted without making them (INT64_MAX when that
+ * many do not fit an int64) */
+int64_t model_param_count(const model_config *cfg);
+
 typedef struct model model;
 
 /* Build the model's parameters into a new slab of dtype dt, initialised from seed. */

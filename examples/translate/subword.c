@@ -9,16 +9,39 @@
 #include "data_internal.h"
 #include "spm_shim.h"
 
+/* the distinct characters SentencePiece sees on a side of c: a space reads as U+2581 "▁",
+ * which also starts every sentence (its dummy prefix) */
+static int side_characters(const tr_corpus *c, int side) {
+    enum { SPACE = 0x2581 };
+    uint8_t *seen = calloc(0x110000 / 8, 1);
+    if (!seen) return 0;
+    seen[SPACE / 8] |= 1u << SPACE % 8;
+    int n = 1;
+    for (int64_t i = 0; i < c->n; i++) {
+        const unsigned char *s = (const unsigned char *)(side == TR_SIDE_SRC ? c->src[i] : c->tgt[i]);
+        size_t len = strlen((const char *)s);
+        for (size_t at = 0; at < len;) {
+            uint32_t cp = s[at];
+            int l = tr__utf8_next(s + at, len - at, &cp);
+            at += l > 0 ? (size_t)l : 1; /* the reader lets no malformed byte through */
+            if (cp == ' ') cp = SPACE;
+            if (!(seen[cp / 8] >> cp % 8 & 1)) seen[cp / 8] |= (uint8_t)(1u << cp % 8), n++;
+        }
+    }
+    free(seen);
+    return n;
+}
+
+int tr_subword_least_size(const tr_corpus *c, int side) { return TR_NUM_SPECIALS + 256 + side_characters(c, side); }
+
 int tr_subword_default_size(const tr_corpus *c, int side) {
     char err[TR_ERR_SIZE];
-    tr_vocab words, chars;
-    int w = 0, ch = 0;
+    tr_vocab words;
+    int w = 0;
     if (tr_vocab_build(&words, c, side, TR_WORDS, 1, err, sizeof err) == 0) w = words.size - TR_NUM_SPECIALS;
-    if (tr_vocab_build(&chars, c, side, TR_CHARS, 1, err, sizeof err) == 0) ch = chars.size - TR_NUM_SPECIALS;
     tr_vocab_free(&words);
-    tr_vocab_free(&chars);
     int64_t more = c->n / 20 < 2 * w ? c->n / 20 : 2 * w;
-    return TR_NUM_SPECIALS + 256 + ch + (int)more;
+    return tr_subword_least_size(c, side) + (int)more;
 }
 
 int tr_vocab_train_spm(tr_vocab *v, const tr_corpus *c, int side, const tr_subword_opts *o, char *err, size_t errsz) {
@@ -26,6 +49,11 @@ int tr_vocab_train_spm(tr_vocab *v, const tr_corpus *c, int side, const tr_subwo
     const char *name = c->path ? c->path : "corpus", *what = side == TR_SIDE_SRC ? "source" : "target";
     tr_spm_train_opts so = {o->type ? o->type : "unigram",
                             o->vocab_size > 0 ? o->vocab_size : tr_subword_default_size(c, side)};
+    int least = o->vocab_size > 0 ? tr_subword_least_size(c, side) : 0;
+    if (o->vocab_size > 0 && o->vocab_size < least)
+        return tr__fail(err, errsz, "%s: %s side, vocabulary size %d: too small: it needs at least %d pieces (the 4 "
+                        "special tokens, 256 bytes and the side's %d distinct characters)", name, what, o->vocab_size,
+                        least, least - TR_NUM_SPECIALS - 256);
     char *model = NULL, msg[TR_ERR_SIZE];
     size_t len = 0;
     if (tr_spm_train((const char *const *)(side == TR_SIDE_SRC ? c->src : c->tgt), c->n, &so, &model, &len, msg,

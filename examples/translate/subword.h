@@ -15,6 +15,9 @@ typedef struct {
  * starting a sentence piece, "▁word") but at most one per 20 pairs, so that every piece is seen
  * often enough to be learnt. */
 int tr_subword_default_size(const tr_corpus *c, int side);
+/* The smallest vocabulary SentencePiece trains on that side: the 4 specials, the 256 byte
+ * pieces and one piece per distinct character ("▁" for the space, always there). */
+int tr_subword_least_size(const tr_corpus *c, int side);
 /* Train a model on the given side (TR_SIDE_SRC or TR_SIDE_TGT) of c. */
 int tr_vocab_train_spm(tr_vocab *v, const tr_corpus *c, int side, const tr_subword_opts *o, char *err, size_t errsz);
 /* A vocabulary from a model's serialized bytes; name labels messages. The model must have the

@@ -19,39 +19,6 @@
 #include "train_internal.h"
 #include "train_dist.h"
 
-typedef struct {
-    const char *train, *dev, *test, *out, *model;
-    const char *tokenizer, *spm_type, *spm_model;
-    int64_t vocab_size;
-    int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
-        seed, threads, samples, beam, max_eval;
-    double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
-    bool chars, strict, resume, recompute_attention, keep_ff_activation, help;
-} train_opts;
-
-/* What is wrong with o (one sentence), or NULL */
-static const char *train_opts_problem(const train_opts *o) {
-    if (!o->train) return "--train FILE is required";
-    model_kind kind;
-    if (!model_kind_parse(o->model, &kind)) return "--model is transformer, gru, lstm or rnn";
-    if (o->steps < 1 || o->batch < 1 || o->d_model < 1 || o->heads < 1 || o->layers < 0 || o->ff < 1 ||
-        o->hidden < 1 || o->max_len < 2 || o->min_count < 1 || o->eval_every < 1 || o->save_every < 1 ||
-        o->warmup < 1 || o->samples < 0 || o->threads < 0 || o->max_eval < 0)
-        return "sizes, counts and intervals must be positive";
-    if (o->d_model % o->heads != 0) return "--d-model must be a multiple of --heads";
-    if (strcmp(o->tokenizer, "spm") != 0 && strcmp(o->tokenizer, "word") != 0 && strcmp(o->tokenizer, "char") != 0)
-        return "--tokenizer is spm, word or char";
-    if (strcmp(o->spm_type, "unigram") != 0 && strcmp(o->spm_type, "bpe") != 0) return "--spm-type is unigram or bpe";
-    if (o->vocab_size < 0) return "--vocab-size must be positive (0: chosen from the corpus)";
-    if ((o->spm_model || o->vocab_size) && strcmp(o->tokenizer, "spm") != 0)
-        return "--spm-model and --vocab-size are for --tokenizer spm";
-    if (!(o->lr > 0) || !(o->dropout >= 0 && o->dropout < 1) || !(o->label_smoothing >= 0 && o->label_smoothing <= 1) ||
-        !(o->clip >= 0) || !(o->heldout >= 0 && o->heldout < 1) ||
-        !(o->teacher_forcing >= 0 && o->teacher_forcing <= 1))
-        return "--lr > 0, --dropout in [0,1), --label-smoothing, --teacher-forcing in [0,1], --heldout in [0,1)";
-    return NULL;
-}
-
 /* the learning rate of step `step` (from 1): linear warmup over --warmup steps, then 1/sqrt */
 static double lr_at(const train_opts *o, int64_t step) {
     ag_lr_schedule_config sched = ag_lr_schedule_defaults(AG_LR_WARMUP_INV_SQRT, o->lr);
@@ -60,12 +27,6 @@ static double lr_at(const train_opts *o, int64_t step) {
 }
 
 static bool interrupted; /* Ctrl-C or SIGTERM on some rank, agreed by all after a step (train_dist.h) */
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- checkpoints ---- */
 
@@ -111,189 +72,6 @@ static bool make_dir(const char *dir) {
     return mkdir(path, 0777) == 0 || errno == EEXIST;
 }
 
-/* ---- the run ---- */
-
-typedef struct {
-    tr_corpus train_c, dev_c;
-    tr_vocab src, tgt;
-    tr_dataset all, train, dev;
-    tr_dataset dev_eval, dev_rest; /* a fixed random subset of dev when --max-eval is smaller */
-    tr_tok_mode mode;
-} corpora;
-
-static void corpora_free(corpora *c) {
-    tr_corpus_free(&c->train_c);
-    tr_corpus_free(&c->dev_c);
-    tr_vocab_free(&c->src);
-    tr_vocab_free(&c->tgt);
-    tr_dataset_free(&c->all);
-    tr_dataset_free(&c->train);
-    tr_dataset_free(&c->dev);
-    tr_dataset_free(&c->dev_eval);
-    tr_dataset_free(&c->dev_rest);
-}
-
-static bool read_corpus(tr_corpus *c, const char *path, const train_opts *o) {
-    char err[TR_ERR_SIZE], note[1024];
-    tr_read_opts ro = {.strict = o->strict};
-    if (tr_corpus_read(c, path, &ro, err, sizeof err) != 0) {
-        fprintf(stderr, "attograd-translate: %s\n", err);
-        return false;
-    }
-    if (tr_corpus_skip_summary(c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: %s: %s\n", path, note);
-    if (tr_corpus_note_summary(c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: note: %s\n", note);
-    return true;
-}
-
-static tr_tok_mode tok_mode(const train_opts *o) {
-    if (o->chars || strcmp(o->tokenizer, "char") == 0) return TR_CHARS;
-    return strcmp(o->tokenizer, "word") == 0 ? TR_WORDS : TR_SPM;
-}
-
-/* The longest side of c's pairs in tokens, counting the <eos> */
-static int longest_pair(const tr_corpus *c, const tr_vocab *src, const tr_vocab *tgt, tr_tok_mode mode) {
-    int longest = 0;
-    for (int64_t i = 0; i < c->n; i++) {
-        int ls = tr_vocab_encode(src, c->src[i], mode, NULL, 0) + 1;
-        int lt = tr_vocab_encode(tgt, c->tgt[i], mode, NULL, 0) + 1;
-        if (ls > longest) longest = ls;
-        if (lt > longest) longest = lt;
-    }
-    return longest;
-}
-
-/* The longest pair evaluation takes: what the model's positions hold (2 max_len + 8) */
-static int eval_limit(const train_opts *o) { return (int)(2 * o->max_len + 8); }
-
-/* SentencePiece vocabularies: --spm-model FILE (both sides) or SRC,TGT (one per side), else one
- * trained on each side of the training corpus. */
-static bool subword_vocabs(corpora *c, const train_opts *o, char *err, size_t errsz) {
-    double t0 = now();
-    if (o->spm_model) {
-        char both[4096];
-        snprintf(both, sizeof both, "%s", o->spm_model);
-        struct stat sb;
-        char *comma = stat(both, &sb) != 0 ? strchr(both, ',') : NULL; /* a file named a,b is one file */
-        if (comma) *comma = 0;
-        if (tr_vocab_load_spm(&c->src, both, err, errsz) ||
-            tr_vocab_load_spm(&c->tgt, comma ? comma + 1 : both, err, errsz))
-            return false;
-        fprintf(stderr, "attograd-translate: SentencePiece models %s: %d and %d pieces\n", o->spm_model, c->src.size,
-                c->tgt.size);
-        return true;
-    }
-    tr_subword_opts so = {o->spm_type, (int)o->vocab_size};
-    if (tr_vocab_train_spm(&c->src, &c->train_c, TR_SIDE_SRC, &so, err, errsz) ||
-        tr_vocab_train_spm(&c->tgt, &c->train_c, TR_SIDE_TGT, &so, err, errsz))
-        return false;
-    fprintf(stderr, "attograd-translate: SentencePiece %s vocabularies of %d and %d pieces trained on %s in %.1f s\n",
-            o->spm_type, c->src.size, c->tgt.size, o->train, now() - t0);
-    return true;
-}
-
-/* Warns when a vocabulary looks wrong for the corpus: most of its types seen once in training
- * (nothing to generalise from), or many unknown tokens in the dev pairs. */
-static void vocab_warnings(const corpora *c, const train_opts *o) {
-    static const char *unit[] = {"words", "characters", "pieces"};
-    for (int side = 0; side < 2; side++) {
-        const tr_vocab *v = side ? &c->tgt : &c->src;
-        int64_t *count = calloc((size_t)v->size, sizeof *count), types = 0, once = 0, unk = 0, total = 0;
-        if (!count) return;
-        for (int64_t i = 0; i < c->all.n; i++) {
-            const int64_t *ids = c->all.ids + (side ? c->all.tgt_start[i] : c->all.src_start[i]);
-            for (int32_t k = 0, n = side ? c->all.tgt_len[i] - 1 : c->all.src_len[i] - 1; k < n; k++)
-                if (ids[k] >= TR_NUM_SPECIALS && ids[k] < v->size) count[ids[k]]++;
-        }
-        for (int t = TR_NUM_SPECIALS; t < v->size; t++) types += count[t] > 0, once += count[t] == 1;
-        free(count);
-        for (int64_t i = 0; i < c->dev.n; i++) {
-            const int64_t *ids = c->dev.ids + (side ? c->dev.tgt_start[i] : c->dev.src_start[i]);
-            for (int32_t k = 0, n = side ? c->dev.tgt_len[i] - 1 : c->dev.src_len[i] - 1; k < n; k++)
-                unk += ids[k] == TR_UNK, total++;
-        }
-        const char *what = side ? "target" : "source";
-        const char *fix = c->mode == TR_SPM ? "a smaller --vocab-size makes fewer, more frequent pieces"
-                                            : "--tokenizer spm splits them into subwords seen often";
-        if (types >= 50 && 2 * once > types)
-            fprintf(stderr, "attograd-translate: warning: %lld of the %lld %s %s (%.0f%%) occur once in %s: the "
-                            "model cannot learn them (likely cause: %s written as one rarely repeated word, such as "
-                            "numbers or compounds, or a small corpus); %s\n",
-                    (long long)once, (long long)types, what, unit[c->mode], 100.0 * (double)once / (double)types,
-                    o->train, c->mode == TR_SPM ? "pieces too long for the corpus" : "text", fix);
-        if (total && 20 * unk > total)
-            fprintf(stderr, "attograd-translate: warning: %lld of the %lld %s tokens (%.0f%%) of the dev pairs are "
-                            "unknown to the vocabulary (likely cause: %s that the training file lacks%s); "
-                            "--tokenizer spm has no unknown tokens\n",
-                    (long long)unk, (long long)total, what, 100.0 * (double)unk / (double)total, unit[c->mode],
-                    o->min_count > 1 ? ", or --min-count too high" : "");
-    }
-}
-
-/* Corpora and vocabularies: built from the training file, or taken from the checkpoint when
- * resuming (so ids do not move). */
-static bool load_corpora(corpora *c, const train_opts *o, const trained *resumed) {
-    char err[TR_ERR_SIZE];
-    c->mode = resumed ? resumed->mode : tok_mode(o);
-    if (!read_corpus(&c->train_c, o->train, o)) return false;
-    if (o->dev && !read_corpus(&c->dev_c, o->dev, o)) return false;
-    if (resumed) {
-        if (tr_vocab_copy(&c->src, &resumed->src, err, sizeof err) ||
-            tr_vocab_copy(&c->tgt, &resumed->tgt, err, sizeof err))
-            goto fail;
-    } else if (c->mode == TR_SPM) {
-        if (!subword_vocabs(c, o, err, sizeof err)) goto fail;
-    } else if (tr_vocab_build(&c->src, &c->train_c, TR_SIDE_SRC, c->mode, (int)o->min_count, err, sizeof err) ||
-               tr_vocab_build(&c->tgt, &c->train_c, TR_SIDE_TGT, c->mode, (int)o->min_count, err, sizeof err)) {
-        goto fail;
-    }
-    if (tr_dataset_build(&c->all, &c->train_c, &c->src, &c->tgt, c->mode, (int)o->max_len, err, sizeof err)) goto fail;
-    if (c->all.dropped) {
-        int longest = longest_pair(&c->train_c, &c->src, &c->tgt, c->mode);
-        fprintf(stderr, "attograd-translate: warning: %s: %lld of %lld pairs (%.1f%%) have a side longer than "
-                        "--max-len %lld tokens and are left out of training; --max-len %d keeps them all\n",
-                o->train, (long long)c->all.dropped, (long long)c->train_c.n,
-                100.0 * (double)c->all.dropped / (double)c->train_c.n, (long long)o->max_len, longest);
-    }
-    if (o->dev) { /* evaluation keeps every pair the model's positions hold (eval_limit) */
-        if (tr_dataset_build(&c->dev, &c->dev_c, &c->src, &c->tgt, c->mode, eval_limit(o), err, sizeof err) ||
-            tr_dataset_split(&c->all, 0.0, 0, &c->train, NULL, err, sizeof err))
-            goto fail;
-        if (c->dev.dropped)
-            fprintf(stderr, "attograd-translate: warning: %s: %lld pairs longer than %d tokens, beyond the model's "
-                            "positions, cannot be evaluated (raise --max-len)\n", o->dev, (long long)c->dev.dropped,
-                    eval_limit(o));
-    } else if (tr_dataset_split(&c->all, o->heldout, (uint64_t)o->seed, &c->train, &c->dev, err, sizeof err)) {
-        goto fail;
-    } else if (c->dev.n == 0) { /* best.h5 is chosen on the dev pairs: there must be some */
-        snprintf(err, sizeof err,
-                 "%s: --heldout %g of %lld pairs holds out none for development: raise it or give --dev FILE", o->train,
-                 o->heldout, (long long)c->all.n);
-        goto fail;
-    }
-    if (c->train.n == 0) {
-        snprintf(err, sizeof err, "%s: no training pairs left", o->train);
-        goto fail;
-    }
-    /* batches come in length order: a prefix of them would be the shortest sentences */
-    double frac = o->max_eval > 0 && o->max_eval < c->dev.n ? (double)o->max_eval / (double)c->dev.n : 0.0;
-    if (tr_dataset_split(&c->dev, frac, (uint64_t)o->seed + 7, &c->dev_rest, &c->dev_eval, err, sizeof err)) goto fail;
-    if (frac == 0.0) {
-        tr_dataset_free(&c->dev_eval);
-        c->dev_eval = c->dev_rest; /* all of dev */
-        memset(&c->dev_rest, 0, sizeof c->dev_rest);
-    }
-    if (!resumed) vocab_warnings(c, o);
-    /* training reads token ids only: the text and the copies the splits were made from go */
-    tr_corpus_free(&c->train_c);
-    tr_corpus_free(&c->dev_c);
-    tr_dataset_free(&c->all);
-    tr_dataset_free(&c->dev_rest);
-    return true;
-fail:
-    fprintf(stderr, "attograd-translate: %s\n", err);
-    return false;
-}
-
 /* One training run: what setup builds, the loop reads and changes, and finish and run_free
  * take down. stage says how far setup got (what run_free has to free). */
 typedef struct {
@@ -317,7 +95,10 @@ typedef struct {
     double best, window_loss, t0, curve_loss; /* curve_loss: the steps since the last train loss point */
     int64_t window_n, curve_n;
     ag_arena *arena, *prev;
-    bool stop, save_failed;
+    bool stop, save_failed, write_failed; /* write_failed: curves.svg or attention.svg */
+    bool diverged;                         /* a loss or a weight went to NaN or Inf: nothing more is saved */
+    double bad_loss;                       /* the train or dev loss (bad_what) that did */
+    const char *bad_what;
     enum { RUN_PATHS = 1, RUN_CORPORA, RUN_MODEL, RUN_LOOP } stage;
 } run;
 
@@ -359,15 +140,15 @@ static bool restore_option(run *r, const char *flag, const char *key) {
     if (!have) { /* a checkpoint of an earlier attograd-translate */
         if (is_int) fprintf(stderr, "attograd-translate: note: %s does not record %s: using %lld\n", r->last_path,
                             flag, (long long)*(int64_t *)f);
-        else fprintf(stderr, "attograd-translate: note: %s does not record %s: using %g\n", r->last_path, flag,
-                     *(double *)f);
+        else fprintf(stderr, "attograd-translate: note: %s does not record %s: using %s\n", r->last_path, flag,
+                     tr_num_text(*(double *)f).s);
         return true;
     }
     if (r->flagged[k] && (is_int ? *(int64_t *)f != iv : *(double *)f != dv)) {
         if (is_int) fprintf(stderr, "attograd-translate: cannot resume: %s %lld differs from the checkpoint's %lld",
                             flag, (long long)*(int64_t *)f, (long long)iv);
-        else fprintf(stderr, "attograd-translate: cannot resume: %s %g differs from the checkpoint's %g", flag,
-                     *(double *)f, dv);
+        else fprintf(stderr, "attograd-translate: cannot resume: %s %s differs from the checkpoint's %s", flag,
+                     tr_num_text(*(double *)f).s, tr_num_text(dv).s);
         fprintf(stderr, " (a resumed run continues with the settings it was trained with: leave %s out)\n", flag);
         return false;
     }
@@ -432,6 +213,7 @@ static bool setup_model(run *r) {
     cfg.recompute = o->recompute_attention;
     cfg.keep_ff = o->keep_ff_activation;
     r->cfg = cfg;
+    if (!train_model_checks(&cfg, o, &r->c)) return false;
     r->m = model_new(&cfg, AG_F32, (uint64_t)o->seed);
     if (!r->m) return false;
     r->stage = RUN_MODEL;
@@ -464,6 +246,7 @@ static bool setup_model(run *r) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         return false;
     }
+    if (!corpora_record(&r->st, &r->c, o, r->resuming)) return false;
     fprintf(stderr, "attograd-translate: %s model, %lld parameters; %lld training pairs, %lld dev pairs; vocabularies "
                     "%d and %d tokens\n",
             model_kind_name(cfg.kind), /* when resuming, what the checkpoint holds */
@@ -510,13 +293,13 @@ static bool run_setup(run *r, const train_opts *given) {
 
     if (!r->resuming && o->warmup > o->steps)
         fprintf(stderr, "attograd-translate: warning: --warmup %lld is longer than the run (--steps %lld): the "
-                        "learning rate only rises to %.3g of --lr %g and never decays; a --warmup of %lld (a fifth "
+                        "learning rate only rises to %.3g of --lr %s and never decays; a --warmup of %lld (a fifth "
                         "of the steps) would reach it\n",
-                (long long)o->warmup, (long long)o->steps, lr_at(o, o->steps), o->lr,
+                (long long)o->warmup, (long long)o->steps, lr_at(o, o->steps), tr_num_text(o->lr).s,
                 (long long)(o->steps / 5 > 1 ? o->steps / 5 : 1));
     tr_progress_init(&r->prog, stderr, o->steps);
     r->best = -1;
-    r->t0 = now();
+    r->t0 = train_clock();
     ag_config_get_double(&r->st, "best_dev_exact", &r->best);
     r->arena = ag_arena_new(1 << 22);
     r->prev = ag_arena_use(r->arena);
@@ -558,6 +341,7 @@ static void run_step(run *r) {
     }
     tr_dist_sync();
     l = tr_dist_batch_loss(l, bt, first, rows);
+    if (!isfinite(l)) r->diverged = true, r->bad_loss = l, r->bad_what = "loss"; /* the same sum on every rank */
     if (o->clip > 0) ag_clip_grad_norm(model_params(r->m), o->clip);
     r->opt->lr = lr_at(o, st->global_step + 1);
     ag_optim_step(r->opt);
@@ -572,14 +356,32 @@ static void run_step(run *r) {
     ag_arena_reset(r->arena);
 }
 
+/* Whether the run diverged: its loss (on any rank) or dev loss went to NaN or Inf at this step,
+ * or, when a save may come (saving), the update made a weight so. Said once, naming the step;
+ * the run stops without saving, so no checkpoint is overwritten with such weights. */
+static bool run_diverged(run *r, bool saving) {
+    if (!r->diverged && saving && !params_finite(model_params(r->m))) r->diverged = true; /* bad_what stays NULL */
+    if (!r->diverged) return false;
+    tr_progress_clear(&r->prog);
+    if (r->bad_what)
+        tr_progress_message(&r->prog, "step %lld: the %s is %s; stopping (lower --lr?)", (long long)r->st.global_step,
+                            r->bad_what, isnan(r->bad_loss) ? "nan" : r->bad_loss > 0 ? "inf" : "-inf");
+    else
+        tr_progress_message(&r->prog, "step %lld: the update made weights NaN or Inf; stopping without saving them "
+                            "(lower --lr?)", (long long)r->st.global_step);
+    r->stop = true;
+    return true;
+}
+
 /* After a step: every --eval-every steps (and after the last) evaluate on the dev pairs, draw
  * the curves, save best.h5 on a new best and stop at --stop-at; every --save-every steps (and
  * on the last, a stop or Ctrl-C) save last.h5. */
 static void run_evaluate_and_save(run *r) {
     const train_opts *o = &r->o;
     ag_train_state *st = &r->st;
-    bool last = st->global_step == o->steps;
-    if (st->global_step % o->eval_every == 0 || last) {
+    bool last = st->global_step == o->steps, eval = st->global_step % o->eval_every == 0 || last;
+    if (run_diverged(r, eval || st->global_step % o->save_every == 0 || interrupted)) return;
+    if (eval) {
         tr_progress_message(&r->prog, "step %lld: evaluating on %lld dev pairs%s%s", (long long)st->global_step,
                             (long long)r->c.dev_eval.n, r->cv.n ? "" : "; ", r->cv.n ? "" : tr_metrics_note());
         eval_result e = evaluate(r->m, &r->c.dev_eval, NULL, &r->c.src, &r->c.tgt, r->c.mode, 1, 0, (int)o->samples,
@@ -587,10 +389,12 @@ static void run_evaluate_and_save(run *r) {
         double train_loss = r->window_loss / (double)r->window_n;
         tr_progress_message(&r->prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f, "
                             "chrF2 %.2f, %.0f s", (long long)st->global_step, train_loss, e.loss, 100 * e.exact, e.bleu,
-                            e.chrf, now() - r->t0);
+                            e.chrf, train_clock() - r->t0);
+        if (!isfinite(e.loss)) r->diverged = true, r->bad_loss = e.loss, r->bad_what = "dev loss";
+        if (run_diverged(r, false)) return;
         if (r->curve_n) train_point(r);
         curves_add(&r->cv, (double)st->global_step, e.loss, e.exact);
-        curves_write(&r->cv, r->curves_path);
+        r->write_failed |= !curves_write(&r->cv, r->curves_path);
         r->window_loss = 0;
         r->window_n = 0;
         if (e.exact > r->best) {
@@ -636,7 +440,7 @@ static bool report_best(run *r, trained *best) {
         char s[1024];
         tr_vocab_decode(&r->c.src, dev->ids + dev->src_start[0], dev->src_len[0], r->c.mode, s, sizeof s);
         if (attention_svg(best, s, r->attn_path, msg, sizeof msg)) printf("attention of \"%s\": %s\n", s, r->attn_path);
-        else fprintf(stderr, "attograd-translate: %s\n", msg);
+        else fprintf(stderr, "attograd-translate: %s\n", msg), ok = false;
     }
     return ok;
 }
@@ -655,19 +459,27 @@ static int run_finish(run *r) {
                         "steps since the last save are lost\n", (long long)r->st.global_step);
         return 1;
     }
+    if (r->diverged) {
+        fprintf(stderr, "attograd-translate: stopped at step %lld: training diverged; no checkpoint holds its weights "
+                        "(%s and %s keep what was saved before, if anything)\n", (long long)r->st.global_step,
+                r->best_path, r->last_path);
+        return 1;
+    }
     if (interrupted) {
         fprintf(stderr, "attograd-translate: interrupted at step %lld; saved %s (continue with --resume)\n",
                 (long long)r->st.global_step, r->last_path);
         return 130;
     }
-    fprintf(stderr, "attograd-translate: %lld steps in %.1f s\n", (long long)r->st.global_step, now() - r->t0);
+    fprintf(stderr, "attograd-translate: %lld steps in %.1f s\n", (long long)r->st.global_step, train_clock() - r->t0);
     char msg[2048];
     trained best;
     if (!trained_load(&best, r->best_path, msg, sizeof msg)) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         return 1;
     }
-    int status = report_best(r, &best) ? 0 : 1;
+    if (r->write_failed)
+        fprintf(stderr, "attograd-translate: %s could not be written (above)\n", r->curves_path);
+    int status = report_best(r, &best) && !r->write_failed ? 0 : 1;
     printf("checkpoints: %s (best dev exact match %.2f%%), %s\ncurves: %s\n", r->best_path, 100 * r->best,
            r->last_path, r->curves_path);
     trained_free(&best);
@@ -701,9 +513,9 @@ static void run_free(run *r) {
 static bool train_same_run(run *r) {
     const train_opts *o = &r->o;
     const model_config *c = model_cfg(r->m);
-    char config[512];
+    char config[512]; /* the doubles in hexadecimal: exact, so settings differing in the last bit differ */
     snprintf(config, sizeof config, "%s d%lld h%lld ff%lld hidden%lld enc%lld dec%lld batch%lld seed%lld steps%lld "
-             "lr%g warmup%lld dropout%g ls%g clip%g tf%g", o->model, (long long)c->d_model, (long long)c->nhead,
+             "lr%a warmup%lld dropout%a ls%a clip%a tf%a", o->model, (long long)c->d_model, (long long)c->nhead,
              (long long)c->ff, (long long)c->hidden, (long long)c->enc_layers, (long long)c->dec_layers,
              (long long)o->batch, (long long)o->seed, (long long)o->steps, o->lr, (long long)o->warmup, o->dropout,
              o->label_smoothing, o->clip, o->teacher_forcing);
@@ -725,7 +537,7 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
         if (devnull) r.prog.out = devnull;
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
             run_step(&r);
-            interrupted = tr_dist_step_done(&r.rng);
+            interrupted = tr_dist_step_done(&r.rng, &r.diverged);
             if (lead) run_evaluate_and_save(&r);
             r.stop = tr_dist_any(r.stop);
         }
@@ -735,42 +547,11 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
             fclose(devnull);
             r.prog.out = stderr;
         }
-        status = lead ? run_finish(&r) : r.save_failed ? 1 : interrupted ? 130 : 0;
+        status = lead ? run_finish(&r) : r.save_failed || r.diverged ? 1 : interrupted ? 130 : 0;
     }
     run_free(&r);
     return status;
 }
-
-/* what train's numeric options accept (the parser reports a value outside by name); the model
- * sizes have the bounds a checkpoint's configuration is checked against when it loads */
-#define BIG 1048576 /* 2^20 */
-static const opt_range TRAIN_RANGES[] = {
-    {"--heldout", 0, 1, false, true, "a fraction from 0 to 1 (1 excluded)"},
-    {"--steps", 1, INFINITY, false, false, NULL},
-    {"--batch", 1, INFINITY, false, false, NULL},
-    {"--lr", 0, INFINITY, true, false, NULL},
-    {"--warmup", 1, INFINITY, false, false, NULL},
-    {"--d-model", 1, BIG, false, false, NULL},
-    {"--heads", 1, BIG, false, false, NULL},
-    {"--layers", 0, AG_TRANSFORMER_MAX_LAYERS, false, false, NULL},
-    {"--ff", 1, BIG, false, false, NULL},
-    {"--hidden", 1, BIG, false, false, NULL},
-    {"--dropout", 0, 1, false, true, "a probability from 0 to 1 (1 excluded)"},
-    {"--label-smoothing", 0, 1, false, false, NULL},
-    {"--clip", 0, INFINITY, false, false, "a number >= 0 (0: off)"},
-    {"--teacher-forcing", 0, 1, false, false, "a probability from 0 to 1"},
-    {"--max-len", 2, BIG, false, false, NULL},
-    {"--min-count", 1, INFINITY, false, false, NULL},
-    {"--eval-every", 1, INFINITY, false, false, NULL},
-    {"--max-eval", 0, INFINITY, false, false, "an integer >= 0 (0: all)"},
-    {"--save-every", 1, INFINITY, false, false, NULL},
-    {"--samples", 0, INFINITY, false, false, NULL},
-    {"--stop-at", 0, 1, false, false, "an exact match fraction from 0 to 1 (0: off)"},
-    {"--seed", 0, INFINITY, false, false, NULL},
-    {"--threads", 0, INFINITY, false, false, "an integer >= 0 (0: 1 thread)"},
-    {NULL, 0, 0, false, false, NULL},
-};
-#undef BIG
 
 static const char *TRAIN_USAGE =
     "usage: attograd-translate train --train FILE [--dev FILE | --heldout F] [--test FILE] [options]\n"

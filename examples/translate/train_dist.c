@@ -136,11 +136,12 @@ void tr_dist_attach(ag_params *p) {
     if (on) dist = ag_dist_new(p, NULL);
 }
 
-bool tr_dist_step_done(ag_rng *rng) {
+bool tr_dist_step_done(ag_rng *rng, bool *diverged) {
     if (!on) return signalled;
-    uint64_t x[2] = {rng->counter, signalled};
-    ag_dist_max_u64(x, 2);
+    uint64_t x[3] = {rng->counter, signalled, *diverged};
+    ag_dist_max_u64(x, 3);
     rng->counter = x[0];
+    *diverged = x[2] != 0;
     return x[1] != 0;
 }
 
@@ -174,7 +175,7 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
 }
 void tr_dist_attach(ag_params *p) {}
 void tr_dist_detach(ag_rng *rng) {}
-bool tr_dist_step_done(ag_rng *rng) { return signalled; }
+bool tr_dist_step_done(ag_rng *rng, bool *diverged) { return signalled; }
 void tr_dist_sync(void) {}
 double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n) { return local_loss; }
 bool tr_dist_any(bool flag) { return flag; }

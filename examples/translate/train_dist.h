@@ -50,9 +50,10 @@ bool tr_dist_any(bool flag);
 void tr_dist_catch_signals(bool on);
 /* After a step: every rank's rng counter moves to the largest (a rank with no rows drew
  * nothing), so rank 0's, which checkpoints save, is every rank's and a resumed run continues the
- * stream exactly; returns whether a signal caught since tr_dist_catch_signals reached any rank.
- * Every rank gets the same answer and stops after the same step; the caller tests that answer,
- * never a flag of its own, between collectives. Collective. */
-bool tr_dist_step_done(ag_rng *rng);
+ * stream exactly; *diverged (a non-finite loss) is set on every rank when set on any; returns
+ * whether a signal caught since tr_dist_catch_signals reached any rank. Every rank gets the same
+ * answers and stops after the same step; the caller tests them, never a flag of its own, between
+ * collectives. Collective. */
+bool tr_dist_step_done(ag_rng *rng, bool *diverged);
 
 #endif

@@ -229,13 +229,15 @@ void curves_add(curves *c, double step, double dl, double acc) {
     c->n++;
 }
 
-void curves_write(const curves *c, const char *path) {
+bool curves_write(const curves *c, const char *path) {
     tr_svg_series s[3] = {{"train loss (label-smoothed, dropout)", c->train_step, c->train_loss, c->n_train, 0},
                           {"dev loss", c->step, c->dev_loss, c->n, 0},
                           {"dev exact match", c->step, c->dev_exact, c->n, 1}};
     char err[TR_ERR_SIZE];
-    if (tr_svg_curves(path, "attograd-translate training", "step", "loss", "exact match", 3, s, err, sizeof err))
-        fprintf(stderr, "attograd-translate: %s\n", err);
+    if (tr_svg_curves(path, "attograd-translate training", "step", "loss", "exact match", 3, s, err, sizeof err) == 0)
+        return true;
+    fprintf(stderr, "attograd-translate: %s\n", err);
+    return false;
 }
 
 void curves_free(curves *c) {

@@ -1,10 +1,62 @@
-/* attograd-translate train's evaluation and curves (train_eval.c), for train.c. */
+/* attograd-translate train's parts, for train.c: its options and their checks
+ * (train_checks.c), the corpora it trains on (train_data.c), evaluation and curves
+ * (train_eval.c). */
 #ifndef TRANSLATE_TRAIN_INTERNAL_H
 #define TRANSLATE_TRAIN_INTERNAL_H
 #include <stdio.h>
 
 #include "metrics.h"
 #include "translate.h"
+
+/* ---- the options (train.c parses them) ---- */
+typedef struct {
+    const char *train, *dev, *test, *out, *model;
+    const char *tokenizer, *spm_type, *spm_model;
+    int64_t vocab_size;
+    int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
+        seed, threads, samples, beam, max_eval;
+    double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
+    bool chars, strict, resume, recompute_attention, keep_ff_activation, help;
+} train_opts;
+
+/* what train's numeric options accept (the parser reports a value outside by name) */
+extern const opt_range TRAIN_RANGES[];
+/* What is wrong with o that the ranges cannot say (one sentence), or NULL */
+const char *train_opts_problem(const train_opts *o);
+
+/* Before model_new: whether cfg (from o, or the checkpoint's when resuming) keeps to the limits
+ * a checkpoint load enforces (model_config_check) and fits in memory for training on batches of
+ * c's pairs; false after saying why on stderr. */
+typedef struct corpora corpora;
+bool train_model_checks(const model_config *cfg, const train_opts *o, const corpora *c);
+/* Whether every value of p is finite: checked before a save, so that a run whose update went
+ * to NaN or Inf never writes such weights over a good checkpoint */
+bool params_finite(const ag_params *p);
+
+/* ---- the corpora (train_data.c) ---- */
+struct corpora {
+    tr_corpus train_c, dev_c;
+    tr_vocab src, tgt;
+    tr_dataset all, train, dev;
+    tr_dataset dev_eval, dev_rest; /* a fixed random subset of dev when --max-eval is smaller */
+    tr_tok_mode mode;
+};
+
+double train_clock(void); /* seconds on the monotonic clock */
+tr_tok_mode tok_mode(const train_opts *o);
+/* The longest pair evaluation takes: what the model's positions hold (2 max_len + 8) */
+int eval_limit(const train_opts *o);
+bool read_corpus(tr_corpus *c, const char *path, const train_opts *o);
+/* Corpora and vocabularies: built from the training file, or taken from the checkpoint when
+ * resuming (so ids do not move). False after reporting why not. */
+bool load_corpora(corpora *c, const train_opts *o, const trained *resumed);
+void corpora_free(corpora *c);
+/* The longest side of the training pairs in tokens (the <eos> counted) */
+int64_t corpora_longest(const corpora *c);
+/* Record in st what the run trains and evaluates on (paths, pair counts and a hash of each
+ * split's ids); when resuming, first say on stderr where that differs from what st records.
+ * False when st cannot hold it. */
+bool corpora_record(ag_train_state *st, const corpora *c, const train_opts *o, bool resuming);
 
 typedef struct {
     double loss, exact; /* exact: the fraction of translations whose ids are the reference's */
@@ -58,8 +110,8 @@ typedef struct {
 int64_t curves_every(int64_t total);
 void curves_add_train(curves *c, double step, double loss);
 void curves_add(curves *c, double step, double dl, double acc);
-/* as an SVG at path (a failure is reported on stderr: the run goes on) */
-void curves_write(const curves *c, const char *path);
+/* as an SVG at path; false after reporting a failure on stderr (the run goes on) */
+bool curves_write(const curves *c, const char *path);
 void curves_free(curves *c);
 
 #endif

@@ -48,6 +48,41 @@ int opts_error(char **argv, int first, const char *fmt, ...) __attribute__((form
  * two, or a prefix of exactly one name), else NULL */
 const char *opts_nearest(const char *word, size_t len, const char *const *names, int n);
 
+/* ---- limits and numbers in messages ---- */
+
+/* The model sizes a run may ask for and a checkpoint's configuration may hold: d_model, heads,
+ * ff, hidden and pairs per batch up to TR_MAX_SIZE; the positional table of 2 max_len + 8
+ * positions up to TR_MAX_POSITIONS, so --max-len up to TR_MAX_LEN; --threads up to
+ * TR_MAX_THREADS (libgomp keeps a team's threads on its stack: 100000 overflow it). */
+#define TR_MAX_SIZE (1 << 20)
+#define TR_MAX_POSITIONS (1 << 21)
+#define TR_MAX_LEN ((TR_MAX_POSITIONS - 8) / 2)
+#define TR_MAX_THREADS 1024
+
+/* a short text, returned by value: tr_num_text(x).s lives until the end of the statement */
+typedef struct {
+    char s[40];
+} tr_text;
+/* x in the fewest significant digits that read back as x ("0.001", "0.0010000000000000002"),
+ * so two different values never print alike */
+tr_text tr_num_text(double x);
+/* "512 bytes", "12.4 GiB" */
+tr_text tr_bytes_text(double bytes);
+/* The bytes this process can use: physical memory, or a smaller address-space limit (RLIMIT_AS)
+ * or cgroup memory.max; *what names it ("this machine has") */
+double tr_memory_available(const char **what);
+/* Whether the model of cfg fits in that memory: its parameters (and the positional table) to
+ * translate with when batch is 0, and to train on batches of batch pairs of up to len tokens
+ * with their gradients, Adam's moments and a rough estimate of the activations otherwise. False
+ * with msg ("name: --d-model 1048576 ...: N parameters need 16.0 TiB for the parameters alone;
+ * this machine has 23.4 GiB"; name may be NULL). Nothing is allocated. */
+bool tr_model_fits_memory(const model_config *cfg, int64_t batch, int64_t len, const char *name, char *msg,
+                          size_t msgsize);
+/* The limits a checkpoint's configuration is held to when it loads (sizes, layers, positions,
+ * heads dividing d_model, dropout): false with msg ("dim_feedforward = 2097152, expected 1 to
+ * 1048576") */
+bool model_config_check(const model_config *c, int64_t max_len, char *msg, size_t msgsize);
+
 /* ---- a trained model with its vocabularies ---- */
 typedef struct {
     model *m;
