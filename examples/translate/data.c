@@ -60,7 +60,6 @@ int tr__utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
     return len;
 }
 
-int tr__utf8_next(const unsigned char *s, size_t n, uint32_t *cp) { return utf8_next(s, n, cp); }
 
 static bool is_space(uint32_t c) {
     return c == ' ' || (c >= '\t' && c <= '\r') || c == 0x85 || c == 0xA0 || c == 0x1680 ||
