@@ -38,9 +38,9 @@ RANK = {"tensor": 0, "autograd": 1, "nn": 2, "data": 2.2, "attograd.h": 2.5, "ex
 # extra include directories a folder's meson.build gives its programs (besides the root)
 EXTRA_INC = {"examples/translate": ["examples/translate"]}
 # installed header -> the header that code outside its top folder reaches it through
-VIA = {"tensor/fastmath.h": "tensor/op.h", "tensor/simd/kernels.h": "tensor/op.h", "tensor/cpu.h": "tensor/op.h"}
+VIA = {"tensor/fastmath.h": "tensor/op.h"}
 # installed for op authors (ag__ names allowed); every other installed header is the user API
-OP_AUTHOR = {"tensor/op.h", "tensor/fastmath.h", "tensor/cpu.h", "tensor/simd/kernels.h"}
+OP_AUTHOR = {"tensor/op.h", "tensor/fastmath.h"}
 INTERNAL_NAME = re.compile(r"\bag__\w+")
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 # headers a meson.build generates (configure_file) in its build directory, by the folder whose

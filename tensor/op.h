@@ -12,12 +12,37 @@
 
 #include "fastmath.h" /* ag__expf: the softmax loops' vectorisable expf */
 #include "node.h"
-#include "simd/kernels.h" /* the vector kernel table: the fused small attention */
 #include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the vector instruction set ------------------------------------------------------------
+ *
+ * Decided once when the library is loaded (tensor/cpu.c) from what the CPU has
+ * (__builtin_cpu_supports, so a build for any x86-64 runs everywhere; valgrind hides AVX-512 and
+ * so reports AVX2) and one override in the environment:
+ *   AG_ISA=avx512   the AVX-512F kernels (the CPU must have AVX-512F)
+ *   AG_ISA=avx2     the AVX2 + FMA kernels, also on an AVX-512 CPU (to test or measure them there)
+ *   AG_ISA=generic  the portable C paths, and OpenBLAS for every GEMM
+ * Unset: the CPU's best. A value not in that list, or one the CPU (or a build without vector
+ * kernels: -Dsimd=false, or not x86-64) cannot run, is reported once on stderr and the CPU's
+ * best is used instead. The library's kernels follow this choice, and so does an op with vector
+ * kernels of its own that picks them by ag__isa_in_use() (nn/attention does). */
+typedef enum {
+    AG_ISA_GENERIC, /* portable C (and OpenBLAS) only */
+    AG_ISA_AVX2,    /* AVX2 with FMA */
+    AG_ISA_AVX512,  /* AVX-512F (with FMA) */
+} ag__isa;
+
+/* the widest set this build has kernels for and this CPU runs (AG_ISA_GENERIC in a build
+ * without vector kernels or on another architecture): every set up to it can run */
+ag__isa ag__cpu_isa(void);
+/* the set in use: ag__cpu_isa() unless AG_ISA chose another one */
+ag__isa ag__isa_in_use(void);
+/* "generic", "avx2" or "avx512": AG_ISA's spelling of isa */
+const char *ag__isa_name(ag__isa isa);
 
 /* ---- dtype templates and threading ---------------------------------------------------------- */
 
@@ -190,6 +215,13 @@ void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
                     int64_t ldb, const float *bias, float *c, int64_t ldc);
 void ag__dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
                const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+/* The small path of ag__sgemm alone, for the products inside a kernel of an op's own (one
+ * attention head, up to 64×64×64): C (m×n, rows ldc apart) = alpha·op(A)·B, or C += that (add),
+ * B (k×n) row-major with rows ldb apart. With the f32 tiles in use (AG_ISA avx2 or avx512) it
+ * is the register tile over A and B in place: no packing, threads or allocation, each element
+ * summed over k in order; without them, ag__sgemm. */
+void ag__sgemm_small(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, bool add, float *c, int64_t ldc);
 /* dtype-generic: ag__sgemm or ag__dgemm */
 void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
               int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
