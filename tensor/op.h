@@ -164,13 +164,6 @@ void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
  * where they are now. */
 void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
 
-/* ---- the embedding's row gather (tensor/index.c) ---------------------------------------------- */
-
-/* Rows of weight (V, E) for every id in ids (any shape, AG_I32/AG_I64): ids.shape + (E), its
- * gradient scattered back into weight's rows; misuse reported as "ag_embedding". The public
- * entry point is ag_embedding (nn/layers/layers.h), which adds padding_idx. */
-ag_tensor *ag__embedding_lookup(ag_tensor *weight, ag_tensor *ids);
-
 /* ---- the softmax row kernel (tensor/softmax_rows.inc, compiled in reduce.c) -----------------
  *
  * One kernel serves ag_softmax, ag_log_softmax, ag_masked_softmax and the attention's score
