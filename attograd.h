@@ -2,7 +2,6 @@
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 #include "tensor/tensor.h"
-#include "tensor/node.h"
 #include "autograd/autograd.h"
 #include "nn/nn.h"
 #include "data/data.h"

@@ -9,7 +9,6 @@
 #ifndef AG_AUTOGRAD_H
 #define AG_AUTOGRAD_H
 
-#include "../tensor/node.h"
 #include "../tensor/tensor.h"
 
 #ifdef __cplusplus
@@ -28,7 +27,13 @@ extern "C" {
  * What the forward saved stays until the arena is reset, so the graph can be backpropagated
  * again, as PyTorch's retain_graph=True allows (PyTorch refuses without it): a second
  * ag_backward over it gives the same gradients again, and leaves accumulate them. */
-void ag_backward(ag_tensor *out, ag_tensor *grad);
+AG_API void ag_backward(ag_tensor *out, ag_tensor *grad);
+
+/* Grad mode (on by default): off, ops record nothing (evaluation, and every op's backward).
+ * Returns the previous setting, so scopes nest:
+ *     bool prev = ag_set_grad_enabled(false); ...; ag_set_grad_enabled(prev); */
+AG_API bool ag_set_grad_enabled(bool on);
+AG_API bool ag_grad_enabled(void);
 
 /* Leaf-gradient hooks, what data-parallel training (nn/dist/dist.h) hangs its gradient
  * reduction on, as PyTorch's DistributedDataParallel hangs it on the AccumulateGrad nodes. In an
@@ -46,7 +51,7 @@ typedef struct {
     void (*end)(void *user);
     void *user;
 } ag_leaf_grad_hooks;
-void ag_set_leaf_grad_hooks(const ag_leaf_grad_hooks *h);
+AG_API void ag_set_leaf_grad_hooks(const ag_leaf_grad_hooks *h);
 
 /* Activation recomputation, as torch.utils.checkpoint.checkpoint: y = fn(ctx, in) whose
  * intermediates are not kept. The forward runs fn once and keeps only y; backward runs fn
@@ -61,24 +66,24 @@ void ag_set_leaf_grad_hooks(const ag_leaf_grad_hooks *h);
  * the parameters fn reads, which backward reads again, not y, which it does not (y may be
  * changed in place). */
 typedef ag_tensor *(*ag_recompute_fn)(void *ctx, ag_tensor *const *in);
-ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, int nin, ag_tensor *const *in,
-                        ag_rng *rng);
+AG_API ag_tensor *ag_recompute(ag_recompute_fn fn, const void *ctx, size_t ctx_size, int nin, ag_tensor *const *in,
+                               ag_rng *rng);
 
 /* torch.Tensor.retain_grad: keep t->grad after backward although t is not a leaf (the copy is
  * made in the arena current during backward). No effect on leaves, which always keep it. */
-void ag_retain_grad(ag_tensor *t);
+AG_API void ag_retain_grad(ag_tensor *t);
 
 /* Mark a leaf as requiring grad (or not). Its gradient buffer is allocated on first use from
  * the arena current at that time. */
-void ag_requires_grad_(ag_tensor *t, bool on);
+AG_API void ag_requires_grad_(ag_tensor *t, bool on);
 /* Zero t->grad if present. */
-void ag_zero_grad_(ag_tensor *t);
+AG_API void ag_zero_grad_(ag_tensor *t);
 
 /* Anomaly mode: after each op's forward and each node's backward, check the results for
  * NaN/Inf and report the first one through the error handler, naming the op and the shapes of
  * its inputs. Also switched on by the environment variable AG_ANOMALY=1. */
-void ag_set_anomaly_enabled(bool on);
-bool ag_anomaly_enabled(void);
+AG_API void ag_set_anomaly_enabled(bool on);
+AG_API bool ag_anomaly_enabled(void);
 
 /* ---- parameters: one slab for values, one parallel slab for gradients ------------------- */
 typedef struct ag_params {
@@ -91,8 +96,8 @@ typedef struct ag_params {
     char *data, *grad;       /* the two slabs (numel elements of dtype each); moved by an add */
 } ag_params;
 
-ag_params *ag_params_new(ag_dtype dt);
-void ag_params_free(ag_params *p);
+AG_API ag_params *ag_params_new(ag_dtype dt);
+AG_API void ag_params_free(ag_params *p);
 /* Add a zero-initialised parameter named name (copied; PyTorch state_dict style, e.g.
  * "encoder.layers.0.linear1.weight"). Adding may move the slab: tensors keep their headers,
  * but views made of parameters before the last add are invalid. Duplicate names are misuse.
@@ -102,10 +107,10 @@ void ag_params_free(ag_params *p);
  * saved one of them reports it at backward (tensor/node.h). Gradients share the other slab's.
  * Slabs that cannot be allocated are reported (naming the parameter and the bytes of each
  * slab) and give NULL; the set stays as it was. */
-ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape);
-ag_tensor *ag_params_find(const ag_params *p, const char *name);
+AG_API ag_tensor *ag_params_add(ag_params *p, const char *name, int ndim, const int64_t *shape);
+AG_API ag_tensor *ag_params_find(const ag_params *p, const char *name);
 /* one memset of the gradient slab (the gradients' version moves on) */
-void ag_params_zero_grad(ag_params *p);
+AG_API void ag_params_zero_grad(ag_params *p);
 
 /* ---- gradient checking ------------------------------------------------------------------- */
 /* The function under test: builds its output from the inputs (and anything reachable through
@@ -133,7 +138,7 @@ typedef struct {
  * grad. Inputs must be f64 (report otherwise). Inputs' data are perturbed and restored. The
  * same check with |numerical - analytic| <= atol + rtol * |numerical| as PyTorch's gradcheck.
  * opts may be NULL. */
-ag_gradcheck_result ag_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **inputs, const ag_gradcheck_opts *opts);
+AG_API ag_gradcheck_result ag_gradcheck(ag_fn f, void *ctx, int n, ag_tensor **inputs, const ag_gradcheck_opts *opts);
 
 #ifdef __cplusplus
 }

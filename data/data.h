@@ -22,30 +22,31 @@ extern "C" {
 /* torch.nn.utils.rnn.pad_sequence(sequences, batch_first, padding_value): n tensors (L_i, *)
  * of one dtype and trailing shape -> (max L, n, *), or (n, max L, *) with batch_first; the
  * positions past each L_i hold padding_value. Differentiable (cat and stack). */
-ag_tensor *ag_pad_sequence(int n, ag_tensor *const *sequences, bool batch_first, double padding_value);
+AG_API ag_tensor *ag_pad_sequence(int n, ag_tensor *const *sequences, bool batch_first, double padding_value);
 /* the lengths L_i of n sequences (their dim 0) -> (n) i64 */
-ag_tensor *ag_sequence_lengths(int n, ag_tensor *const *sequences);
+AG_API ag_tensor *ag_sequence_lengths(int n, ag_tensor *const *sequences);
 /* lengths (B) i32/i64 -> (B, max_len) bool, true at positions >= lengths[b]: the padding, as
  * MultiheadAttention's key_padding_mask and the Transformer's *_key_padding_mask take it */
-ag_tensor *ag_padding_mask(ag_tensor *lengths, int64_t max_len);
+AG_API ag_tensor *ag_padding_mask(ag_tensor *lengths, int64_t max_len);
 
 /* ---- teacher forcing ---------------------------------------------------------------------- */
 /* y (B, L) i64 token ids, padded, with lengths (B) i32/i64 (each <= L) -> *input (B, L+1):
  * bos, y[b][0 .. len) and *target (B, L+1): y[b][0 .. len), eos, both padded with pad: the
  * decoder reads input and predicts target (BOS + y -> y + EOS). */
-void ag_teacher_forcing(ag_tensor *y, ag_tensor *lengths, int64_t bos, int64_t eos, int64_t pad, ag_tensor **input,
-                        ag_tensor **target);
+AG_API void ag_teacher_forcing(ag_tensor *y, ag_tensor *lengths, int64_t bos, int64_t eos, int64_t pad,
+                               ag_tensor **input,
+                               ag_tensor **target);
 /* The same for one row of ids, into caller memory: input = bos, y[0 .. len), target =
  * y[0 .. len), eos, each padded with pad to width (>= len + 1). */
-void ag_teacher_forcing_row(const int64_t *y, int64_t len, int64_t width, int64_t bos, int64_t eos, int64_t pad,
-                            int64_t *input, int64_t *target);
+AG_API void ag_teacher_forcing_row(const int64_t *y, int64_t len, int64_t width, int64_t bos, int64_t eos, int64_t pad,
+                                   int64_t *input, int64_t *target);
 /* ids[0 .. len) then pad up to width (>= len) */
-void ag_pad_row(const int64_t *ids, int64_t len, int64_t width, int64_t pad, int64_t *out);
+AG_API void ag_pad_row(const int64_t *ids, int64_t len, int64_t width, int64_t pad, int64_t *out);
 
 /* ---- shuffling ---------------------------------------------------------------------------- */
 /* Fisher-Yates shuffle of a[0 .. n) from rng (NULL: the global one): for i = n-1 down to 1,
  * one uniform u picks j = floor(u (i + 1)) and a[i], a[j] swap; rng's counter moves on n - 1. */
-void ag_shuffle(int64_t *a, int64_t n, ag_rng *rng);
+AG_API void ag_shuffle(int64_t *a, int64_t n, ag_rng *rng);
 
 /* ---- length-bucketed batches -------------------------------------------------------------- */
 /* Sequences (or pairs of sequences) are sorted by length, len[0] first, then len[1], ties in an
@@ -80,13 +81,13 @@ typedef struct {
 } ag_batcher;
 
 /* 0, or -1 with a message in err (no sequences, no limit, a negative length, out of memory) */
-int ag_batcher_init(ag_batcher *b, const ag_batcher_config *c, char *err, size_t errsz);
-void ag_batcher_free(ag_batcher *b);
+AG_API int ag_batcher_init(ag_batcher *b, const ag_batcher_config *c, char *err, size_t errsz);
+AG_API void ag_batcher_free(ag_batcher *b);
 /* the batch order of epoch (any epoch, in any order of calls; no allocation) */
-void ag_batcher_set_epoch(ag_batcher *b, int64_t epoch);
+AG_API void ag_batcher_set_epoch(ag_batcher *b, int64_t epoch);
 /* The step-th batch of the current epoch: *rows points at its sequence indices (in length
  * order); returns how many, 0 when step is out of range. */
-int ag_batcher_batch(const ag_batcher *b, int64_t step, const int64_t **rows);
+AG_API int ag_batcher_batch(const ag_batcher *b, int64_t step, const int64_t **rows);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,8 @@ root, then examples/translate for its programs) and checked against:
   api        The user's headers (every installed header but the op-author ones in OP_AUTHOR, and
              the headers they include) declare no ag__ name outside comments: what op authors
              need of the internals is in tensor/op.h.
+  user       A user header never includes an op-author header: attograd.h shows the API alone
+             (no struct ag_node), and op.h, which includes node.h, is the one op-author header.
 
 Tests (tests/) may include anything: they test internals. Prints "include rules: N files ok"
 when every file passes.
@@ -38,9 +40,9 @@ RANK = {"tensor": 0, "autograd": 1, "nn": 2, "data": 2.2, "attograd.h": 2.5, "ex
 # extra include directories a folder's meson.build gives its programs (besides the root)
 EXTRA_INC = {"examples/translate": ["examples/translate"]}
 # installed header -> the header that code outside its top folder reaches it through
-VIA = {"tensor/fastmath.h": "tensor/op.h", "tensor/simd/kernels.h": "tensor/op.h", "tensor/cpu.h": "tensor/op.h"}
+VIA = {"tensor/fastmath.h": "tensor/op.h", "tensor/node.h": "tensor/op.h"}
 # installed for op authors (ag__ names allowed); every other installed header is the user API
-OP_AUTHOR = {"tensor/op.h", "tensor/fastmath.h", "tensor/cpu.h", "tensor/simd/kernels.h"}
+OP_AUTHOR = {"tensor/op.h", "tensor/node.h", "tensor/fastmath.h"}
 INTERNAL_NAME = re.compile(r"\bag__\w+")
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 # headers a meson.build generates (configure_file) in its build directory, by the folder whose
@@ -127,6 +129,9 @@ def check_file(src, installed, problems):
             problems.append(f"{where} ({hdr}): reach it through {VIA[hdr]}, not directly")
         if src in installed and hdr not in installed:
             problems.append(f"{where} ({hdr}): an installed header includes one that is not installed")
+        if src in installed and src not in OP_AUTHOR and hdr in OP_AUTHOR:
+            problems.append(f"{where} ({hdr}): a user header includes an op-author header (reach it through "
+                            f"tensor/op.h only)")
 
 
 def check_api(header, problems):

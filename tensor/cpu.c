@@ -1,4 +1,5 @@
-/* The one ISA decision (tensor/cpu.h) and the kernel table it fills (tensor/simd/kernels.h).
+/* The one ISA decision (op.h's ag__isa_in_use, AG_ISA) and the kernel table it fills
+ * (tensor/simd/kernels.h).
  * It runs once, in a constructor, before any kernel can be called; until then (another
  * library's constructor calling in early) ag__kernels is the generic table, which is correct
  * everywhere. */
@@ -6,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
 #include "simd/kernels.h"
 
 /* every entry NULL: the portable C paths, OpenBLAS for the GEMMs */

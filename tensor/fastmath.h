@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The constants of this exp, scalar here and on vectors in tensor/simd/expf.h:
+/* The constants of this exp, scalar here and on vectors in nn/attention/simd/expf.h:
  * the clamp, the 1.5·2^23 rounding shift, log2(e), ln2 in two parts (Cody-Waite) and the
  * polynomial's coefficients from the highest power down. */
 #define AG_EXPF_LO -87.33654f

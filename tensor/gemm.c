@@ -340,6 +340,13 @@ void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
     ag__sgemm_path(K, small, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
 }
 
+void ag__sgemm_small(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, bool add, float *c, int64_t ldc) {
+    const ag__sgemm_kernels *K = ag__kernels->sgemm;
+    if (K) sgemm_small(K, ta, false, m, n, k, alpha, a, lda, b, ldb, c, ldc, add, NULL);
+    else ag__sgemm(ta, false, m, n, k, alpha, a, lda, b, ldb, add ? 1.0f : 0.0f, c, ldc);
+}
+
 void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                     int64_t ldb, const float *bias, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;

@@ -6,7 +6,7 @@
  *                                       products and for depth <= 1024 with A as it lies; the
  *                                       rest go to OpenBLAS (as fast or faster there on Zen 3)
  *   f32 with the generic table, all f64: OpenBLAS through ag__blas_gemm
- * The table is chosen once when the library is loaded (tensor/cpu.h: the CPU, or AG_ISA). The
+ * The table is chosen once when the library is loaded (op.h's ag__isa_in_use: the CPU, or AG_ISA). The
  * own kernel splits the work over OpenMP threads by output blocks with a fixed summation
  * order, and ag__blas_gemm cuts products into shape-determined blocks, so no result depends on
  * the thread count; called inside a parallel region, the own kernel runs on the caller's

@@ -1,8 +1,8 @@
 /* Joining, splitting and indexing. cat/stack copy through ag__copy (any dtype); split/chunk
- * are views. index_select, gather and the embedding lookup are one "take" along an indexed
- * stride: out[pos] = src[pos·src_stride + index[pos·index_stride] * step]. Their backward is
- * the matching scatter-add, parallel only across destination elements that no two positions
- * can share, so repeated indices sum in a fixed order. */
+ * are views. index_select and gather are one "take" along an indexed stride: out[pos] =
+ * src[pos·src_stride + index[pos·index_stride] * step]. Their backward is the matching
+ * scatter-add, parallel only across destination elements that no two positions can share, so
+ * repeated indices sum in a fixed order. (The embedding's row gather is nn/layers/embedding.c.) */
 #include <string.h>
 
 #include "internal.h"
@@ -357,48 +357,6 @@ ag_tensor *ag_gather(ag_tensor *t, int dim, ag_tensor *index) {
         ag_node *n = ag_finish(&GATHER, out, 2, (ag_tensor *[]){t, index});
         if (n) n->ctx.i[0] = d;
     }
-    return out;
-}
-
-/* ---- embedding ---- */
-
-/* positions: ids' dims then the embedding dim */
-static void embedding_plan(const ag_tensor *w, const ag_tensor *ids, take_plan *q) {
-    int k = ids->ndim;
-    q->ndim = k + 1;
-    memcpy(q->shape, ids->shape, sizeof(int64_t) * (size_t)k);
-    q->shape[k] = w->shape[1];
-    memset(q->src_st, 0, sizeof q->src_st);
-    q->src_st[k] = w->stride[1];
-    q->step = w->stride[0];
-    q->src = ag__ptr(w);
-    memcpy(q->idx_st, ids->stride, sizeof(int64_t) * (size_t)k);
-    q->idx_st[k] = 0;
-    q->idx = ag__ptr(ids);
-    q->idt = ids->dtype;
-}
-
-static void embedding_plan_node(const ag_tensor *buf, ag_node *n, take_plan *q) { embedding_plan(buf, n->in[1], q); }
-static void embedding_backward(ag_node *n) { scatter_backward(n, embedding_plan_node); }
-static const ag_op EMBEDDING = {"ag_embedding", embedding_backward, AG_SAVES_INPUT(1)};
-
-/* weight (V, E), ids (…) -> (…, E) */
-ag_tensor *ag__embedding_lookup(ag_tensor *weight, ag_tensor *ids) {
-    const char *op = "ag_embedding";
-    if (!ag__check_not_null(op, weight) || !check_index_dtype(op, "ids", ids)) return NULL;
-    char b1[128], b2[128], what[200];
-    if (weight->ndim != 2 || ids->ndim >= AG_MAX_DIMS) {
-        ag_error(op, "weight %s must be 2-d (rows, dim) and ids %s have at most %d dims", ag_shape_str(weight, b1),
-                 ag_shape_str(ids, b2), AG_MAX_DIMS - 1);
-        return NULL;
-    }
-    snprintf(what, sizeof what, "the rows of weight %s", ag_shape_str(weight, b1));
-    if (!check_range(op, ids, weight->shape[0], "id", what)) return NULL;
-    take_plan q;
-    embedding_plan(weight, ids, &q);
-    ag_tensor *out = ag__new(weight->dtype, q.ndim, q.shape);
-    take(out, &q);
-    if (is_float(weight->dtype)) ag_finish(&EMBEDDING, out, 2, (ag_tensor *[]){weight, ids});
     return out;
 }
 

@@ -12,6 +12,11 @@
  * (tensor/simd/kernels.h) */
 #include "gemm.h"
 
+/* Grad mode, kept here where ops record (tensor/node.c); the API declares it in
+ * autograd/autograd.h, which tensor/ may not include */
+AG_API bool ag_set_grad_enabled(bool on);
+AG_API bool ag_grad_enabled(void);
+
 /* How the memory of a destination dst and a source src of an op that writes dst meet, as torch
  * tells them apart: NONE (disjoint, or either empty), FULL (the same elements in the same
  * layout: an elementwise op may read and write them together), PARTIAL (both dense, some

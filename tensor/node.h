@@ -74,13 +74,8 @@ struct ag_node {
                             recorded; NULL for an op that saves nothing (engine bookkeeping) */
 };
 
-/* Grad mode (on by default). Returns the previous setting, so scopes nest:
- *     bool prev = ag_set_grad_enabled(false); ...; ag_set_grad_enabled(prev); */
-bool ag_set_grad_enabled(bool on);
-bool ag_grad_enabled(void);
-
 /* Does an op with these inputs need to record? (grad mode on and some input requires grad) */
-bool ag_any_requires_grad(int nin, ag_tensor *const *in);
+AG_API bool ag_any_requires_grad(int nin, ag_tensor *const *in);
 
 /* End of every op's forward: reports an input that its arena has forgotten (made before the
  * last ag_arena_reset, or after a mark since rewound: tensor.h) and then records nothing,
@@ -89,23 +84,23 @@ bool ag_any_requires_grad(int nin, ag_tensor *const *in);
  * recorded. An op that calls ag__check_not_null or ag__check_float (op.h) on an input gets the
  * same check there, before it reads the input's data. An in-place op has changed its tensor (and moved its
  * version on) before it calls this. */
-ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
+AG_API ag_node *ag_finish(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
 
 /* Gradient buffer of t for the current backward pass, zeroed on first use. NULL if t does not
  * require grad (callers then skip the work). A leaf's buffer comes from the current arena and
  * accumulates across passes. A non-leaf's comes from the gradient pool (below) and is new in
  * every pass. */
-ag_tensor *ag_grad_buffer(ag_tensor *t);
+AG_API ag_tensor *ag_grad_buffer(ag_tensor *t);
 
 /* The gradient pool: buffers for non-leaf gradients in size classes (4 per power of two),
  * recycled rather than bump-allocated, so a backward pass holds only the gradients not yet
  * consumed and steady-state training reuses the same memory: once an op's backward has run,
  * the engine gives its output's gradient back (op.h's ag__grad_release). */
 /* Bytes the pool holds (in use or free), for tests and benchmarks. */
-size_t ag_grad_pool_bytes(void);
+AG_API size_t ag_grad_pool_bytes(void);
 /* t->grad += g, where g has t's shape or a shape t broadcasts to (summed back down). Skips
  * NULL t and t that do not require grad. */
-void ag_accum_grad(ag_tensor *t, ag_tensor *g);
+AG_API void ag_accum_grad(ag_tensor *t, ag_tensor *g);
 
 #ifdef __cplusplus
 }

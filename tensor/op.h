@@ -1,9 +1,12 @@
-/* What an op author needs from the tensor core beyond the public API: new and aliased tensors,
- * element pointers, copies, gradient buffers and arena scratch, shape checks, the dtype
- * templates, the GEMM entry points and the BLAS view of a strided matrix, dropout's masks and
- * the vectorisable expf. nn/, autograd/ and ops written outside the library include this
- * header (installed) and node.h's recipe (which it includes); tensor/internal.h stays private
- * to tensor/. Names with ag__ are for op authors: stable within a release, not the user API. */
+/* What an op author needs from the tensor core beyond the public API: the instruction set in
+ * use, new and aliased tensors, element pointers, copies, gradient buffers and arena scratch,
+ * shape checks, the dtype templates, the softmax row kernel, the GEMM entry points and the BLAS
+ * view of a strided matrix, dropout's masks and the vectorisable expf. nn/, autograd/ and ops
+ * written outside the library include this header, the one op-author header installed, and
+ * node.h's recipe (which it includes); every function and variable it declares is exported
+ * (AG_API) and links against the shared library. tensor/internal.h, the kernel tables and the
+ * CPU dispatch stay private to tensor/. Names with ag__ are for op authors: stable within a
+ * release, not the user API. */
 #ifndef AG_OP_H
 #define AG_OP_H
 #include <stdbool.h>
@@ -12,12 +15,37 @@
 
 #include "fastmath.h" /* ag__expf: the softmax loops' vectorisable expf */
 #include "node.h"
-#include "simd/kernels.h" /* the vector kernel table: the fused small attention */
 #include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the vector instruction set ------------------------------------------------------------
+ *
+ * Decided once when the library is loaded (tensor/cpu.c) from what the CPU has
+ * (__builtin_cpu_supports, so a build for any x86-64 runs everywhere; valgrind hides AVX-512 and
+ * so reports AVX2) and one override in the environment:
+ *   AG_ISA=avx512   the AVX-512F kernels (the CPU must have AVX-512F)
+ *   AG_ISA=avx2     the AVX2 + FMA kernels, also on an AVX-512 CPU (to test or measure them there)
+ *   AG_ISA=generic  the portable C paths, and OpenBLAS for every GEMM
+ * Unset: the CPU's best. A value not in that list, or one the CPU (or a build without vector
+ * kernels: -Dsimd=false, or not x86-64) cannot run, is reported once on stderr and the CPU's
+ * best is used instead. The library's kernels follow this choice, and so does an op with vector
+ * kernels of its own that picks them by ag__isa_in_use() (nn/attention does). */
+typedef enum {
+    AG_ISA_GENERIC, /* portable C (and OpenBLAS) only */
+    AG_ISA_AVX2,    /* AVX2 with FMA */
+    AG_ISA_AVX512,  /* AVX-512F (with FMA) */
+} ag__isa;
+
+/* the widest set this build has kernels for and this CPU runs (AG_ISA_GENERIC in a build
+ * without vector kernels or on another architecture): every set up to it can run */
+AG_API ag__isa ag__cpu_isa(void);
+/* the set in use: ag__cpu_isa() unless AG_ISA chose another one */
+AG_API ag__isa ag__isa_in_use(void);
+/* "generic", "avx2" or "avx512": AG_ISA's spelling of isa */
+AG_API const char *ag__isa_name(ag__isa isa);
 
 /* ---- dtype templates and threading ---------------------------------------------------------- */
 
@@ -41,13 +69,13 @@ extern "C" {
 /* ---- tensors: make, alias, read, copy ------------------------------------------------------- */
 
 /* Contiguous tensor of shape (no grad, no node), from the current arena; version 0. */
-ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
+AG_API ag_tensor *ag__new(ag_dtype dt, int ndim, const int64_t *shape);
 /* Header copy of t sharing its storage and its version counter (a view to be reshaped by the
  * caller). */
-ag_tensor *ag__alias(const ag_tensor *t);
+AG_API ag_tensor *ag__alias(const ag_tensor *t);
 /* t itself when contiguous (or NULL), else a contiguous copy outside the graph (for kernels
  * that walk rows or hand t to BLAS; the caller's op records the gradient). */
-ag_tensor *ag__dense(ag_tensor *t);
+AG_API ag_tensor *ag__dense(ag_tensor *t);
 /* element pointer of the first element */
 static inline char *ag__ptr(const ag_tensor *t) { return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype); }
 
@@ -77,48 +105,48 @@ static inline uint32_t ag__version(const ag_tensor *t) {
 }
 /* ag_copy_ and ag_fill_ without the version bump, for results being made (a new tensor is at
  * version 0 when handed out). They return false after reporting misuse (shapes, overlap). */
-bool ag__copy(ag_tensor *dst, const ag_tensor *src);
-bool ag__fill(ag_tensor *t, double value);
+AG_API bool ag__copy(ag_tensor *dst, const ag_tensor *src);
+AG_API bool ag__fill(ag_tensor *t, double value);
 /* dst += src, where src has dst's shape, broadcasts to it, or is a broadcast of it (then it is
  * summed down to dst's shape). dst may be a strided view. No grad recorded. */
-void ag__add_into(ag_tensor *dst, const ag_tensor *src);
+AG_API void ag__add_into(ag_tensor *dst, const ag_tensor *src);
 
 /* ---- recording and the engine's hooks (tensor/node.c; autograd/ drives them) ------------------ */
 
 /* Records the node whatever the inputs (ag_finish's second half), for an op that knows its
  * output needs a gradient although no input requires one (ag_recompute: parameters inside). */
-ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
+AG_API ag_node *ag__record(const ag_op *op, ag_tensor *out, int nin, ag_tensor *const *in);
 /* The seq the next recorded node will get: nodes recorded from now on have seq >= it. */
-uint64_t ag__next_seq(void);
+AG_API uint64_t ag__next_seq(void);
 /* The engine calls ag__grad_release(t) once t's producing op has run its backward: t->grad goes
  * back to the gradient pool (node.h) and becomes NULL, or, if t retains its grad, is first
  * copied into the current arena. */
-void ag__grad_release(ag_tensor *t);
+AG_API void ag__grad_release(ag_tensor *t);
 /* Engine hooks, set by autograd/: the current pass number, and an anomaly check that runs on
  * every op output (forward) when non-NULL. */
-extern uint32_t ag__grad_pass;
-extern void (*ag__anomaly_hook)(const ag_op *op, const ag_tensor *out, int nin, ag_tensor *const *in);
+AG_API extern uint32_t ag__grad_pass;
+AG_API extern void (*ag__anomaly_hook)(const ag_op *op, const ag_tensor *out, int nin, ag_tensor *const *in);
 
 /* ---- shapes and checks ---------------------------------------------------------------------- */
 
 /* Row-major strides of shape into stride. */
-void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+AG_API void ag__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* product of the dims */
-int64_t ag__shape_numel(int ndim, const int64_t *shape);
+AG_API int64_t ag__shape_numel(int ndim, const int64_t *shape);
 /* Whether a tensor of shape could exist: no negative size, and its bytes in the widest dtype
  * fit in 63 bits (so element counts and byte sizes never overflow). */
-bool ag__numel_fits(int ndim, const int64_t *shape);
+AG_API bool ag__numel_fits(int ndim, const int64_t *shape);
 /* "(2,3)" for a raw shape into buf (128 bytes; a longer one ends in "...)") */
-char *ag__shape_str(int ndim, const int64_t *shape, char *buf);
+AG_API char *ag__shape_str(int ndim, const int64_t *shape, char *buf);
 /* same dims, in number and size */
-bool ag__same_shape(const ag_tensor *a, const ag_tensor *b);
+AG_API bool ag__same_shape(const ag_tensor *a, const ag_tensor *b);
 /* Byte strides of t broadcast into ndim/shape (t's dims aligned to the right). */
-void ag__bcast_bstrides(const ag_tensor *t, int ndim, const int64_t *shape, int64_t *bstride);
+AG_API void ag__bcast_bstrides(const ag_tensor *t, int ndim, const int64_t *shape, int64_t *bstride);
 /* Check that t is non-NULL, alive (not forgotten by its arena: tensor.h) and of a float dtype;
  * reports through op. */
-bool ag__check_float(const char *op, const ag_tensor *t);
+AG_API bool ag__check_float(const char *op, const ag_tensor *t);
 /* Check that t is non-NULL and alive; reports through op. */
-bool ag__check_not_null(const char *op, const ag_tensor *t);
+AG_API bool ag__check_not_null(const char *op, const ag_tensor *t);
 
 /* ---- gradient buffers and scratch ----------------------------------------------------------- */
 
@@ -126,31 +154,24 @@ bool ag__check_not_null(const char *op, const ag_tensor *t);
  * buffer is new in this pass, *fresh is set and its contents are undefined (no zeroing pass),
  * and the caller must assign (=, beta = 0) instead of accumulating; else exactly
  * ag_grad_buffer. */
-ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
+AG_API ag_tensor *ag__grad_buffer_to_write(ag_tensor *t, bool *fresh);
 /* memset(p, 0, bytes), split over the OpenMP threads when large (gradient buffers, slabs) */
-void ag__zero(void *p, size_t bytes);
+AG_API void ag__zero(void *p, size_t bytes);
 /* posix_memalign to 64 bytes, counted by ag_alloc_count; NULL when the system cannot provide
  * the memory (ag_xmalloc aborts instead). Free with ag_xfree. */
-void *ag__try_malloc(size_t bytes);
+AG_API void *ag__try_malloc(size_t bytes);
 /* A growable array p of *cap elements of size bytes, grown (doubling, contents kept) to hold
  * need; returns it. For buffers kept across steps, so growth stops after warm-up. */
-void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
+AG_API void *ag__grow(void *p, size_t *cap, size_t need, size_t size);
 /* ag_arena_alloc(a, bytes), a failure reported through op, naming what and the size
  * ("ag_x: cannot allocate 64 bytes for the saved state: out of memory"); NULL then */
-void *ag__alloc(const char *op, ag_arena *a, size_t bytes, const char *what);
+AG_API void *ag__alloc(const char *op, ag_arena *a, size_t bytes, const char *what);
 /* ag__new (a contiguous, uninitialised tensor from the current arena), a failure reported
  * through op naming the size and shape */
-ag_tensor *ag__new_op(const char *op, ag_dtype dt, int ndim, const int64_t *shape);
+AG_API ag_tensor *ag__new_op(const char *op, ag_dtype dt, int ndim, const int64_t *shape);
 /* ag_arena_rewind, then bytes from src (allocated after the mark) moved to the mark: returns
  * where they are now. */
-void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
-
-/* ---- the embedding's row gather (tensor/index.c) ---------------------------------------------- */
-
-/* Rows of weight (V, E) for every id in ids (any shape, AG_I32/AG_I64): ids.shape + (E), its
- * gradient scattered back into weight's rows; misuse reported as "ag_embedding". The public
- * entry point is ag_embedding (nn/layers/layers.h), which adds padding_idx. */
-ag_tensor *ag__embedding_lookup(ag_tensor *weight, ag_tensor *ids);
+AG_API void *ag__arena_rewind_move(ag_arena *a, ag_arena_mark m, const void *src, size_t bytes);
 
 /* ---- the softmax row kernel (tensor/softmax_rows.inc, compiled in reduce.c) -----------------
  *
@@ -172,15 +193,15 @@ typedef struct {
  * ag_masked_softmax without a mask and the attention's score rows agree bit for bit. f32 uses
  * tensor/fastmath.h's ag__expf. */
 /* forward: x at element stride xs into y at ys; mask NULL for a plain softmax */
-void ag__softmax_row_f32(bool log_, const float *x, int64_t xs, float *y, int64_t ys,
-                         int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
-void ag__softmax_row_f64(bool log_, const double *x, int64_t xs, double *y, int64_t ys,
-                         int64_t n, const ag__softmax_mask *mask) __attribute__((visibility("hidden")));
+AG_API void ag__softmax_row_f32(bool log_, const float *x, int64_t xs, float *y, int64_t ys,
+                                int64_t n, const ag__softmax_mask *mask);
+AG_API void ag__softmax_row_f64(bool log_, const double *x, int64_t xs, double *y, int64_t ys,
+                                int64_t n, const ag__softmax_mask *mask);
 /* backward: dx = (acc: dx +) y*(g - Σ g*y), or for log_ g - exp(y) Σ g; all at stride s */
-void ag__softmax_row_bwd_f32(bool log_, const float *y, const float *g, float *dx,
-                             int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
-void ag__softmax_row_bwd_f64(bool log_, const double *y, const double *g, double *dx,
-                             int64_t n, int64_t s, bool acc) __attribute__((visibility("hidden")));
+AG_API void ag__softmax_row_bwd_f32(bool log_, const float *y, const float *g, float *dx,
+                                    int64_t n, int64_t s, bool acc);
+AG_API void ag__softmax_row_bwd_f64(bool log_, const double *y, const double *g, double *dx,
+                                    int64_t n, int64_t s, bool acc);
 /* ---- end of the softmax row kernel ---- */
 
 /* ---- GEMM ----------------------------------------------------------------------------------- */
@@ -188,20 +209,28 @@ void ag__softmax_row_bwd_f64(bool log_, const double *y, const double *g, double
 /* Row-major C = alpha·op(A)·op(B) + beta·C with cblas_?gemm's arguments; which kernel runs where
  * (attograd's own f32 tiles or OpenBLAS) is told in tensor/gemm.h. No result depends on the
  * thread count. */
-void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-               const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+AG_API void ag__sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* C = op(A)·op(B) + bias broadcast over rows (bias (n), unit stride, or NULL): ag_linear's
  * forward, with the bias added in the kernel's last step instead of a pass of its own */
-void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                    int64_t ldb, const float *bias, float *c, int64_t ldc);
-void ag__dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
-               const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+AG_API void ag__sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *b,
+                           int64_t ldb, const float *bias, float *c, int64_t ldc);
+AG_API void ag__dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
+                      const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+/* The small path of ag__sgemm alone, for the products inside a kernel of an op's own (one
+ * attention head, up to 64×64×64): C (m×n, rows ldc apart) = alpha·op(A)·B, or C += that (add),
+ * B (k×n) row-major with rows ldb apart. With the f32 tiles in use (AG_ISA avx2 or avx512) it
+ * is the register tile over A and B in place: no packing, threads or allocation, each element
+ * summed over k in order; without them, ag__sgemm. */
+AG_API void ag__sgemm_small(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                            const float *b, int64_t ldb, bool add, float *c, int64_t ldc);
 /* dtype-generic: ag__sgemm or ag__dgemm */
-void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
-              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+AG_API void ag__gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                     int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 /* sets OpenBLAS back to one thread if the program raised it (a no-op inside a parallel region):
  * code that calls GEMMs from its own parallel regions calls it before opening them */
-void ag__blas_single_threaded(void);
+AG_API void ag__blas_single_threaded(void);
 
 /* A strided matrix as BLAS reads it in place: p its element (0,0), stored row-major with rows
  * ld elements apart (trans false), or stored as its transpose, whose rows are ld apart (trans
@@ -214,7 +243,7 @@ typedef struct {
 /* The r×c matrix at p with row stride rs and column stride cs (in elements) as BLAS can read
  * it: true and *m filled, or false when it needs a contiguous copy first (ag__dense). The
  * stride of a size-1 dim never matters; an empty matrix reads as it lies (ld >= 1). */
-bool ag__blas_mat_of(const void *p, int64_t r, int64_t c, int64_t rs, int64_t cs, ag__blas_mat *m);
+AG_API bool ag__blas_mat_of(const void *p, int64_t r, int64_t c, int64_t rs, int64_t cs, ag__blas_mat *m);
 
 /* ---- dropout's keep masks and nonzero packing ------------------------------------------------ */
 
@@ -224,16 +253,16 @@ bool ag__blas_mat_of(const void *p, int64_t r, int64_t c, int64_t rs, int64_t cs
  * < v (v in [0, 1]). ag__rng_keep decides (x < t) != at_least for elements first .. first+n-1
  * of the mask without making doubles: 0/1 into keep[i] and/or bit i of bits (bit i & 7 of
  * bits[i >> 3]; the last byte's bits past n are left as they were), either may be NULL. */
-uint64_t ag__u32_count_below(double v);
+AG_API uint64_t ag__u32_count_below(double v);
 static inline uint64_t ag__mask_draws(int64_t n) { return ((uint64_t)n + 1) / 2; }
-void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
-                  uint8_t *keep, uint8_t *bits);
+AG_API void ag__rng_keep(uint64_t seed, uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least,
+                         uint8_t *keep, uint8_t *bits);
 /* Nonzero packing (tensor/nzpack.c): elements e0 .. e0+n-1 of a float array (x is element e0)
  * into bit e of bits (1: its bits are not all zero; the bytes past the range keep their other
  * bits) and the nonzero elements, bit for bit and in order, into vals (room for n); returns how
  * many. Unpacking writes them back into x, zeros elsewhere, and returns how many it read. */
-int64_t ag__nz_pack(ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
-int64_t ag__nz_unpack(ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals, void *x);
+AG_API int64_t ag__nz_pack(ag_dtype dt, const void *x, int64_t n, int64_t e0, uint8_t *bits, void *vals);
+AG_API int64_t ag__nz_unpack(ag_dtype dt, const uint8_t *bits, int64_t e0, int64_t n, const void *vals, void *x);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
  * thread-count independence the library promises: 1 and 2 OpenMP threads give the same bits.
  * Each kernel set the CPU can run (tensor/simd/kernels.h: AVX-512 8×32, AVX2 6×16) is also
  * driven directly through both paths of the driver, at sizes around its own tile and blocks.
- * The fused small-attention kernels (tensor/simd/kernels.h) against a double-precision softmax
+ * The fused small-attention kernels (nn/attention/simd/kernels.h) against a double-precision softmax
  * attention and its backward, around their tile edges (8-row blocks, 16-lane head chunks).
  * Nonzero packing (tensor/nzpack.c) on every path against an element-by-element reference. */
 #include <math.h>
@@ -18,6 +18,7 @@
 #include "../tensor/gemm.h"
 #include "../tensor/internal.h"
 #include "../tensor/simd/kernels.h"
+#include "../nn/attention/simd/kernels.h"
 #include "test_util.h"
 
 /* distance in units in the last place, for finite floats of one sign */
@@ -395,8 +396,8 @@ static void test_small_attention_matches_double_reference_around_tile_edges(void
     const int64_t wide_d[] = {1, 7, 8, 9, 16, 17, 31, 32, 33};
     int ran = 0;
     for (int is = 0; is < 2; is++) {
-        const ag__kernel_table *T = ag__kernels_for(isas[is].isa);
-        if (!T || !T->attn_small_fwd) continue;
+        const ag__attn_kernels *T = ag__attn_kernels_for(isas[is].isa);
+        if (!T || !T->fwd) continue;
         ran++;
         uint32_t seed = 77;
         for (int il = 0; il < 14; il++)
@@ -408,8 +409,8 @@ static void test_small_attention_matches_double_reference_around_tile_edges(void
                     attn_case c = {Ls[il],         n,
                                    Dh,             Dh % 3 ? Dh : 49 - Dh,
                                    Dh % 2 ? n : n + 9, (int)(Dh % 4),
-                                   isas[is].drop && (Dh + n) % 3 == 1, T->attn_small_fwd,
-                                   T->attn_small_bwd};
+                                   isas[is].drop && (Dh + n) % 3 == 1, T->fwd,
+                                   T->bwd};
                     int bad = check_attn(c, seed++);
                     if (bad)
                         fail_msg("%s: L=%lld n=%lld Dh=%lld Dv=%lld ldp=%lld mask=%d drop=%d: %d elements off",

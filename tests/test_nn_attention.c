@@ -461,8 +461,8 @@ static void test_attention_results_do_not_depend_on_the_thread_count(void **s) {
 }
 
 /* ---- the fused small-head kernels (f32, up to 64 live keys and dropout; an AVX-512 CPU's own
- * kernels take 16 keys without dropout, the AVX2 ones the rest: tensor/simd/avx512_attention.c,
- * tensor/simd/avx2_attention.c) ---- */
+ * kernels take 16 keys without dropout, the AVX2 ones the rest: nn/attention/simd/avx512_attention.c,
+ * nn/attention/simd/avx2_attention.c) ---- */
 
 typedef struct {
     ag_tensor *o, *g[3];

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "attograd.h"
+#include "tensor/node.h" /* tests look into the recorded nodes (op authors' view, op.h) */
 
 /* Install the recording handler (call in setup); errors are then counted, not fatal. */
 void tu_record_errors(void);

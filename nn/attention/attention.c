@@ -10,6 +10,7 @@
 #include "../../tensor/op.h"
 #include "attention.h"
 #include "../nn_internal.h"
+#include "simd/kernels.h"
 
 enum { MASK_NONE = AG_SOFTMAX_MASK_NONE, MASK_BOOL = AG_SOFTMAX_MASK_BOOL, MASK_ADD = AG_SOFTMAX_MASK_ADD };
 
@@ -69,6 +70,7 @@ typedef struct {
     char *ds;                 /* (B,H,L,S) dscores, or one L×S block per thread (!mask_grad) */
     bool mask_grad;
     bool zero_head;           /* dq, dk, dv are new buffers: each head zeroes its blocks first */
+    const ag__attn_kernels *fused; /* the fused kernels of the ISA in use (simd/kernels.h) */
 } attn;
 
 static const char *at(const mat *m, int64_t b, int64_t h) { return m->base + b * m->sb + h * m->sh; }
@@ -106,13 +108,13 @@ static void zero_head_grads(const attn *a, int64_t b, int64_t h, size_t es) {
 #undef FN
 #undef GEMM
 
-/* The fused kernels of the kernel table (tensor/simd/kernels.h) for f32 heads with
+/* The fused kernels of the ISA in use (simd/kernels.h) for f32 heads with
  * 1..AG_ATTN_AVX2_KEYS (64) live keys on either ISA, with dropout too unless the weights after
- * dropout are wanted; a head with more (or none), and every head with the generic table, takes
+ * dropout are wanted; a head with more (or none), and every head with the generic set, takes
  * the GEMM path above. The mask of the head becomes per-row bits of dead keys and additive
  * values: one row for all queries unless it varies by row or is causal. */
 static bool small_fits(const attn *a) {
-    return ag__kernels->attn_small_fwd && !a->q.trans && !a->k.trans && !a->v.trans &&
+    return a->fused->fwd && !a->q.trans && !a->k.trans && !a->v.trans &&
            (!a->keep || a->pd_per_thread) && a->L <= AG_ATTN_SMALL_ROWS &&
            a->Dh >= 1 && a->Dh <= AG_ATTN_SMALL_DIM && a->Dv >= 1 && a->Dv <= AG_ATTN_SMALL_DIM;
 }
@@ -156,7 +158,7 @@ static void attn_fwd_small(const attn *a, int64_t bh) {
     t.madd_ld = by_row ? W : 0;
     t.dead = dead;
     t.dead_ld = by_row;
-    ag__kernels->attn_small_fwd(&t, (float *)a->p + bh * L * S, S, (float *)at(&a->o, b, h), a->o.ld);
+    a->fused->fwd(&t, (float *)a->p + bh * L * S, S, (float *)at(&a->o, b, h), a->o.ld);
 }
 
 static void attn_bwd_small(const attn *a, int64_t bh) {
@@ -170,8 +172,8 @@ static void attn_bwd_small(const attn *a, int64_t bh) {
     const mat *g[3] = {&a->dq, &a->dk, &a->dv};
     float *d[3];
     for (int i = 0; i < 3; i++) d[i] = g[i]->base ? (float *)at(g[i], b, h) : NULL;
-    ag__kernels->attn_small_bwd(&t, (const float *)a->p + bh * a->L * a->S, a->S, (const float *)at(&a->dout, b, h),
-                                a->dout.ld, d[0], a->dq.ld, d[1], a->dk.ld, d[2], a->dv.ld, a->zero_head ? a->S : 0);
+    a->fused->bwd(&t, (const float *)a->p + bh * a->L * a->S, a->S, (const float *)at(&a->dout, b, h), a->dout.ld,
+                  d[0], a->dq.ld, d[1], a->dk.ld, d[2], a->dv.ld, a->zero_head ? a->S : 0);
 }
 
 /* Above the threshold each (b,h) is one thread's work (its GEMMs run on that thread alone:
@@ -297,6 +299,7 @@ static bool attn_forward(const char *op, attn *a, ag_dtype dt, ag_tensor *mask, 
         a->mask = ag__ptr(mask);
     }
     a->alpha = a->Dh > 0 ? 1 / sqrt((double)a->Dh) : 1;
+    a->fused = ag__attn_kernels_for(ag__isa_in_use());
     *p = ag__new_op(op, dt, 4, sshape);
     *keep = *pd = NULL;
     if (!*p) return false;

@@ -15,7 +15,7 @@ extern "C" {
 
 /* softmax of scores (any shape, f32/f64) along dim with mask (NULL, bool or float, broadcastable
  * to scores) applied first; same shape as scores. A float mask receives gradients. */
-ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim);
+AG_API ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim);
 
 /* softmax(q kᵀ/√Dh + mask) v.  q (B,H,L,Dh), k (B,H,S,Dh), v (B,H,S,Dv), mask NULL / bool / float
  * broadcastable to (B,H,L,S); returns (B,H,L,Dv). causal masks key j > query i (top-left
@@ -26,8 +26,8 @@ ag_tensor *ag_masked_softmax(ag_tensor *scores, ag_tensor *mask, int dim);
  * strided views: heads split by view + transpose or a transposed k go to BLAS as they are; only
  * an input with no unit stride in its last two dims is copied. Each (b,h) is computed by one
  * thread, so results do not depend on the thread count. */
-ag_tensor *ag_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mask, bool causal, double dropout_p,
-                        ag_rng *rng, bool training, ag_tensor **weights_out);
+AG_API ag_tensor *ag_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mask, bool causal, double dropout_p,
+                               ag_rng *rng, bool training, ag_tensor **weights_out);
 
 /* Merge F.multi_head_attention_forward's masks into one for ag_attention: attn_mask (L,S) or
  * (B*H,L,S) and key_padding_mask (B,S), either NULL, bool or float. Returns a mask broadcastable
@@ -36,13 +36,13 @@ ag_tensor *ag_attention(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor *mas
  * become 0/-inf and the masks are added (torch 1.13 masked_fills -inf for a bool key padding
  * mask on a float attn_mask, which is the same; it has no working rule for a float key padding
  * mask next to an attn_mask, torch 2.x adds, as here). */
-ag_tensor *ag_attention_mask(ag_tensor *attn_mask, ag_tensor *key_padding_mask, int64_t B, int64_t H);
+AG_API ag_tensor *ag_attention_mask(ag_tensor *attn_mask, ag_tensor *key_padding_mask, int64_t B, int64_t H);
 
 /* (L,L) float mask, 0 on and below the diagonal and -inf above: torch's
  * nn.Transformer.generate_square_subsequent_mask(L). */
-ag_tensor *ag_square_subsequent_mask(int64_t L, ag_dtype dt);
+AG_API ag_tensor *ag_square_subsequent_mask(int64_t L, ag_dtype dt);
 /* (L,L) bool mask, True above the diagonal (the same positions masked). */
-ag_tensor *ag_causal_bool_mask(int64_t L);
+AG_API ag_tensor *ag_causal_bool_mask(int64_t L);
 
 #ifdef __cplusplus
 }

@@ -26,7 +26,7 @@ typedef struct {
 } ag_mha_config;
 
 /* the configuration nn.MultiheadAttention(embed_dim, num_heads) defaults to */
-ag_mha_config ag_mha_defaults(int64_t embed_dim, int64_t num_heads);
+AG_API ag_mha_config ag_mha_defaults(int64_t embed_dim, int64_t num_heads);
 
 typedef struct {
     ag_mha_config cfg;
@@ -41,7 +41,7 @@ typedef struct {
  * xavier-uniform in_proj (or q/k/v_proj), zero biases, xavier-normal bias_k/bias_v, out_proj
  * as nn.Linear. Misuse (embed_dim not divisible by num_heads, ...) is reported, and so is the
  * first parameter that cannot be allocated (ag_params_add); either way no weight is set. */
-ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng);
+AG_API ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *key_padding_mask; /* (N,S) bool (True = padding) or float (added), or NULL; (S) unbatched */
@@ -59,8 +59,8 @@ typedef struct {
  * Unbatched, as PyTorch accepts it (batch_first does not apply): query (L,E), key (S,kdim),
  * value (S,vdim), key_padding_mask (S), attn_mask (L,S) or (num_heads,L,S) -> attn_output
  * (L,E), weights (L,S), or (num_heads,L,S) without average_attn_weights. */
-ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
-                          const ag_mha_args *args, ag_tensor **weights);
+AG_API ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
+                                 const ag_mha_args *args, ag_tensor **weights);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,7 @@ typedef enum {
 } ag_ckpt_status;
 
 /* "ok", "partial", "io error", ... */
-const char *ag_ckpt_status_name(ag_ckpt_status s);
+AG_API const char *ag_ckpt_status_name(ag_ckpt_status s);
 
 /* ---- training state: where training is, and what the model is ---------------------------- */
 #define AG_CKPT_NAME_MAX 64 /* config keys and RNG names, including the NUL */
@@ -74,31 +74,31 @@ typedef struct ag_train_state {
 } ag_train_state;
 
 /* Free what s owns and zero it (an empty state again). NULL is a no-op. */
-void ag_train_state_clear(ag_train_state *s);
+AG_API void ag_train_state_clear(ag_train_state *s);
 /* Make *dst a deep copy of *src (dst's previous contents freed; dst must be zero-initialised or
  * a state). false (reported through ag_error) on NULL arguments or out of memory; dst is then
  * unchanged. */
-bool ag_train_state_copy(ag_train_state *dst, const ag_train_state *src);
+AG_API bool ag_train_state_copy(ag_train_state *dst, const ag_train_state *src);
 /* Record a copy of *rng under name (replacing one of that name). false (reported through
  * ag_error: these are programming errors) on a NULL argument, an empty or too long name, or
  * when full. */
-bool ag_state_set_rng(ag_train_state *s, const char *name, const ag_rng *rng);
+AG_API bool ag_state_set_rng(ag_train_state *s, const char *name, const ag_rng *rng);
 /* Copy the rng recorded under name into *out; false if there is none. */
-bool ag_state_get_rng(const ag_train_state *s, const char *name, ag_rng *out);
+AG_API bool ag_state_get_rng(const ag_train_state *s, const char *name, ag_rng *out);
 /* Set a config entry (replacing one of that key, whatever its type; a new key goes last); false
  * as ag_state_set_rng, for a NULL string, or out of memory (then the state is unchanged).
  * set_string copies value. */
-bool ag_config_set_int(ag_train_state *s, const char *key, int64_t value);
-bool ag_config_set_double(ag_train_state *s, const char *key, double value);
-bool ag_config_set_string(ag_train_state *s, const char *key, const char *value);
+AG_API bool ag_config_set_int(ag_train_state *s, const char *key, int64_t value);
+AG_API bool ag_config_set_double(ag_train_state *s, const char *key, double value);
+AG_API bool ag_config_set_string(ag_train_state *s, const char *key, const char *value);
 /* Remove the entry of key, keeping the others' order; false (nothing reported) when absent. */
-bool ag_config_remove(ag_train_state *s, const char *key);
+AG_API bool ag_config_remove(ag_train_state *s, const char *key);
 /* Read a config entry; false (nothing reported) when absent or of another type. get_double
  * also accepts an int entry. get_string returns NULL when absent or not a string; the string
  * belongs to s (valid until that entry is set, removed or s cleared). */
-bool ag_config_get_int(const ag_train_state *s, const char *key, int64_t *out);
-bool ag_config_get_double(const ag_train_state *s, const char *key, double *out);
-const char *ag_config_get_string(const ag_train_state *s, const char *key);
+AG_API bool ag_config_get_int(const ag_train_state *s, const char *key, int64_t *out);
+AG_API bool ag_config_get_double(const ag_train_state *s, const char *key, double *out);
+AG_API const char *ag_config_get_string(const ag_train_state *s, const char *key);
 
 /* ---- save and load ------------------------------------------------------------------------- */
 typedef struct {
@@ -117,9 +117,9 @@ typedef struct {
 /* Save params (required), opt (NULL: no /optimizer) and state (NULL: no /training, /config)
  * to path atomically, in the params' dtype. opts may be NULL. msg (msgsize bytes, may be NULL)
  * receives the message on failure and "" on success. */
-ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
-                                  const ag_train_state *state, const ag_ckpt_save_opts *opts, char *msg,
-                                  size_t msgsize);
+AG_API ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
+                                         const ag_train_state *state, const ag_ckpt_save_opts *opts, char *msg,
+                                         size_t msgsize);
 
 /* Load path into params, opt and state; each may be NULL to skip that part (params NULL and
  * state non-NULL reads just the training state and config, e.g. to learn how to build the
@@ -130,8 +130,8 @@ ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, con
  * must be zero-initialised or a state: its previous contents are freed and replaced as a whole
  * (release it with ag_train_state_clear). On any status other than OK and PARTIAL nothing was
  * changed. */
-ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
-                                  const ag_ckpt_load_opts *opts, char *msg, size_t msgsize);
+AG_API ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
+                                         const ag_ckpt_load_opts *opts, char *msg, size_t msgsize);
 
 /* What a load trusts, and the check it makes before trusting a file (docs/checkpoint.md):
  * - A file whose header (its first 512 bytes) gives its length and the CRC-32 of its contents
@@ -150,7 +150,7 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
  * structure (in a child when needed), the format attributes, every dataset of /model and
  * /optimizer read whole and checked against its crc32 attribute, the training state and
  * config. AG_CKPT_OK or a status and message as ag_checkpoint_load gives them. */
-ag_ckpt_status ag_checkpoint_verify(const char *path, char *msg, size_t msgsize);
+AG_API ag_ckpt_status ag_checkpoint_verify(const char *path, char *msg, size_t msgsize);
 
 #ifdef __cplusplus
 }

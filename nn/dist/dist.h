@@ -70,34 +70,34 @@ extern "C" {
 
 /* MPI_Init_thread (threads funneled: OpenMP threads never call MPI) unless MPI is already up.
  * false (with a message on stderr) when MPI cannot start. Without mpirun: one rank. */
-bool ag_dist_init(int *argc, char ***argv);
+AG_API bool ag_dist_init(int *argc, char ***argv);
 /* Tells the other ranks this one takes part in no more collectives and waits for theirs, then
  * MPI_Finalize if ag_dist_init started MPI; call it on every rank, after the last collective. */
-void ag_dist_finalize(void);
-int ag_dist_rank(void);       /* 0 .. size-1 (0 before init) */
-int ag_dist_size(void);       /* processes in the job (1 before init) */
-int ag_dist_local_rank(void); /* among the processes on this machine */
-int ag_dist_local_size(void);
+AG_API void ag_dist_finalize(void);
+AG_API int ag_dist_rank(void);       /* 0 .. size-1 (0 before init) */
+AG_API int ag_dist_size(void);       /* processes in the job (1 before init) */
+AG_API int ag_dist_local_rank(void); /* among the processes on this machine */
+AG_API int ag_dist_local_size(void);
 /* Stop every process of the job now (MPI_Abort) with this exit status. */
-void ag_dist_abort(int status);
+AG_API void ag_dist_abort(int status);
 
 /* ---- agreement across ranks (collectives: every rank calls them, in the same order) ---- */
 
 /* Whether every rank's ok is true. If not, msg (msgsize bytes) gets "rank R: <its message>"
  * for the lowest failing rank R, on every rank, so that each can stop with the same words. */
-bool ag_dist_agree(bool ok, const char *message, char *msg, size_t msgsize);
+AG_API bool ag_dist_agree(bool ok, const char *message, char *msg, size_t msgsize);
 /* Whether the n bytes at data are the same on every rank as on rank 0 (by a 64-bit hash). If
  * not, msg gets "rank R: <what> differs from rank 0's" for the lowest such rank. */
-bool ag_dist_same(const void *data, size_t n, const char *what, char *msg, size_t msgsize);
+AG_API bool ag_dist_same(const void *data, size_t n, const char *what, char *msg, size_t msgsize);
 /* The sums over the ranks (MPI_Allreduce; Open MPI gives every rank the same bits). */
-int64_t ag_dist_sum_i64(int64_t x);
-double ag_dist_sum_f64(double x);
+AG_API int64_t ag_dist_sum_i64(int64_t x);
+AG_API double ag_dist_sum_f64(double x);
 /* x[i] = the largest x[i] over the ranks, for n values (MPI_Allreduce). */
-void ag_dist_max_u64(uint64_t *x, int n);
+AG_API void ag_dist_max_u64(uint64_t *x, int n);
 /* Whether any rank's flag is true (a stop decided by one rank). */
-bool ag_dist_any(bool flag);
+AG_API bool ag_dist_any(bool flag);
 /* Broadcast n bytes from root. */
-void ag_dist_broadcast(void *data, size_t n, int root);
+AG_API void ag_dist_broadcast(void *data, size_t n, int root);
 
 /* ---- data-parallel gradients ---- */
 typedef struct ag_dist ag_dist;
@@ -109,25 +109,25 @@ typedef struct {
 /* Data-parallel training of p over all ranks: broadcasts p's values from rank 0, divides the
  * gradient slab into buckets and installs the leaf-gradient hooks (one ag_dist at a time).
  * opts may be NULL. Collective. */
-ag_dist *ag_dist_new(ag_params *p, const ag_dist_opts *opts);
+AG_API ag_dist *ag_dist_new(ag_params *p, const ag_dist_opts *opts);
 /* Removes the hooks. Not collective. */
-void ag_dist_free(ag_dist *d);
+AG_API void ag_dist_free(ag_dist *d);
 /* Wait for the buckets' allreduce (starting those backward has not started, e.g. after no
  * backward at all) and divide by the number of ranks: p's gradient slab is then the mean of
  * the ranks' gradients, the same bits on every rank. One call per ag_backward. */
-void ag_dist_sync_grads(ag_dist *d);
+AG_API void ag_dist_sync_grads(ag_dist *d);
 /* Broadcast p's values from rank 0 again (after loading a checkpoint on rank 0 only). */
-void ag_dist_broadcast_params(ag_dist *d);
+AG_API void ag_dist_broadcast_params(ag_dist *d);
 /* Whether every rank's parameters are bit-identical to rank 0's (a 64-bit hash of the slab). */
-bool ag_dist_params_identical(ag_dist *d);
+AG_API bool ag_dist_params_identical(ag_dist *d);
 
 /* For tests and tuning: the number of buckets, and bucket b's slab range [first, end) in
  * elements (bucket 0 holds the last parameters). */
-int ag_dist_bucket_count(const ag_dist *d);
-void ag_dist_bucket_range(const ag_dist *d, int b, int64_t *first, int64_t *end);
+AG_API int ag_dist_bucket_count(const ag_dist *d);
+AG_API void ag_dist_bucket_range(const ag_dist *d, int b, int64_t *first, int64_t *end);
 /* The order in which the last sync's buckets became ready (complete) in backward: order[i] is
  * a bucket index, -1 for a bucket started only by sync. Returns the count written (<= n). */
-int ag_dist_ready_order(const ag_dist *d, int *order, int n);
+AG_API int ag_dist_ready_order(const ag_dist *d, int *order, int n);
 
 #ifdef __cplusplus
 }

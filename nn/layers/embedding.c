@@ -1,5 +1,5 @@
-/* Embedding (lookup with a padding row that gets no gradient, and the nn.Embedding module) and
- * the sinusoidal positional encodings. */
+/* Embedding (the row gather, with a padding row that gets no gradient, and the nn.Embedding
+ * module) and the sinusoidal positional encodings. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,13 +22,46 @@
 #undef T
 #undef FN
 
+/* y[i] = weight[ids[i]], a row of e elements for each of the n ids (in range), from a weight
+ * whose rows are rs and columns cs elements apart */
+#define T float
+#define FN(name) name##_f32
+#include "embedding_gather.inc"
+#undef T
+#undef FN
+#define T double
+#define FN(name) name##_f64
+#include "embedding_gather.inc"
+#undef T
+#undef FN
+
 static void embedding_backward(ag_node *n) {
-    ag_tensor *dw = ag_grad_buffer(n->in[0]), *ids = n->saved[0], *dy = n->out->grad;
+    ag_tensor *dw = ag_grad_buffer(n->in[0]), *ids = n->saved[0];
     if (!dw) return;
+    ag_tensor *dy = ag__dense(n->out->grad);
     (dw->dtype == AG_F32 ? embed_scatter_f32 : embed_scatter_f64)(
         ag__ptr(dw), ag__ptr(dy), (const int64_t *)ag__ptr(ids), ag_numel(ids), dw->shape[1], n->ctx.i[0]);
 }
 static const ag_op EMBEDDING = {"ag_embedding", embedding_backward, AG_SAVES_NONE}; /* its own ids */
+
+/* ids as int64 (a copy the node keeps), every one a row of weight, else reported */
+static ag_tensor *checked_ids(const char *op, const ag_tensor *weight, const ag_tensor *ids) {
+    char b1[128], b2[128];
+    if (ids->ndim >= AG_MAX_DIMS) {
+        ag_error(op, "ids %s: at most %d dims (the output adds one)", ag_shape_str(ids, b2), AG_MAX_DIMS - 1);
+        return NULL;
+    }
+    ag_tensor *idx = ag__new(AG_I64, ids->ndim, ids->shape);
+    ag__copy(idx, ids);
+    const int64_t *v = (const int64_t *)ag__ptr(idx);
+    for (int64_t i = 0, n = ag_numel(idx); i < n; i++)
+        if (v[i] < 0 || v[i] >= weight->shape[0]) {
+            ag_error(op, "id %lld is out of range for the rows of weight %s (size %lld)", (long long)v[i],
+                     ag_shape_str(weight, b1), (long long)weight->shape[0]);
+            return NULL;
+        }
+    return idx;
+}
 
 ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx) {
     const char *op = "ag_embedding";
@@ -39,18 +72,20 @@ ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx) 
                  ag_dtype_name(weight->dtype), ag_shape_str(ids, b2), ag_dtype_name(ids->dtype));
         return NULL;
     }
-    if (padding_idx == -1) return ag__embedding_lookup(weight, ids);
-    if (padding_idx < 0 || padding_idx >= weight->shape[0]) {
+    if (padding_idx < -1 || padding_idx >= weight->shape[0]) {
         ag_error(op, "padding_idx %lld out of range for weight %s (0..%lld, or -1 for none)", (long long)padding_idx,
                  ag_shape_str(weight, b1), (long long)weight->shape[0] - 1);
         return NULL;
     }
-    bool prev = ag_set_grad_enabled(false);
-    ag_tensor *y = ag__embedding_lookup(weight, ids);
-    ag_set_grad_enabled(prev);
-    if (!y) return NULL;
-    ag_tensor *idx = ag__new(AG_I64, ids->ndim, ids->shape);
-    ag__copy(idx, ids);
+    ag_tensor *idx = checked_ids(op, weight, ids);
+    if (!idx) return NULL;
+    int64_t shape[AG_MAX_DIMS], e = weight->shape[1];
+    memcpy(shape, ids->shape, sizeof(int64_t) * (size_t)ids->ndim);
+    shape[ids->ndim] = e;
+    ag_tensor *y = ag__new(weight->dtype, ids->ndim + 1, shape);
+    (weight->dtype == AG_F32 ? embed_gather_f32 : embed_gather_f64)(
+        ag__ptr(weight), weight->stride[0], weight->stride[1], (const int64_t *)ag__ptr(idx), ag_numel(idx), e,
+        ag__ptr(y));
     ag_node *n = ag_finish(&EMBEDDING, y, 1, &weight);
     if (n) {
         n->saved[0] = idx;

@@ -22,16 +22,17 @@ extern "C" {
 /* ---- GRU cell --------------------------------------------------------------------------- */
 /* One GRU step (torch.gru_cell), one fused op. x: (N,in) or (in)  h: (N,H) or (H), NULL for
  * zeros  w_ih: (3H,in)  w_hh: (3H,H)  b_ih, b_hh: (3H) or NULL  ->  h': (N,H) or (H). */
-ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
-                       ag_tensor *b_hh);
+AG_API ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
+                              ag_tensor *b_hh);
 
 /* weight_ih (3H,in), weight_hh (3H,H), rows stacked r, z, n; bias_ih, bias_hh (3H) or NULL */
 typedef ag_recurrent_cell_t ag_gru_cell_t;
 /* nn.GRUCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
-ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
-                              ag_rng *rng);
+AG_API ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
+                                     bool bias,
+                                     ag_rng *rng);
 /* x: (N,in) or (in)  h: (N,H) or (H) or NULL  ->  (N,H) or (H) */
-ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *h);
+AG_API ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *h);
 
 /* ---- GRU -------------------------------------------------------------------------------- */
 #define AG_GRU_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
@@ -40,7 +41,7 @@ ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *
 typedef ag_recurrent_config ag_gru_config;
 
 /* what nn.GRU(input_size, hidden_size) defaults to */
-ag_gru_config ag_gru_defaults(int64_t input_size, int64_t hidden_size);
+AG_API ag_gru_config ag_gru_defaults(int64_t input_size, int64_t hidden_size);
 
 typedef struct {
     ag_gru_config cfg;
@@ -51,7 +52,7 @@ typedef struct {
 
 /* nn.GRU: parameters in torch's order (per layer, per direction: weight_ih, weight_hh, bias_ih,
  * bias_hh) under prefix, all U(-1/√H, 1/√H). Misuse is reported (then layer[0][0] is empty). */
-ag_gru_t ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng);
+AG_API ag_gru_t ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *h0;      /* (num_layers*D, N, H), or (num_layers*D, H) unbatched; NULL: zeros */
@@ -69,7 +70,7 @@ typedef struct {
  * direction starts at each sequence's last real step and h_n holds the state after its last
  * real step. Deviation: a length of 0 is accepted (h_n = h0, output zeros; torch rejects it).
  * args may be NULL. */
-ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n);
+AG_API ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n);
 
 /* ---- attention over encoder states --------------------------------------------------------
  * query: (N,Hq), the decoder state; keys: (N,S,Hk), the encoder outputs, also the values (a
@@ -81,7 +82,7 @@ ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *ar
 
 /* Fused additive score: s[n,j] = Σ_a v[a] tanh(kp[n,j,a] + qp[n,a]).
  * keys_proj: (N,S,A)  query_proj: (N,A)  v: (A) or (1,A)  ->  (N,S) */
-ag_tensor *ag_additive_scores(ag_tensor *keys_proj, ag_tensor *query_proj, ag_tensor *v);
+AG_API ag_tensor *ag_additive_scores(ag_tensor *keys_proj, ag_tensor *query_proj, ag_tensor *v);
 
 typedef struct {
     ag_linear_t W1; /* "W1.weight" (A,Hk), no bias: applied to the keys */
@@ -90,14 +91,14 @@ typedef struct {
     int64_t query_size, key_size, attn_size;
 } ag_additive_attention_t;
 /* Bahdanau attention, score(s, h_j) = vᵀ tanh(W1 h_j + W2 s); nn.Linear initialisation. */
-ag_additive_attention_t ag_additive_attention_new(ag_params *p, const char *prefix, int64_t query_size,
-                                                  int64_t key_size, int64_t attn_size, ag_rng *rng);
+AG_API ag_additive_attention_t ag_additive_attention_new(ag_params *p, const char *prefix, int64_t query_size,
+                                                         int64_t key_size, int64_t attn_size, ag_rng *rng);
 /* W1 applied to every key: keys (N,S,Hk) -> (N,S,A). Compute it once per source batch and pass
  * it to every decoder step's forward. */
-ag_tensor *ag_additive_attention_keys(const ag_additive_attention_t *m, ag_tensor *keys);
+AG_API ag_tensor *ag_additive_attention_keys(const ag_additive_attention_t *m, ag_tensor *keys);
 /* keys_proj: ag_additive_attention_keys(m, keys), or NULL to compute it here. -> (N,Hk) */
-ag_tensor *ag_additive_attention_forward(const ag_additive_attention_t *m, ag_tensor *query, ag_tensor *keys,
-                                         ag_tensor *keys_proj, ag_tensor *key_padding_mask, ag_tensor **weights);
+AG_API ag_tensor *ag_additive_attention_forward(const ag_additive_attention_t *m, ag_tensor *query, ag_tensor *keys,
+                                                ag_tensor *keys_proj, ag_tensor *key_padding_mask, ag_tensor **weights);
 
 typedef struct {
     ag_tensor *weight; /* "W.weight" (Hq,Hk) for the general score, NULL for the plain dot */
@@ -105,11 +106,11 @@ typedef struct {
 } ag_dot_attention_t;
 /* Luong attention: score = sᵀ h_j (general false: needs Hq == Hk, no parameters) or sᵀ W h_j
  * with W = nn.Linear(Hk, Hq, bias=False) (general true). */
-ag_dot_attention_t ag_dot_attention_new(ag_params *p, const char *prefix, int64_t query_size, int64_t key_size,
-                                        bool general, ag_rng *rng);
+AG_API ag_dot_attention_t ag_dot_attention_new(ag_params *p, const char *prefix, int64_t query_size, int64_t key_size,
+                                               bool general, ag_rng *rng);
 /* -> (N,Hk); the general score is computed as (s W)·h_j, one GEMM for the query. */
-ag_tensor *ag_dot_attention_forward(const ag_dot_attention_t *m, ag_tensor *query, ag_tensor *keys,
-                                    ag_tensor *key_padding_mask, ag_tensor **weights);
+AG_API ag_tensor *ag_dot_attention_forward(const ag_dot_attention_t *m, ag_tensor *query, ag_tensor *keys,
+                                           ag_tensor *key_padding_mask, ag_tensor **weights);
 
 #ifdef __cplusplus
 }

@@ -21,17 +21,19 @@ extern "C" {
 /* One LSTM step (torch.lstm_cell), one fused op. x: (N,in) or (in)  h, c: (N,H) or (H), NULL
  * for zeros  w_ih: (4H,in)  w_hh: (4H,H)  b_ih, b_hh: (4H) or NULL  ->  h': (N,H) or (H);
  * *c_next (may be NULL) gets c'. */
-ag_tensor *ag_lstm_cell(ag_tensor *x, ag_tensor *h, ag_tensor *c, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
-                        ag_tensor *b_hh, ag_tensor **c_next);
+AG_API ag_tensor *ag_lstm_cell(ag_tensor *x, ag_tensor *h, ag_tensor *c, ag_tensor *w_ih, ag_tensor *w_hh,
+                               ag_tensor *b_ih,
+                               ag_tensor *b_hh, ag_tensor **c_next);
 
 /* weight_ih (4H,in), weight_hh (4H,H), rows stacked i, f, g, o; bias_ih, bias_hh (4H) or NULL */
 typedef ag_recurrent_cell_t ag_lstm_cell_t;
 /* nn.LSTMCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
-ag_lstm_cell_t ag_lstm_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
-                                ag_rng *rng);
+AG_API ag_lstm_cell_t ag_lstm_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
+                                       bool bias,
+                                       ag_rng *rng);
 /* x: (N,in) or (in)  h, c: (N,H) or (H) or NULL  ->  h' (N,H) or (H); *c_next (may be NULL) c' */
-ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_t *m, ag_tensor *x, ag_tensor *h, ag_tensor *c,
-                                ag_tensor **c_next);
+AG_API ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_t *m, ag_tensor *x, ag_tensor *h, ag_tensor *c,
+                                       ag_tensor **c_next);
 
 /* ---- LSTM ------------------------------------------------------------------------------- */
 #define AG_LSTM_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
@@ -40,7 +42,7 @@ ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_t *m, ag_tensor *x, ag_tensor
 typedef ag_recurrent_config ag_lstm_config;
 
 /* what nn.LSTM(input_size, hidden_size) defaults to */
-ag_lstm_config ag_lstm_defaults(int64_t input_size, int64_t hidden_size);
+AG_API ag_lstm_config ag_lstm_defaults(int64_t input_size, int64_t hidden_size);
 
 typedef struct {
     ag_lstm_config cfg;
@@ -51,7 +53,7 @@ typedef struct {
 /* nn.LSTM: parameters in torch's order (per layer, per direction: weight_ih, weight_hh,
  * bias_ih, bias_hh) under prefix, all U(-1/√H, 1/√H). Misuse is reported (then layer[0][0]
  * is empty). */
-ag_lstm_t ag_lstm_new(ag_params *p, const char *prefix, const ag_lstm_config *cfg, ag_rng *rng);
+AG_API ag_lstm_t ag_lstm_new(ag_params *p, const char *prefix, const ag_lstm_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *h0, *c0; /* (num_layers*D, N, H), or (num_layers*D, H) unbatched; NULL: zeros */
@@ -66,8 +68,8 @@ typedef struct {
  * ag_gru_forward: what pack_padded_sequence(enforce_sorted=False) + LSTM +
  * pad_packed_sequence(total_length=L) give (a length of 0 is accepted: h_n = h0, c_n = c0).
  * args may be NULL. */
-ag_tensor *ag_lstm_forward(const ag_lstm_t *m, ag_tensor *x, const ag_lstm_args *args, ag_tensor **h_n,
-                           ag_tensor **c_n);
+AG_API ag_tensor *ag_lstm_forward(const ag_lstm_t *m, ag_tensor *x, const ag_lstm_args *args, ag_tensor **h_n,
+                                  ag_tensor **c_n);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,7 @@ typedef struct {
 } ag_recurrent_config;
 
 /* what nn.GRU / nn.LSTM / nn.RNN(input_size, hidden_size) default to: 1 layer, bias */
-ag_recurrent_config ag_recurrent_defaults(int64_t input_size, int64_t hidden_size);
+AG_API ag_recurrent_config ag_recurrent_defaults(int64_t input_size, int64_t hidden_size);
 
 #ifdef __cplusplus
 }

@@ -15,20 +15,21 @@ typedef enum { AG_RNN_TANH = 0, AG_RNN_RELU = 1 } ag_rnn_nonlinearity; /* nonlin
 /* ---- RNN cell --------------------------------------------------------------------------- */
 /* One step (torch.rnn_tanh_cell, torch.rnn_relu_cell), one fused op. x: (N,in) or (in)  h: (N,H)
  * or (H), NULL for zeros  w_ih: (H,in)  w_hh: (H,H)  b_ih, b_hh: (H) or NULL  ->  (N,H) or (H) */
-ag_tensor *ag_rnn_tanh_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
-                            ag_tensor *b_hh);
-ag_tensor *ag_rnn_relu_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
-                            ag_tensor *b_hh);
+AG_API ag_tensor *ag_rnn_tanh_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
+                                   ag_tensor *b_hh);
+AG_API ag_tensor *ag_rnn_relu_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w_hh, ag_tensor *b_ih,
+                                   ag_tensor *b_hh);
 
 typedef struct {
     ag_recurrent_cell_t w; /* weight_ih (H,in), weight_hh (H,H), bias_ih, bias_hh (H) or NULL */
     ag_rnn_nonlinearity nonlinearity;
 } ag_rnn_cell_t;
 /* nn.RNNCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
-ag_rnn_cell_t ag_rnn_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
-                              ag_rnn_nonlinearity nonlinearity, ag_rng *rng);
+AG_API ag_rnn_cell_t ag_rnn_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
+                                     bool bias,
+                                     ag_rnn_nonlinearity nonlinearity, ag_rng *rng);
 /* x: (N,in) or (in)  h: (N,H) or (H) or NULL  ->  (N,H) or (H) */
-ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_t *m, ag_tensor *x, ag_tensor *h);
+AG_API ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_t *m, ag_tensor *x, ag_tensor *h);
 
 /* ---- RNN -------------------------------------------------------------------------------- */
 #define AG_RNN_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
@@ -39,7 +40,7 @@ typedef struct {
 } ag_rnn_config;
 
 /* what nn.RNN(input_size, hidden_size) defaults to (tanh) */
-ag_rnn_config ag_rnn_defaults(int64_t input_size, int64_t hidden_size);
+AG_API ag_rnn_config ag_rnn_defaults(int64_t input_size, int64_t hidden_size);
 
 typedef struct {
     ag_rnn_config cfg;
@@ -49,7 +50,7 @@ typedef struct {
 
 /* nn.RNN: parameters in torch's order under prefix, all U(-1/√H, 1/√H). Misuse is reported
  * (then layer[0][0] is empty). */
-ag_rnn_t ag_rnn_new(ag_params *p, const char *prefix, const ag_rnn_config *cfg, ag_rng *rng);
+AG_API ag_rnn_t ag_rnn_new(ag_params *p, const char *prefix, const ag_rnn_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *h0;      /* (num_layers*D, N, H), or (num_layers*D, H) unbatched; NULL: zeros */
@@ -59,7 +60,7 @@ typedef struct {
 } ag_rnn_args;
 
 /* nn.RNN's (output, h_n), with the shapes and the lengths of ag_gru_forward. args may be NULL. */
-ag_tensor *ag_rnn_forward(const ag_rnn_t *m, ag_tensor *x, const ag_rnn_args *args, ag_tensor **h_n);
+AG_API ag_tensor *ag_rnn_forward(const ag_rnn_t *m, ag_tensor *x, const ag_rnn_args *args, ag_tensor **h_n);
 
 #ifdef __cplusplus
 }

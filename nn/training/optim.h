@@ -53,11 +53,11 @@ typedef struct {
     bool nesterov;       /* false */
 } ag_sgd_config;
 /* SGD(lr) with torch's defaults for the rest */
-ag_sgd_config ag_sgd_defaults(double lr);
+AG_API ag_sgd_config ag_sgd_defaults(double lr);
 /* torch.optim.SGD; state: momentum_buffer if momentum != 0. Each optimizer's state is a slab
  * per moment as large as the parameters'; one that cannot be allocated is reported (naming
  * the bytes) and the constructor returns NULL. */
-ag_optim *ag_sgd_new(ag_params *params, const ag_sgd_config *cfg);
+AG_API ag_optim *ag_sgd_new(ag_params *params, const ag_sgd_config *cfg);
 
 /* torch.optim.Adam's and AdamW's arguments */
 typedef struct {
@@ -68,31 +68,31 @@ typedef struct {
     bool amsgrad;        /* false */
 } ag_adam_config;
 /* torch.optim.Adam()'s defaults */
-ag_adam_config ag_adam_defaults(void);
+AG_API ag_adam_config ag_adam_defaults(void);
 /* torch.optim.AdamW()'s defaults (weight_decay 1e-2) */
-ag_adam_config ag_adamw_defaults(void);
+AG_API ag_adam_config ag_adamw_defaults(void);
 /* torch.optim.Adam; state: exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad. NULL cfg: the defaults. */
-ag_optim *ag_adam_new(ag_params *params, const ag_adam_config *cfg);
+AG_API ag_optim *ag_adam_new(ag_params *params, const ag_adam_config *cfg);
 /* torch.optim.AdamW; the same state. NULL cfg: ag_adamw_defaults(). */
-ag_optim *ag_adamw_new(ag_params *params, const ag_adam_config *cfg);
+AG_API ag_optim *ag_adamw_new(ag_params *params, const ag_adam_config *cfg);
 /* One update of every parameter from the gradient slab, with opt->lr. Parallel, thread-count independent. */
-void ag_optim_step(ag_optim *opt);
+AG_API void ag_optim_step(ag_optim *opt);
 /* Free the optimizer and its state slabs (not the parameters). */
-void ag_optim_free(ag_optim *opt);
+AG_API void ag_optim_free(ag_optim *opt);
 
 /* Number of state slabs opt keeps: 2 for Adam/AdamW (3 with amsgrad), 1 for SGD with momentum, else 0. */
-int ag_optim_state_count(const ag_optim *opt);
+AG_API int ag_optim_state_count(const ag_optim *opt);
 /* The i-th state slab's PyTorch state_dict name ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"),
  * its memory in *slab (numel elements of the params' dtype) when slab is non-NULL; NULL if none. */
-const char *ag_optim_state(const ag_optim *opt, int i, void **slab);
+AG_API const char *ag_optim_state(const ag_optim *opt, int i, void **slab);
 /* The state named name for parameter t, as a tensor of t's shape viewing the slab (header from
  * the current arena); NULL (reported) when opt has no such state or t is not one of its params. */
-ag_tensor *ag_optim_state_view(const ag_optim *opt, const char *name, const ag_tensor *t);
+AG_API ag_tensor *ag_optim_state_view(const ag_optim *opt, const char *name, const ag_tensor *t);
 
 /* torch.nn.utils.clip_grad_norm_(params, max_norm): total 2-norm of all gradients before
  * clipping (sum of squares in double, fixed order), then grads *= max_norm / (norm + 1e-6)
  * when that coefficient is < 1 (or NaN, as PyTorch's clamp propagates it). Returns NAN on misuse. */
-double ag_clip_grad_norm(ag_params *params, double max_norm);
+AG_API double ag_clip_grad_norm(ag_params *params, double max_norm);
 
 /* ---- learning-rate schedules: pure functions of the step (the update about to be taken,
  * counting from 1: pass opt->step + 1). Misuse reports and returns NAN. ---- */
@@ -124,9 +124,9 @@ typedef struct {
 } ag_lr_schedule_config;
 
 /* kind with base_lr and the defaults above */
-ag_lr_schedule_config ag_lr_schedule_defaults(ag_lr_kind kind, double base_lr);
+AG_API ag_lr_schedule_config ag_lr_schedule_defaults(ag_lr_kind kind, double base_lr);
 /* The rate for the update step (counting from 1), by the formulas above. */
-double ag_lr_schedule_at(const ag_lr_schedule_config *s, int64_t step);
+AG_API double ag_lr_schedule_at(const ag_lr_schedule_config *s, int64_t step);
 
 #ifdef __cplusplus
 }

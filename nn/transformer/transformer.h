@@ -63,7 +63,7 @@ typedef struct {
 } ag_transformer_config;
 
 /* torch's defaults: dim_feedforward 2048, dropout 0.1, relu, eps 1e-5, seq-first, post-norm */
-ag_transformer_config ag_transformer_defaults(int64_t d_model, int64_t nhead);
+AG_API ag_transformer_config ag_transformer_defaults(int64_t d_model, int64_t nhead);
 
 /* Masks and mode for every forward below; a layer reads the fields that concern it (an encoder
  * the src_* ones, a decoder the tgt_* and memory_* ones). Mask rules as in mha.h: bool True =
@@ -103,17 +103,17 @@ typedef struct {
  * order, initialised as torch (MultiheadAttention, Linear, LayerNorm defaults). Misuse (d_model
  * not divisible by nhead, dropout outside [0,1], ...) is reported; then self_attn.in_proj_weight
  * is NULL. */
-ag_transformer_encoder_layer_t ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
-                                                                const ag_transformer_config *cfg, ag_rng *rng);
-ag_transformer_decoder_layer_t ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
-                                                                const ag_transformer_config *cfg, ag_rng *rng);
+AG_API ag_transformer_encoder_layer_t ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
+                                                                       const ag_transformer_config *cfg, ag_rng *rng);
+AG_API ag_transformer_decoder_layer_t ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
+                                                                       const ag_transformer_config *cfg, ag_rng *rng);
 
 /* src (S,N,E), or (N,S,E) with batch_first, or (S,E) unbatched  ->  same shape */
-ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
-                                                const ag_transformer_args *args);
+AG_API ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
+                                                       const ag_transformer_args *args);
 /* tgt (T,N,E) / (N,T,E) / (T,E), memory (S,N,E) / (N,S,E) / (S,E)  ->  tgt's shape */
-ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
-                                                ag_tensor *memory, const ag_transformer_args *args);
+AG_API ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
+                                                       ag_tensor *memory, const ag_transformer_args *args);
 
 /* ---- stacks ------------------------------------------------------------------------------- */
 #define AG_TRANSFORMER_MAX_LAYERS 32
@@ -133,15 +133,17 @@ typedef struct {
 /* nn.TransformerEncoder(layer, num_layers, norm): layers "<prefix>.layers.N" and, with
  * final_norm, a LayerNorm(d_model, layer_norm_eps) "<prefix>.norm". As torch's _get_clones
  * deep-copies one layer, every layer starts with the same values (layer 0's). */
-ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
-                                                    int num_layers, bool final_norm, ag_rng *rng);
-ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
-                                                    int num_layers, bool final_norm, ag_rng *rng);
+AG_API ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix,
+                                                           const ag_transformer_config *cfg,
+                                                           int num_layers, bool final_norm, ag_rng *rng);
+AG_API ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *prefix,
+                                                           const ag_transformer_config *cfg,
+                                                           int num_layers, bool final_norm, ag_rng *rng);
 /* shapes as the layers' */
-ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_tensor *src,
-                                          const ag_transformer_args *args);
-ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
-                                          const ag_transformer_args *args);
+AG_API ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_tensor *src,
+                                                 const ag_transformer_args *args);
+AG_API ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
+                                                 const ag_transformer_args *args);
 
 /* ---- incremental decoding ------------------------------------------------------------------- */
 /* The decoder stack run one target position at a time, as in generation (fairseq's incremental
@@ -155,16 +157,16 @@ typedef struct ag_decoder_cache ag_decoder_cache;
 /* A cache for up to max_len positions, in the current arena (it lives as long as the arena's
  * contents; rewinding to a mark taken after this call keeps it). memory_key_padding_mask (N,S)
  * bool or float, or NULL. */
-ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_tensor *memory,
-                                       ag_tensor *memory_key_padding_mask, int64_t max_len);
+AG_API ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_tensor *memory,
+                                              ag_tensor *memory_key_padding_mask, int64_t max_len);
 /* x (N,E): the embedded target token at the next position  ->  (N,E), after the stack's final
  * norm if it has one. Reports (and returns NULL) with grad mode on or past max_len. */
-ag_tensor *ag_decoder_step(const ag_transformer_decoder_t *m, ag_decoder_cache *c, ag_tensor *x);
+AG_API ag_tensor *ag_decoder_step(const ag_transformer_decoder_t *m, ag_decoder_cache *c, ag_tensor *x);
 /* Row r of the cache becomes row rows[r] of it (beam search keeping, copying or dropping beams);
  * rows (N) i64. The positions fed so far stay. */
-void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows);
+AG_API void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows);
 /* positions fed so far */
-int64_t ag_decoder_cache_len(const ag_decoder_cache *c);
+AG_API int64_t ag_decoder_cache_len(const ag_decoder_cache *c);
 
 /* ---- nn.Transformer ------------------------------------------------------------------------ */
 typedef struct {
@@ -174,12 +176,12 @@ typedef struct {
 
 /* Encoder and decoder with final norms, then, as torch's _reset_parameters, every parameter
  * with more than one dim re-drawn xavier-uniform (so stacked layers no longer share values). */
-ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
-                                    int num_encoder_layers, int num_decoder_layers, ag_rng *rng);
+AG_API ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+                                           int num_encoder_layers, int num_decoder_layers, ag_rng *rng);
 /* src (S,N,E), tgt (T,N,E) (batch-first or unbatched likewise)  ->  (T,N,E): decoder(tgt,
  * encoder(src)) */
-ag_tensor *ag_transformer_forward(const ag_transformer_t *m, ag_tensor *src, ag_tensor *tgt,
-                                  const ag_transformer_args *args);
+AG_API ag_tensor *ag_transformer_forward(const ag_transformer_t *m, ag_tensor *src, ag_tensor *tgt,
+                                         const ag_transformer_args *args);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* The AVX2 + FMA kernels and their table (tensor/simd/kernels.h), each function compiled for
  * AVX2 alone (target attributes), so a build for any x86-64 carries them and tensor/cpu.c
  * decides at run time whether they run. Here: the GEMM's register tile, nonzero packing and
- * the Philox generator's draws and masks; the fused attention is tensor/simd/avx2_attention.c.
+ * the Philox generator's draws and masks.
  * The AVX-512 table (tensor/simd/avx512.c) uses this file's pack of a transposed B and its
  * uniform draws too. */
 #include <immintrin.h>
@@ -290,6 +290,4 @@ const ag__kernel_table ag__kernels_avx2 = {
     .rng_uniform = ag__rng_uniform_avx2,
     .rng_below64 = below64_avx2,
     .rng_path = "AVX2",
-    .attn_small_fwd = ag__attn_small_fwd_avx2,
-    .attn_small_bwd = ag__attn_small_bwd_avx2,
 };

@@ -1,10 +1,8 @@
 /* The AVX-512F kernels and their table (tensor/simd/kernels.h), each function compiled for
  * AVX-512 alone (target attributes), so a build for any x86-64 carries them and tensor/cpu.c
  * decides at run time whether they run. Here: the GEMM's register tile, nonzero packing (compress
- * and expand), the Philox masks, and which fused attention kernels take a head; the AVX-512
- * attention kernels are tensor/simd/avx512_attention.c. The table takes the rest from the AVX2
- * kernels, which every AVX-512 CPU runs: the GEMM's pack of a transposed B, the generator's
- * uniform draws and the fused attention of the heads the AVX-512 kernels do not take. */
+ * and expand) and the Philox masks. The table takes the rest from the AVX2 kernels, which every
+ * AVX-512 CPU runs: the GEMM's pack of a transposed B and the generator's uniform draws. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -166,24 +164,6 @@ static TARGET512 uint64_t below64_avx512(const uint32_t key[10][2], uint64_t blk
     return k;
 }
 
-/* ---- fused small attention: the AVX-512 kernels take a head of up to 16 live keys without
- * dropout, the AVX2 ones (whose products run on the 8×32 tile above) every other head of up
- * to AG_ATTN_AVX2_KEYS keys, measured faster there than the GEMM path ---- */
-
-static bool avx512_takes(const ag__attn_tile *t) { return t->n <= AG_ATTN_SMALL_KEYS && !t->keep; }
-
-static void attn_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
-    if (avx512_takes(t)) ag__attn_small_fwd_avx512(t, p, ldp, o, ldo);
-    else ag__attn_small_fwd_avx2(t, p, ldp, o, ldo);
-}
-
-static void attn_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo, float *dq,
-                     int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {
-    if (avx512_takes(t))
-        ag__attn_small_bwd_avx512(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
-    else ag__attn_small_bwd_avx2(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
-}
-
 const ag__kernel_table ag__kernels_avx512 = {
     .isa = AG_ISA_AVX512,
     .sgemm = &ag__sgemm_avx512,
@@ -193,6 +173,4 @@ const ag__kernel_table ag__kernels_avx512 = {
     .rng_uniform = ag__rng_uniform_avx2,
     .rng_below64 = below64_avx512,
     .rng_path = "AVX2 draws, AVX-512 masks",
-    .attn_small_fwd = attn_fwd,
-    .attn_small_bwd = attn_bwd,
 };

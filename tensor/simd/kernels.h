@@ -1,18 +1,19 @@
-/* The one table of vector kernels (tensor/cpu.c fills it once when the library is loaded) and
- * the types of its entries. Every caller of an intrinsics kernel goes through ag__kernels: the
- * GEMM driver (tensor/gemm.c), nonzero packing (tensor/nzpack.c), the generator's draws and
- * dropout masks (tensor/rng.c) and the fused small attention (nn/attention/attention.c). An
- * entry that is NULL (every one in the generic table) means: take the portable C path. The
- * kernels themselves live in tensor/simd/, named by ISA first: avx2.c and avx512.c (each ISA's
- * table, GEMM tile, nonzero packing and generator) and avx2_attention.c, avx512_attention.c
- * (the fused attention), compiled only with -Dsimd=true (the default) on x86-64. Installed
- * with op.h, which includes it: nn/attention calls the fused attention through the table. */
+/* The one table of tensor/'s vector kernels (tensor/cpu.c fills it once when the library is
+ * loaded, for the instruction set op.h's ag__isa_in_use tells) and the types of its entries.
+ * Every caller of an intrinsics kernel in tensor/ goes through ag__kernels: the GEMM driver
+ * (tensor/gemm.c), nonzero packing (tensor/nzpack.c), the generator's draws and dropout masks
+ * (tensor/rng.c). An entry that is NULL (every one in the generic table) means: take the
+ * portable C path. The kernels themselves live in tensor/simd/, named by ISA: avx2.c and
+ * avx512.c (each ISA's table, GEMM tile, nonzero packing and generator), compiled only with
+ * -Dsimd=true (the default) on x86-64. Private to tensor/: the fused attention kernels
+ * (nn/attention/simd/) pick their set by ag__isa_in_use and reach the GEMM tile through
+ * ag__sgemm_small (op.h). */
 #ifndef AG_SIMD_KERNELS_H
 #define AG_SIMD_KERNELS_H
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../cpu.h"
+#include "../op.h" /* ag__isa */
 
 /* ---- the GEMM's register tiles (the driver: tensor/gemm.c) ---- */
 
@@ -49,58 +50,6 @@ typedef struct {
 /* the largest mr·nr of any set (a tail tile's scratch) */
 #define AG_SGEMM_MAX_TILE (8 * 32)
 
-/* ---- fused small attention (the caller: nn/attention/attention.c) ----
- * One (b,h) of attention held in vector registers, for short key ranges. At head dim 16 and 16
- * keys every product of a head is 16×16×16: GEMM calls, their packing and a softmax pass over
- * memory cost more than the arithmetic. Here the live keys of a query row are the lanes of one
- * vector (the AVX-512 kernels: up to 16 keys, no dropout) or of up to 8 (the AVX2 kernels: up
- * to 64 keys, with dropout): scores, mask, softmax and P·V of a head never leave registers and
- * a stack buffer, and the backward is fused the same way. f32 only. The AVX-512 table runs its
- * own kernels where they fit and the AVX2 ones (with the AVX-512 GEMM tile for their products)
- * for the other heads, measured faster there than the GEMM path. f64, and the generic table,
- * take the GEMM path of nn/attention/attention.c. */
-
-/* the limits of the fused kernels: live keys (AVX-512: the 16 lanes of one vector; AVX2: up to
- * 8 vectors a row), head dims and query rows */
-#define AG_ATTN_SMALL_KEYS 16
-#define AG_ATTN_AVX2_KEYS 64
-#define AG_ATTN_SMALL_DIM 64
-#define AG_ATTN_SMALL_ROWS 64
-
-/* One (b,h): Q (L,Dh), K (n,Dh), V (n,Dv), row-major with unit-stride rows and leading
- * dimensions ldq, ldk, ldv; n in 1..AG_ATTN_AVX2_KEYS live keys (the keys from n on are
- * masked for every query). The mask of query row i is madd + i·madd_ld (n floats added to the
- * scaled scores, NULL for none; madd_ld 0: one row for all) and the bits dead[i·dead_ld] (bit j
- * set: key j is -inf; keys from n on always are). L and Dh, Dv up to the limits above.
- * Dropout (the AVX2 kernels only: the AVX-512 table sends a tile with keep there): keep
- * non-NULL gives the keep bytes of row i at keep + i·ldkeep; P V and the backward use
- * P·keep·keep_scale, P itself is what is written out. */
-typedef struct {
-    int64_t L, n, Dh, Dv;
-    const float *q, *k, *v;
-    int64_t ldq, ldk, ldv;
-    float alpha; /* the scale of QKᵀ */
-    const float *madd;
-    int64_t madd_ld;
-    const uint64_t *dead;
-    int64_t dead_ld;
-    const uint8_t *keep;
-    int64_t ldkeep;
-    float keep_scale;
-} ag__attn_tile;
-
-/* P (L rows, ldp >= n apart; columns n..S-1 of each row zeroed, S = ldp) = softmax(alpha Q Kᵀ
- * + mask), a row with no live key all zeros; O (L,Dv), ldo = P V (with dropout Pd V) */
-typedef void ag__attn_small_fwd_fn(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo);
-/* from P (as written above) and dO (L,Dv): dV += Pᵀ dO, dS = P*(dO Vᵀ - rowsum(P * dO Vᵀ)),
- * (with dropout Pd for P in dV, and dO Vᵀ times keep·keep_scale), dQ += alpha dS K, dK +=
- * alpha dSᵀ Q; each of dq, dk, dv NULL when not wanted. With assign_S > 0 they are assigned
- * (=, old contents never read) instead, and rows n..assign_S-1 of dK and dV (the masked keys)
- * set to zero. */
-typedef void ag__attn_small_bwd_fn(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout,
-                                   int64_t lddo, float *dq, int64_t lddq, float *dk, int64_t lddk, float *dv,
-                                   int64_t lddv, int64_t assign_S);
-
 /* ---- the table ---- */
 
 typedef struct {
@@ -119,8 +68,6 @@ typedef struct {
      * key[r] the round keys (tensor/simd/philox.h) */
     uint64_t (*rng_below64)(const uint32_t key[10][2], uint64_t blk, uint64_t t);
     const char *rng_path; /* which vector paths the generator runs, for tests' messages */
-    ag__attn_small_fwd_fn *attn_small_fwd;
-    ag__attn_small_bwd_fn *attn_small_bwd;
 } ag__kernel_table;
 
 /* the table in use (tensor/cpu.c): the generic one until the library's constructor has chosen */
@@ -134,8 +81,6 @@ const ag__kernel_table *ag__kernels_for(ag__isa isa);
  * when ag__kernels_for says the CPU has its ISA */
 extern const ag__kernel_table ag__kernels_avx2, ag__kernels_avx512;
 extern const ag__sgemm_kernels ag__sgemm_avx2, ag__sgemm_avx512;
-ag__attn_small_fwd_fn ag__attn_small_fwd_avx2, ag__attn_small_fwd_avx512;
-ag__attn_small_bwd_fn ag__attn_small_bwd_avx2, ag__attn_small_bwd_avx512;
 /* the AVX2 kernels the AVX-512 table uses too */
 ag__pack_bt_blocks_fn ag__pack_bt_blocks_avx2;
 void ag__rng_uniform_avx2(uint64_t seed, uint64_t counter, int64_t n, double *out);

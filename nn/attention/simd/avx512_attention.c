@@ -1,5 +1,5 @@
-/* The fused small-attention kernels (tensor/simd/kernels.h) for AVX-512F; the AVX2 ones are
- * tensor/simd/avx2_attention.c, and tensor/simd/avx512.c says which of the two takes a head.
+/* The fused small-attention kernels (nn/attention/simd/kernels.h) for AVX-512F, and the AVX-512
+ * set, which says which of them or the AVX2 ones (avx2_attention.c) takes a head.
  * Layout: the keys of a query row are the 16 lanes of a vector, so
  *   scores  s_i = Σ_d Q[i][d] · Kᵀ[d]        (Kᵀ: K transposed once per head, 16 lanes a row)
  *   softmax over the lanes of s_i            (two horizontal reductions per row)
@@ -235,3 +235,27 @@ TARGET void ag__attn_small_bwd_avx512(const ag__attn_tile *t, const float *p, in
     }
     if (dk) keys_by_columns(ds, KEYS, 0xFFFF, t->q, t->ldq, L, Dh, n, al, dk, lddk, assign_S);
 }
+
+/* The AVX-512 set: its own kernels take a head of up to 16 live keys without dropout, the AVX2
+ * ones (whose products run on the AVX-512 GEMM tile) every other head of up to
+ * AG_ATTN_AVX2_KEYS keys, measured faster there than the GEMM path */
+
+static bool avx512_takes(const ag__attn_tile *t) { return t->n <= AG_ATTN_SMALL_KEYS && !t->keep; }
+
+static void attn_fwd(const ag__attn_tile *t, float *p, int64_t ldp, float *o, int64_t ldo) {
+    if (avx512_takes(t)) ag__attn_small_fwd_avx512(t, p, ldp, o, ldo);
+    else ag__attn_small_fwd_avx2(t, p, ldp, o, ldo);
+}
+
+static void attn_bwd(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout, int64_t lddo, float *dq,
+                     int64_t lddq, float *dk, int64_t lddk, float *dv, int64_t lddv, int64_t assign_S) {
+    if (avx512_takes(t))
+        ag__attn_small_bwd_avx512(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
+    else ag__attn_small_bwd_avx2(t, p, ldp, dout, lddo, dq, lddq, dk, lddk, dv, lddv, assign_S);
+}
+
+const ag__attn_kernels ag__attn_kernels_avx512 = {
+    .isa = AG_ISA_AVX512,
+    .fwd = attn_fwd,
+    .bwd = attn_bwd,
+};

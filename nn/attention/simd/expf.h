@@ -1,11 +1,11 @@
-/* The vector forms of ag__expf (tensor/fastmath.h), one per ISA: its constants and its steps in
- * the same order, the multiply-adds fused. For the fused attention's softmax
- * (tensor/simd/avx2_attention.c, tensor/simd/avx512_attention.c). Internal. */
+/* The vector forms of ag__expf (tensor/fastmath.h, through op.h), one per ISA: its constants
+ * and its steps in the same order, the multiply-adds fused. For the fused attention's softmax
+ * (avx2_attention.c, avx512_attention.c). Internal. */
 #ifndef AG_SIMD_EXPF_H
 #define AG_SIMD_EXPF_H
 #include <immintrin.h>
 
-#include "../fastmath.h"
+#include "../../../tensor/op.h"
 
 /* ag__expf on 8 lanes, the same steps: 0 below -87.33 (and for -inf) */
 static inline __attribute__((target("avx2,fma"))) __m256 ag__expf_avx2(__m256 x) {

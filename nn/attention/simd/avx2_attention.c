@@ -1,9 +1,9 @@
-/* The fused small-attention kernels (tensor/simd/kernels.h) for AVX2 + FMA: the same math and
- * masking as the AVX-512 kernels of tensor/simd/avx512_attention.c, for up to 64 live keys (a
- * query row in up to 8 vectors) and with dropout; the AVX-512 table runs them too, for the heads
- * its own kernels do not take. Every product is the unpacked register tile of the GEMM kernel
- * set in use (AVX2's 6×16, AVX-512's 8×32 on such a CPU), A read through two strides so that
- * it serves A and Aᵀ:
+/* The fused small-attention kernels (nn/attention/simd/kernels.h) for AVX2 + FMA: the same math
+ * and masking as the AVX-512 kernels of avx512_attention.c, for up to 64 live keys (a query row
+ * in up to 8 vectors) and with dropout; the AVX-512 set runs them too, for the heads its own
+ * kernels do not take. Every product is the GEMM's small path (op.h's ag__sgemm_small: the
+ * unpacked register tile of the set in use, AVX2's 6×16 or AVX-512's 8×32 on such a CPU), A or
+ * Aᵀ read in place:
  *   forward   scores = Q Kᵀ (Kᵀ transposed once per head), row softmax, O = Pd V
  *   backward  dV = Pdᵀ dO, dP = dropout'(dO Vᵀ), dS = P*(dP - rowsum(P*dP)), dQ = α dS K,
  *             dK = α dSᵀ Q
@@ -15,7 +15,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "avx2.h"
 #include "expf.h"
 #include "kernels.h"
 
@@ -23,15 +22,41 @@
 
 #define TARGET __attribute__((target("avx2,fma")))
 
+/* Two AVX2 helpers as tensor/simd/avx2.h has them for the GEMM (that header is private to
+ * tensor/): lanes < n of an 8-lane mask (n clamped to 0..8), for masked loads and stores of a
+ * row's tail, and an 8×8 block transposed in registers. */
+static inline TARGET __m256i first8(int64_t n) {
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline TARGET void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
 /* the first c (<= 8) floats at x, the rest zero, never touching memory past them */
 static inline TARGET __m256 load_n(const float *x, int64_t c) {
     if (c >= 8) return _mm256_loadu_ps(x);
-    return c > 0 ? _mm256_maskload_ps(x, ag__avx2_first(c)) : _mm256_setzero_ps();
+    return c > 0 ? _mm256_maskload_ps(x, first8(c)) : _mm256_setzero_ps();
 }
 
 static inline TARGET void store_n(float *x, int64_t c, __m256 v) {
     if (c >= 8) _mm256_storeu_ps(x, v);
-    else if (c > 0) _mm256_maskstore_ps(x, ag__avx2_first(c), v);
+    else if (c > 0) _mm256_maskstore_ps(x, first8(c), v);
 }
 
 /* every lane the max (sum) of the 8 */
@@ -47,19 +72,6 @@ static inline TARGET __m256 hsum8(__m256 m) {
     return _mm256_add_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
 }
 
-/* out[r][c] = scale·acc (assign) or out[r][c] + scale·acc, acc = Σ_{k<K} A[r·ars + k·aks] ·
- * Y[k·ldy + c], for rows r < R and columns c < D (out: ldo apart): the in-use GEMM set's
- * unpacked register tile over the whole product. Each element sums over k in order. */
-static void mac(int64_t R, int64_t K, int64_t D, const float *a, int64_t ars, int64_t aks, const float *y,
-                int64_t ldy, float scale, bool assign, float *out, int64_t ldo) {
-    const ag__sgemm_kernels *G = ag__kernels->sgemm;
-    if (!G) G = &ag__sgemm_avx2; /* AG_ISA=generic: never called so, but tests may */
-    for (int64_t c = 0; c < D; c += G->nr)
-        for (int64_t r = 0; r < R; r += G->mr)
-            G->small_tile(K, a + r * ars, ars, aks, R - r < G->mr ? R - r : G->mr, y + c, ldy,
-                          D - c < G->nr ? D - c : G->nr, out + r * ldo + c, ldo, scale, !assign, NULL);
-}
-
 /* xt[d·w + j] = X[j][d] for d < D, j < w (a multiple of 8), zero for j >= n (X: n rows, ld
  * apart), in 8×8 blocks */
 static TARGET void transpose_rows(const float *x, int64_t ld, int64_t n, int64_t D, int64_t w, float *xt) {
@@ -68,7 +80,7 @@ static TARGET void transpose_rows(const float *x, int64_t ld, int64_t n, int64_t
             __m256 r[8];
             for (int i = 0; i < 8; i++)
                 r[i] = j0 + i < n ? load_n(x + (j0 + i) * ld + d0, D - d0) : _mm256_setzero_ps();
-            ag__avx2_transpose8(r);
+            transpose8(r);
             for (int i = 0; i < 8 && d0 + i < D; i++) _mm256_store_ps(xt + (d0 + i) * w + j0, r[i]);
         }
 }
@@ -159,7 +171,7 @@ TARGET void ag__attn_small_fwd_avx2(const ag__attn_tile *t, float *p, int64_t ld
     float s[AG_ATTN_SMALL_ROWS * KEYS] __attribute__((aligned(32))); /* the scores, then P, then P after dropout */
     int64_t L = t->L, n = t->n, Dh = t->Dh, Dv = t->Dv, w = width(n);
     transpose_rows(t->k, t->ldk, n, Dh, w, kt);
-    mac(L, Dh, w, t->q, t->ldq, 1, kt, w, 1.0f, true, s, w);
+    ag__sgemm_small(false, L, w, Dh, 1.0f, t->q, t->ldq, kt, w, false, s, w);
     switch (w / 8) {
     case 1: softmax_rows(1, t, s, p, ldp); break;
     case 2: softmax_rows(2, t, s, p, ldp); break;
@@ -171,7 +183,7 @@ TARGET void ag__attn_small_fwd_avx2(const ag__attn_tile *t, float *p, int64_t ld
     default: softmax_rows(8, t, s, p, ldp); break;
     }
     if (t->keep) drop_rows(s, w, t);
-    mac(L, n, Dv, s, w, 1, t->v, t->ldv, 1.0f, true, o, ldo);
+    ag__sgemm_small(false, L, Dv, n, 1.0f, s, w, t->v, t->ldv, false, o, ldo);
 }
 
 TARGET void ag__attn_small_bwd_avx2(const ag__attn_tile *t, const float *p, int64_t ldp, const float *dout,
@@ -185,15 +197,15 @@ TARGET void ag__attn_small_bwd_avx2(const ag__attn_tile *t, const float *p, int6
         if (t->keep) { /* dV = Pdᵀ dO with Pd the probabilities after dropout */
             for (int64_t i = 0; i < L; i++) memcpy(ds + i * w, p + i * ldp, sizeof(float) * (size_t)n);
             drop_rows(ds, w, t);
-            mac(n, L, Dv, ds, 1, w, dout, lddo, 1.0f, assign, dv, lddv);
+            ag__sgemm_small(true, n, Dv, L, 1.0f, ds, w, dout, lddo, !assign, dv, lddv);
         } else {
-            mac(n, L, Dv, p, 1, ldp, dout, lddo, 1.0f, assign, dv, lddv);
+            ag__sgemm_small(true, n, Dv, L, 1.0f, p, ldp, dout, lddo, !assign, dv, lddv);
         }
         zero_rows(dv, lddv, n, assign_S, Dv);
     }
     if (!dq && !dk) return;
     transpose_rows(t->v, t->ldv, n, Dv, w, vt);
-    mac(L, Dv, w, dout, lddo, 1, vt, w, 1.0f, true, ds, w);
+    ag__sgemm_small(false, L, w, Dv, 1.0f, dout, lddo, vt, w, false, ds, w);
     if (t->keep) drop_rows(ds, w, t);
     for (int64_t i = 0; i < L; i++) {
         float *di = ds + i * w;
@@ -206,9 +218,9 @@ TARGET void ag__attn_small_bwd_avx2(const ag__attn_tile *t, const float *p, int6
             _mm256_store_ps(di + 8 * c,
                             _mm256_mul_ps(load_n(pi + 8 * c, n - 8 * c), _mm256_sub_ps(_mm256_load_ps(di + 8 * c), dot)));
     }
-    if (dq) mac(L, n, Dh, ds, w, 1, t->k, t->ldk, t->alpha, assign, dq, lddq);
+    if (dq) ag__sgemm_small(false, L, Dh, n, t->alpha, ds, w, t->k, t->ldk, !assign, dq, lddq);
     if (dk) {
-        mac(n, L, Dh, ds, 1, w, t->q, t->ldq, t->alpha, assign, dk, lddk);
+        ag__sgemm_small(true, n, Dh, L, t->alpha, ds, w, t->q, t->ldq, !assign, dk, lddk);
         zero_rows(dk, lddk, n, assign_S, Dh);
     }
 }
