@@ -38,9 +38,8 @@ static bool grow(void **p, int64_t *cap, int64_t need, size_t el) {
     return true;
 }
 
-/* Length of the well-formed UTF-8 sequence at s (n bytes left) and its code point; 0 when
- * malformed (overlong forms, surrogates and values above U+10FFFF are malformed too). */
-static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
+/* the UTF-8 sequence at s and its code point, 0 when malformed (declared in data_internal.h) */
+int tr__utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
     unsigned c = s[0];
     int len;
     uint32_t v, min;
@@ -88,7 +87,7 @@ static int check_line(const char *buf, size_t len, char *why, size_t whysz) {
     size_t tab = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;
-        int l = utf8_next(u + i, len - i, &cp);
+        int l = tr__utf8_next(u + i, len - i, &cp);
         if (l == 0) return snprintf(why, whysz, "invalid UTF-8 at byte %zu (0x%02X)", i + 1, u[i]), TR_BAD_UTF8;
         if (cp == 0) return snprintf(why, whysz, "NUL byte at byte %zu", i + 1), TR_BAD_UTF8;
         if (cp == '\t' && tabs++ == 0) tab = i;
@@ -101,7 +100,7 @@ static int check_line(const char *buf, size_t len, char *why, size_t whysz) {
         bool blank = true;
         while (blank && i < end) {
             uint32_t cp;
-            i += (size_t)utf8_next(u + i, end - i, &cp);
+            i += (size_t)tr__utf8_next(u + i, end - i, &cp);
             blank = is_space(cp);
         }
         if (blank) return snprintf(why, whysz, "empty %s side", side ? "target" : "source"), TR_BAD_EMPTY;
@@ -283,7 +282,7 @@ static bool next_token(const char *s, size_t n, size_t *pos, tr_tok_mode mode, t
     uint32_t cp = 0;
     int l = 0;
     for (; i < n; i += (size_t)l) { /* skip whitespace (in TR_CHARS it is a token) */
-        l = utf8_next(u + i, n - i, &cp);
+        l = tr__utf8_next(u + i, n - i, &cp);
         if (l == 0 || !is_space(cp) || mode == TR_CHARS) break;
     }
     if (i >= n) return *pos = n, false;
@@ -295,7 +294,7 @@ static bool next_token(const char *s, size_t n, size_t *pos, tr_tok_mode mode, t
             return *pos = i, true;
         }
     } else {
-        while (i < n && (l = utf8_next(u + i, n - i, &cp)) && !is_space(cp) && !is_punct(cp)) i += (size_t)l;
+        while (i < n && (l = tr__utf8_next(u + i, n - i, &cp)) && !is_space(cp) && !is_punct(cp)) i += (size_t)l;
     }
     *tok = (tr_span){s + start, (int)(i - start)};
     *pos = i;
@@ -548,7 +547,7 @@ int tr_vocab_from_string(tr_vocab *v, const char *s, const char *name, char *err
         const char *bad = NULL;
         uint32_t cp = 0;
         for (int i = 0; i < list[k].len && !bad;) {
-            int l = utf8_next(u + i, (size_t)(list[k].len - i), &cp);
+            int l = tr__utf8_next(u + i, (size_t)(list[k].len - i), &cp);
             if (!l) bad = "invalid UTF-8";
             else if (cp == '\r' || cp == '\t' || cp == 0) bad = "a tab or carriage return in a token";
             i += l;

@@ -418,8 +418,8 @@ void translate_sentences(trained *t, const char *const *in, int n, int beam, dou
         translate_ids(t, in + at, k, beam, length_penalty, hyp);
         for (int i = 0; i < k; i++) {
             size_t need = tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, NULL, 0) + 1;
-            out[at + i] = malloc(need);
-            tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, out[at + i], need);
+            if ((out[at + i] = malloc(need))) /* NULL: out of memory, the caller says so */
+                tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, out[at + i], need);
         }
     }
     free(hyp);
