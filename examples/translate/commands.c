@@ -100,8 +100,15 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)W);
     translate_ids(t, &sentence, 1, 1, 0.0, hyp);
     size_t need = tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, NULL, 0) + 1;
-    char *out = malloc(need);
-    tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, out, need);
+    char *raw = malloc(need), *out = NULL;
+    if (raw) tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, raw, need);
+    if (raw) out = tr_text_clean_dup(raw, strlen(raw), TR_TEXT_LINE); /* as translate prints it */
+    free(raw);
+    if (!out) {
+        free(hyp);
+        snprintf(msg, msgsize, "%s: out of memory", path);
+        return false;
+    }
     int T = tr_ids_len(hyp, (int)W);
     if (T > ATTN_MAX - 1) T = ATTN_MAX - 1;
     tgt[0] = TR_BOS;

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data.h"
+
 /* ---- text ---------------------------------------------------------------------------- */
 /* What tr_text_clean makes of s. The control characters are C0 (U+0000-U+001F: tab, newline,
  * carriage return and form feed among them), DEL (U+007F), C1 (U+0080-U+009F) and the line and
