@@ -142,6 +142,34 @@ static const char *EVAL_USAGE =
     "Loss (teacher-forced cross entropy per target token), exact match and corpus BLEU-4 of a checkpoint\n"
     "on a TSV file, in one line: \"FILE: N pairs, loss L, greedy exact match E%, BLEU B\".";
 
+/* Decode every source sentence of c and compare its ids with the reference text's, as train
+ * does (the text would not do: "<unk>" reads back as three tokens), into s; false when out of
+ * memory. */
+static bool eval_translations(trained *t, const tr_corpus *c, int beam, tr_bleu_stats *s) {
+    enum { PART = 64 };
+    int64_t W = translate_width(t), *r = NULL;
+    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(PART * W));
+    int rcap = 0;
+    bool oom = !hyp;
+    for (int64_t at = 0; at < c->n && !oom; at += PART) {
+        int k = c->n - at < PART ? (int)(c->n - at) : PART;
+        translate_ids(t, (const char *const *)c->src + at, k, beam, 0.6, hyp);
+        for (int i = 0; i < k && !oom; i++) {
+            /* the whole reference, however long the reader let it be */
+            int rn = tr_vocab_encode(&t->tgt, c->tgt[at + i], t->mode, NULL, 0);
+            if (rn > rcap) {
+                int64_t *more = realloc(r, sizeof(int64_t) * (size_t)rn);
+                if (!(oom = !more)) r = more, rcap = rn;
+            }
+            if (!oom) tr_vocab_encode(&t->tgt, c->tgt[at + i], t->mode, r, rn);
+            if (!oom) tr_bleu_add_ids(s, hyp + i * W, tr_ids_len(hyp + i * W, (int)W), r, rn);
+        }
+    }
+    free(hyp);
+    free(r);
+    return !oom;
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL;
     int64_t beam = 1;
@@ -177,31 +205,8 @@ int cmd_eval(int argc, char **argv) {
     }
     char note[1024];
     if (tr_corpus_skip_summary(&c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: %s: %s\n", data, note);
-    /* decode every source sentence and compare its ids with the reference text's, as train does
-     * (the text would not do: "<unk>" reads back as three tokens) */
-    enum { PART = 64 };
-    int64_t W = translate_width(&t), *r = NULL;
-    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(PART * W));
-    int rcap = 0;
-    bool oom = !hyp;
     tr_bleu_stats s = {0};
-    for (int64_t at = 0; at < c.n && !oom; at += PART) {
-        int k = c.n - at < PART ? (int)(c.n - at) : PART;
-        translate_ids(&t, (const char *const *)c.src + at, k, (int)beam, 0.6, hyp);
-        for (int i = 0; i < k && !oom; i++) {
-            /* the whole reference, however long the reader let it be */
-            int rn = tr_vocab_encode(&t.tgt, c.tgt[at + i], t.mode, NULL, 0);
-            if (rn > rcap) {
-                int64_t *more = realloc(r, sizeof(int64_t) * (size_t)rn);
-                if (!(oom = !more)) r = more, rcap = rn;
-            }
-            if (!oom) tr_vocab_encode(&t.tgt, c.tgt[at + i], t.mode, r, rn);
-            if (!oom) tr_bleu_add_ids(&s, hyp + i * W, tr_ids_len(hyp + i * W, (int)W), r, rn);
-        }
-    }
-    free(hyp);
-    free(r);
-    if (oom) {
+    if (!eval_translations(&t, &c, (int)beam, &s)) {
         fprintf(stderr, "attograd-translate: out of memory evaluating %s\n", data);
         tr_corpus_free(&c);
         trained_free(&t);
