@@ -99,10 +99,10 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
     int64_t W = translate_width(t);
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)W);
     translate_ids(t, &sentence, 1, 1, 0.0, hyp);
-    size_t need = tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, NULL, 0) + 1;
-    char *raw = malloc(need), *out = NULL;
-    if (raw) tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, raw, need);
-    if (raw) out = tr_text_clean_dup(raw, strlen(raw), TR_TEXT_LINE); /* as translate prints it */
+    size_t len = tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, NULL, 0);
+    char *raw = malloc(len + 1), *out = NULL;
+    if (raw) tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, raw, len + 1);
+    if (raw) out = tr_text_clean_dup(raw, len, TR_TEXT_LINE); /* as translate prints it */
     free(raw);
     if (!out) {
         free(hyp);
@@ -302,13 +302,8 @@ static int translate_print(const translator *x, const input_line *in, int n) {
     }
     if (!oom) translate_sentences(x->t, todo, k, x->beam, x->alpha, out);
     for (int i = 0, j = 0; i < n && !oom; i++) {
-        char *clean = NULL;
-        if (text[i]) {
-            const char *o = out[j++];
-            oom = !o || !(clean = tr_text_clean_dup(o, strlen(o), TR_TEXT_LINE));
-        }
-        if (!oom) printf("%s\n", clean ? clean : "");
-        free(clean);
+        const char *line = text[i] ? out[j++] : "";
+        if (!(oom = !line)) printf("%s\n", line);
     }
     for (int i = 0; i < n && text; i++) free(text[i]);
     for (int j = 0; j < k; j++) free(out[j]);

@@ -50,6 +50,14 @@ double evaluate_loss(model *m, const tr_dataset *d) {
     return tokens ? sum / (double)tokens : NAN;
 }
 
+/* the text of n ids into out (size bytes) as translate prints it: one line, control characters
+ * dropped; the decoded length counts, since a byte piece may decode to NUL */
+static void sample_text(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mode mode, char *out, size_t size) {
+    char raw[512];
+    size_t len = tr_vocab_decode(v, ids, n, mode, raw, sizeof raw);
+    tr_text_clean(raw, len < sizeof raw ? len : sizeof raw - 1, TR_TEXT_LINE, out, size);
+}
+
 eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const tr_vocab *tgt_v, tr_tok_mode mode,
                      int beam, int64_t max_pairs, int samples, FILE *f) {
     eval_result r = {0};
@@ -81,13 +89,10 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_vocab *src_v, const
             const int64_t *h = hyp + i * W, *ref = bt.tgt_out + (int64_t)i * bt.Lt;
             tr_bleu_add_ids(&bleu, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt));
             if (f && shown < samples) {
-                char raw[3][512], s[512], t[512], rf[512]; /* each one line, as translate prints it */
-                tr_vocab_decode(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, raw[0], sizeof raw[0]);
-                tr_vocab_decode(tgt_v, h, (int)W, mode, raw[1], sizeof raw[1]);
-                tr_vocab_decode(tgt_v, ref, bt.Lt, mode, raw[2], sizeof raw[2]);
-                tr_text_clean(raw[0], strlen(raw[0]), TR_TEXT_LINE, s, sizeof s);
-                tr_text_clean(raw[1], strlen(raw[1]), TR_TEXT_LINE, t, sizeof t);
-                tr_text_clean(raw[2], strlen(raw[2]), TR_TEXT_LINE, rf, sizeof rf);
+                char s[512], t[512], rf[512]; /* each one line, as translate prints it */
+                sample_text(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
+                sample_text(tgt_v, h, (int)W, mode, t, sizeof t);
+                sample_text(tgt_v, ref, bt.Lt, mode, rf, sizeof rf);
                 if (strcmp(t, rf) == 0) fprintf(f, "  %s  ->  %s\n", s, t);
                 else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, t, rf);
                 shown++;
