@@ -235,7 +235,8 @@ int cmd_eval(int argc, char **argv) {
 }
 
 static const char *TRANSLATE_USAGE =
-    "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [SENTENCE ...]\n"
+    "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [--max-input-tokens N]\n"
+    "       [SENTENCE ...]\n"
     "Translates the sentences given as arguments, or else each line of stdin as soon as it is read,\n"
     "one line out per sentence. A word the model does not know is named on stderr and read as <unk>.\n"
     "An empty line, and a line over the --max-input-tokens limit (said on stderr), get an empty line.";
