@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -103,7 +104,14 @@ double tt_now(void) {
 
 pid_t tt_spawn(const char *const *args, const int fds[3]) {
     const char *argv[64];
+    char limit[80];
     int n = 0;
+    if (tt.as_limit_kib > 0) { /* a shell sets the limit for the program it then becomes */
+        snprintf(limit, sizeof limit, "ulimit -v %ld && exec \"$0\" \"$@\"", tt.as_limit_kib);
+        argv[n++] = "sh";
+        argv[n++] = "-c";
+        argv[n++] = limit;
+    }
     argv[n++] = tt.bin;
     for (; *args; args++) {
         assert_true(n < 63);
@@ -114,7 +122,7 @@ pid_t tt_spawn(const char *const *args, const int fds[3]) {
     posix_spawn_file_actions_init(&fa);
     for (int i = 0; i < 3; i++) posix_spawn_file_actions_adddup2(&fa, fds[i], i);
     pid_t pid;
-    int rc = posix_spawn(&pid, tt.bin, &fa, NULL, (char *const *)argv, environ);
+    int rc = posix_spawn(&pid, tt.as_limit_kib > 0 ? "/bin/sh" : tt.bin, &fa, NULL, (char *const *)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) fail_msg("cannot start %s: %s", tt.bin, strerror(rc));
     return pid;
@@ -122,14 +130,16 @@ pid_t tt_spawn(const char *const *args, const int fds[3]) {
 
 int tt_wait(pid_t pid, double timeout) {
     int ws, got;
+    struct rusage ru = {0};
     double t0 = tt_now();
-    while ((got = waitpid(pid, &ws, WNOHANG)) == 0 && tt_now() - t0 < timeout)
+    while ((got = wait4(pid, &ws, WNOHANG, &ru)) == 0 && tt_now() - t0 < timeout)
         nanosleep(&(struct timespec){0, 5000000}, NULL);
     if (got == 0) {
         kill(pid, SIGKILL);
         waitpid(pid, &ws, 0);
         fail_msg("%s did not finish within %.0f s", tt.bin, timeout);
     }
+    tt.maxrss_kib = ru.ru_maxrss;
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 

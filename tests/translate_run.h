@@ -9,9 +9,11 @@
 #include <sys/types.h>
 
 typedef struct {
-    const char *bin; /* AG_TRANSLATE_BIN */
-    char dir[256];   /* the temporary directory */
-    char *out, *err; /* stdout and stderr of the last finished run */
+    const char *bin;    /* AG_TRANSLATE_BIN */
+    char dir[256];      /* the temporary directory */
+    char *out, *err;    /* stdout and stderr of the last finished run */
+    long as_limit_kib;  /* > 0: runs start under `ulimit -v` of this many KiB (RLIMIT_AS) */
+    long maxrss_kib;    /* peak resident memory of the last run tt_wait waited for */
 } tt_harness;
 extern tt_harness tt;
 
@@ -39,8 +41,8 @@ double tt_now(void);
 /* Start tt.bin with args (NULL-terminated); fds[0..2] become its stdin, stdout and stderr (the
  * caller closes its own copies). */
 pid_t tt_spawn(const char *const *args, const int fds[3]);
-/* pid's exit status, or 128 + the signal that ended it (as a shell reports it); killed, and the
- * test failed, after timeout seconds */
+/* pid's exit status, or 128 + the signal that ended it (as a shell reports it), and its peak
+ * memory in tt.maxrss_kib; killed, and the test failed, after timeout seconds */
 int tt_wait(pid_t pid, double timeout);
 /* Start tt.bin with args, stdin from stdin_text (NULL: /dev/null), stdout and stderr into
  * tt.dir/stdout.txt and tt.dir/stderr.txt. */

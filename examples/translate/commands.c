@@ -7,6 +7,7 @@
 
 #include "metrics.h"
 #include "svg.h"
+#include "textio.h"
 #include "train_internal.h"
 #include "translate.h"
 
@@ -14,18 +15,33 @@
 static const opt_range DECODE_RANGES[] = {
     {"--beam", 1, 64, false, false, NULL},
     {"--length-penalty", 0, INFINITY, false, false, NULL},
+    {"--max-input-tokens", 1, 65536, false, false, NULL},
     {NULL, 0, 0, false, false, NULL},
 };
 
+/* stdout flushed; false (status 1) after saying on stderr why it cannot be written */
+static bool stdout_ok(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return true;
+    fprintf(stderr, "attograd-translate: writing stdout: %s\n", errno ? strerror(errno) : "write error");
+    return false;
+}
+
+/* what the model's source tokens are called in messages */
+static const char *unit_name(const trained *t) {
+    return t->mode == TR_SPM ? "piece" : t->mode == TR_CHARS ? "character" : "word";
+}
+
 /* What the model will not read as given, on stderr after where ("stdin:3: ", or ""): the tokens
  * of sentence that the source vocabulary lacks, in one line, each named once (the model reads
- * them as <unk>), and the tokens past the first reads (what the model's positions allow). */
+ * them as <unk>; control characters and invalid UTF-8 as \xNN), and the tokens past the first
+ * reads (what the model's positions allow). */
 static void report_input(const trained *t, const char *sentence, int reads, const char *where) {
     enum { MAXTOK = 1024 };
     int64_t ids[MAXTOK];
     bool spm = t->mode == TR_SPM;
     int total = tr_vocab_encode(&t->src, sentence, t->mode, ids, MAXTOK);
-    const char *unit = spm ? "piece" : t->mode == TR_CHARS ? "character" : "word";
+    const char *unit = unit_name(t);
     if (total > reads)
         fprintf(stderr, "attograd-translate: %s%d %ss: the model reads the first %d (it was trained with --max-len "
                         "%lld)\n", where, total, unit, reads, (long long)t->max_len);
@@ -52,8 +68,9 @@ static void report_input(const trained *t, const char *sentence, int reads, cons
         for (int j = 0; j < i && !again; j++)
             again = tok[j].len == tok[i].len && memcmp(tok[j].s, tok[i].s, (size_t)tok[i].len) == 0;
         if (again) continue;
-        if (at < sizeof list)
-            at += (size_t)snprintf(list + at, sizeof list - at, "%s'%.*s'", unknown ? ", " : "", tok[i].len, tok[i].s);
+        char shown[256];
+        tr_text_clean(tok[i].s, (size_t)tok[i].len, TR_TEXT_ESCAPED, shown, sizeof shown);
+        if (at < sizeof list) at += (size_t)snprintf(list + at, sizeof list - at, "%s'%s'", unknown ? ", " : "", shown);
         unknown++;
     }
     if (unknown) {
@@ -82,9 +99,16 @@ bool attention_svg(trained *t, const char *sentence, const char *path, char *msg
     int64_t W = translate_width(t);
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)W);
     translate_ids(t, &sentence, 1, 1, 0.0, hyp);
-    size_t need = tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, NULL, 0) + 1;
-    char *out = malloc(need);
-    tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, out, need);
+    size_t len = tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, NULL, 0);
+    char *raw = malloc(len + 1), *out = NULL;
+    if (raw) tr_vocab_decode(&t->tgt, hyp, (int)W, t->mode, raw, len + 1);
+    if (raw) out = tr_text_clean_dup(raw, len, TR_TEXT_LINE); /* as translate prints it */
+    free(raw);
+    if (!out) {
+        free(hyp);
+        snprintf(msg, msgsize, "%s: out of memory", path);
+        return false;
+    }
     int T = tr_ids_len(hyp, (int)W);
     if (T > ATTN_MAX - 1) T = ATTN_MAX - 1;
     tgt[0] = TR_BOS;
@@ -136,7 +160,7 @@ int cmd_eval(int argc, char **argv) {
     if (!opts_parse_checked(argc, argv, 2, defs, DECODE_RANGES, NULL, 0, &npos, NULL)) return 2;
     if (help) {
         opts_usage(stdout, EVAL_USAGE, defs);
-        return 0;
+        return stdout_ok() ? 0 : 1;
     }
     if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
     if (!data) return opts_error(argv, 2, "--data FILE is required (the TSV corpus to evaluate on)");
@@ -173,7 +197,6 @@ int cmd_eval(int argc, char **argv) {
                                  rn < MAXT ? rn : MAXT, c.tgt[at + i]);
         }
     }
-    free(hyp);
     /* the loss on the pairs the model was trained to read (at most max_len tokens a side), as
      * train's evaluations compute it */
     tr_dataset d = {0};
@@ -200,96 +223,133 @@ int cmd_eval(int argc, char **argv) {
     tr_dataset_free(&d);
     tr_corpus_free(&c);
     trained_free(&t);
-    return ok ? 0 : 1;
+    return ok && stdout_ok() ? 0 : 1;
 }
 
 static const char *TRANSLATE_USAGE =
-    "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [SENTENCE ...]\n"
+    "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [--max-input-tokens N]\n"
+    "       [SENTENCE ...]\n"
     "Translates the sentences given as arguments, or else each line of stdin as soon as it is read,\n"
-    "one line out per sentence. A word the model does not know is named on stderr and read as <unk>.";
+    "one line out per sentence. A word the model does not know is named on stderr and read as <unk>.\n"
+    "An empty line, and a line over the --max-input-tokens limit (said on stderr), get an empty line.";
 
-/* Translate n sentences, report their unknown words (where: "argument 2: ", "stdin:5: ", first
- * numbered first_no) and print one line each. */
-static void translate_print(trained *t, const char *const *in, int n, int beam, double alpha, const char *where,
-                            int64_t first_no) {
-    char **out = calloc((size_t)(n ? n : 1), sizeof *out), at[64] = "";
-    for (int i = 0; i < n; i++) {
-        if (where) snprintf(at, sizeof at, "%s%lld: ", where, (long long)(first_no + i));
-        report_input(t, in[i], (int)t->max_len - 1, at);
+/* A line at most BYTES_PER_TOKEN * --max-input-tokens bytes long is held and tokenized; a longer
+ * one is not read into memory at all (textio.h), so one huge line costs neither memory nor time.
+ * 16 bytes a token is far more than any tokenizer's average on text. */
+enum { BYTES_PER_TOKEN = 16 };
+
+/* how translate reads and answers: the model, the decoding settings and the input limits */
+typedef struct {
+    trained *t;
+    int beam;
+    double alpha;
+    int64_t max_tokens;
+    size_t max_bytes;
+    const char *where; /* "stdin:" or "argument " before a line's number in messages; NULL: none */
+} translator;
+
+/* an input line: n bytes at s, or s NULL for a line of n bytes that was not held; no its number */
+typedef struct {
+    const char *s;
+    size_t n;
+    int64_t no;
+} input_line;
+
+/* line's text for the tokenizer (malloc'd), or NULL when its output line is empty: an empty or
+ * blank line, or one over the limits (said on stderr after at); *oom when memory ran out */
+static char *accept_line(const translator *x, const input_line *line, const char *at, bool *oom) {
+    const trained *t = x->t;
+    if (!line->s || line->n > x->max_bytes) {
+        fprintf(stderr, "attograd-translate: %s%zu bytes, more than the %zu that --max-input-tokens %lld allows "
+                        "(%d a token): not translated, an empty line stands for it\n",
+                at, line->n, x->max_bytes, (long long)x->max_tokens, BYTES_PER_TOKEN);
+        return NULL;
     }
-    translate_sentences(t, in, n, beam, alpha, out);
-    for (int i = 0; i < n; i++) {
-        printf("%s\n", out[i]);
-        free(out[i]);
+    char *text = tr_text_clean_dup(line->s, line->n, TR_TEXT_INPUT);
+    if (!text) return *oom = true, NULL;
+    int tokens = tr_tokenize(text, TR_WORDS, NULL, 0) ? tr_vocab_encode(&t->src, text, t->mode, NULL, 0) : 0;
+    if (tokens > x->max_tokens)
+        fprintf(stderr, "attograd-translate: %s%d %ss, more than --max-input-tokens %lld: not translated, an empty "
+                        "line stands for it\n", at, tokens, unit_name(t), (long long)x->max_tokens);
+    if (tokens == 0 || tokens > x->max_tokens) {
+        free(text);
+        return NULL;
     }
-    fflush(stdout);
+    report_input(t, text, (int)t->max_len - 1, at);
+    return text;
+}
+
+/* Translate n lines and print one line for each, in order: the translation made one printable
+ * line (control characters dropped, textio.h), or an empty line. 0, or 1 after a message when
+ * stdout cannot be written or memory ran out. */
+static int translate_print(const translator *x, const input_line *in, int n) {
+    size_t m = (size_t)(n ? n : 1);
+    char **text = calloc(m, sizeof *text), **out = calloc(m, sizeof *out);
+    const char **todo = calloc(m, sizeof *todo);
+    bool oom = !text || !out || !todo;
+    int k = 0;
+    for (int i = 0; i < n && !oom; i++) {
+        char at[64] = "";
+        if (x->where) snprintf(at, sizeof at, "%s%lld: ", x->where, (long long)in[i].no);
+        if ((text[i] = accept_line(x, &in[i], at, &oom))) todo[k++] = text[i];
+    }
+    if (!oom) translate_sentences(x->t, todo, k, x->beam, x->alpha, out);
+    for (int i = 0, j = 0; i < n && !oom; i++) {
+        const char *line = text[i] ? out[j++] : "";
+        if (!(oom = !line)) printf("%s\n", line);
+    }
+    for (int i = 0; i < n && text; i++) free(text[i]);
+    for (int j = 0; j < k; j++) free(out[j]);
+    free(text);
     free(out);
+    free(todo);
+    if (oom) fprintf(stderr, "attograd-translate: out of memory translating\n");
+    return stdout_ok() && !oom ? 0 : 1;
 }
 
 /* stdin as it comes: the complete lines read so far (up to a batch) are translated together and
  * answered, and stdout flushed, before the next read waits for more. A terminal gets its answer
- * per line, a pipe streams, and a file is translated in batches. 0, or 1 on a read error. */
-static int translate_stdin(trained *t, int beam, double alpha) {
+ * per line, a pipe streams, and a file is translated in batches. 0, or 1 when stdin cannot be
+ * read or stdout written. */
+static int translate_stdin(const translator *x) {
     enum { PART = 64 };
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    int64_t lineno = 1;
-    bool eof = false;
-    int status = 0;
-    while (buf) {
-        if (!eof && !memchr(buf, '\n', len)) {
-            if (len + 1 >= cap) {
-                char *more = realloc(buf, cap *= 2);
-                if (!more) break;
-                buf = more;
-            }
-            ssize_t got = read(0, buf + len, cap - len - 1);
-            if (got < 0 && errno == EINTR) continue;
-            if (got < 0) {
-                fprintf(stderr, "attograd-translate: reading stdin: %s\n", strerror(errno));
-                status = 1;
-                break;
-            }
-            if (got == 0) eof = true;
-            len += (size_t)got;
-            continue;
+    tr_line_reader r;
+    tr_line_reader_init(&r, 0, x->max_bytes);
+    input_line lines[PART];
+    char err[TR_ERR_SIZE];
+    int n = 0, status = 0;
+    for (;;) {
+        const char *s;
+        size_t len;
+        /* wait for input only when no line is held: held lines are answered first */
+        tr_line_status st = tr_line_next(&r, n == 0, &s, &len, err, sizeof err);
+        if (st == TR_LINE_OK || st == TR_LINE_LONG) {
+            lines[n++] = (input_line){s, len, r.lineno};
+            if (n < PART) continue;
         }
-        if (len == 0) break; /* the end, every line answered */
-        const char *lines[PART];
-        int n = 0;
-        size_t at = 0;
-        while (n < PART && at < len) {
-            char *nl = memchr(buf + at, '\n', len - at);
-            if (!nl && !eof) break;
-            if (!nl) nl = buf + len; /* the last line, without a newline */
-            *nl = 0;
-            for (char *e = nl; e > buf + at && e[-1] == '\r'; e--) e[-1] = 0;
-            lines[n++] = buf + at;
-            at = (size_t)(nl - buf) + 1;
+        if (st == TR_LINE_ERROR) {
+            fprintf(stderr, "attograd-translate: reading stdin: %s\n", err);
+            status = 1;
         }
-        if (at > len) at = len;
-        translate_print(t, lines, n, beam, alpha, "stdin:", lineno);
-        lineno += n;
-        memmove(buf, buf + at, len - at);
-        len -= at;
+        if (n > 0 && translate_print(x, lines, n) != 0) status = 1;
+        n = 0;
+        if (status || st == TR_LINE_END) break;
     }
-    if (!buf) {
-        fprintf(stderr, "attograd-translate: out of memory reading stdin\n");
-        status = 1;
-    }
-    free(buf);
+    tr_line_reader_free(&r);
     return status;
 }
 
 int cmd_translate(int argc, char **argv) {
     const char *ckpt = NULL;
-    int64_t beam = 1;
+    int64_t beam = 1, max_tokens = 4096;
     double alpha = 0.6;
     bool help = false;
     const opt_def defs[] = {
         {"--checkpoint", OPT_STRING, &ckpt, "FILE  a checkpoint written by train"},
         {"--beam", OPT_INT, &beam, "K     beam size (1: greedy)"},
         {"--length-penalty", OPT_DOUBLE, &alpha, "A     GNMT length penalty ((5+len)/6)^A for beams (0.6)"},
+        {"--max-input-tokens", OPT_INT, &max_tokens,
+         "N     longest line translated, in tokens (4096); 16 bytes a token at most"},
         {"--help", OPT_FLAG, &help, "      this text"},
         {NULL, 0, NULL, NULL},
     };
@@ -304,7 +364,7 @@ int cmd_translate(int argc, char **argv) {
         free(pos);
         if (!help) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
         opts_usage(stdout, TRANSLATE_USAGE, defs);
-        return 0;
+        return stdout_ok() ? 0 : 1;
     }
     char msg[2048];
     trained t;
@@ -313,9 +373,18 @@ int cmd_translate(int argc, char **argv) {
         free(pos);
         return 1;
     }
+    translator x = {&t, (int)beam, alpha, max_tokens, (size_t)(BYTES_PER_TOKEN * max_tokens), "stdin:"};
     int status = 0;
-    if (npos > 0) translate_print(&t, pos, npos, (int)beam, alpha, npos > 1 ? "argument " : NULL, 1);
-    else status = translate_stdin(&t, (int)beam, alpha);
+    if (npos > 0) {
+        input_line *lines = calloc((size_t)npos, sizeof *lines);
+        for (int i = 0; lines && i < npos; i++) lines[i] = (input_line){pos[i], strlen(pos[i]), i + 1};
+        x.where = npos > 1 ? "argument " : NULL;
+        status = lines ? translate_print(&x, lines, npos) : 1;
+        if (!lines) fprintf(stderr, "attograd-translate: out of memory\n");
+        free(lines);
+    } else {
+        status = translate_stdin(&x);
+    }
     free(pos);
     trained_free(&t);
     return status;
@@ -338,7 +407,7 @@ int cmd_attention(int argc, char **argv) {
     if (!opts_parse(argc, argv, 2, defs, ATTENTION_USAGE, pos, 1, &npos)) return 2;
     if (help) {
         opts_usage(stdout, ATTENTION_USAGE, defs);
-        return 0;
+        return stdout_ok() ? 0 : 1;
     }
     if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
     if (npos != 1) return opts_error(argv, 2, "one SENTENCE is required (the sentence to draw)");
@@ -353,5 +422,5 @@ int cmd_attention(int argc, char **argv) {
     if (ok) printf("%s\n", out);
     else fprintf(stderr, "attograd-translate: %s\n", msg);
     trained_free(&t);
-    return ok ? 0 : 1;
+    return ok && stdout_ok() ? 0 : 1;
 }

@@ -38,6 +38,7 @@ static bool grow(void **p, int64_t *cap, int64_t need, size_t el) {
     return true;
 }
 
+/* the UTF-8 sequence at s and its code point, 0 when malformed (declared in data_internal.h) */
 int tr__utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
     unsigned c = s[0];
     int len;

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "subword.h"
+#include "textio.h"
 #include "translate.h"
 #include "translate_version.h" /* AG_TRANSLATE_VERSION, made by meson from the project's version */
 
@@ -430,9 +431,12 @@ void translate_sentences(trained *t, const char *const *in, int n, int beam, dou
         int k = n - at < PART ? n - at : PART;
         translate_ids(t, in + at, k, beam, length_penalty, hyp);
         for (int i = 0; i < k; i++) {
-            size_t need = tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, NULL, 0) + 1;
-            out[at + i] = malloc(need);
-            tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, out[at + i], need);
+            /* the text may hold any byte a byte piece decodes to, NUL too: its length counts */
+            size_t len = tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, NULL, 0);
+            char *raw = malloc(len + 1);
+            if (raw) tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, raw, len + 1);
+            out[at + i] = raw ? tr_text_clean_dup(raw, len, TR_TEXT_LINE) : NULL;
+            free(raw);
         }
     }
     free(hyp);

@@ -6,6 +6,7 @@
 
 #include "metrics.h"
 #include "svg.h"
+#include "textio.h"
 #include "train_internal.h"
 
 /* ---- evaluation: teacher-forced loss, greedy (or beam) exact match, BLEU and chrF ---- */
@@ -47,6 +48,14 @@ double evaluate_loss(model *m, const tr_dataset *d) {
     tr_batch_free(&bt);
     tr_batcher_free(&b);
     return tokens ? sum / (double)tokens : NAN;
+}
+
+/* the text of n ids into out (size bytes) as translate prints it: one line, control characters
+ * dropped; the decoded length counts, since a byte piece may decode to NUL */
+static void sample_text(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mode mode, char *out, size_t size) {
+    char raw[512];
+    size_t len = tr_vocab_decode(v, ids, n, mode, raw, sizeof raw);
+    tr_text_clean(raw, len < sizeof raw ? len : sizeof raw - 1, TR_TEXT_LINE, out, size);
 }
 
 bool eval_scorer_init(eval_scorer *e) {
@@ -141,10 +150,12 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_corpus *text, const
             oom |= !eval_scorer_add(&sc, tgt_v, mode, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt),
                                     ref_text ? ref_text[bt.index[i]] : NULL);
             if (f && shown < samples && !oom) {
-                char s[512];
-                tr_vocab_decode(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
-                if (strcmp(sc.hyp, sc.ref) == 0) fprintf(f, "  %s  ->  %s\n", s, sc.hyp);
-                else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, sc.hyp, sc.ref);
+                char s[512], t[512], rf[512]; /* each one line, as translate prints it */
+                sample_text(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
+                sample_text(tgt_v, h, (int)W, mode, t, sizeof t);
+                sample_text(tgt_v, ref, bt.Lt, mode, rf, sizeof rf);
+                if (strcmp(t, rf) == 0) fprintf(f, "  %s  ->  %s\n", s, t);
+                else fprintf(f, "  %s  ->  %s   (expected: %s)\n", s, t, rf);
                 shown++;
             }
         }

@@ -100,7 +100,8 @@ void trained_free(trained *t);
 bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src, const tr_vocab *tgt,
                   tr_tok_mode mode, int64_t max_len, char *msg, size_t msgsize);
 
-/* Translate n sentences (beam <= 1: greedy) into out[i] (malloc'd strings). */
+/* Translate n sentences (beam <= 1: greedy) into out[i]: malloc'd strings, each one line of
+ * printable UTF-8 (textio.h's TR_TEXT_LINE: control characters dropped), NULL when out of memory. */
 void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out);
 /* The same as ids: hyp (n, translate_width(t)), each row as model_translate writes it. Metrics
  * compare these, not the text: "<unk>" as text would read back as three tokens. */
