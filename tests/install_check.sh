@@ -47,7 +47,7 @@ LD_LIBRARY_PATH=$root$libdir "$root/readme_example" >"$root/out.txt"
 grep -q '^gradcheck: ok$' "$root/out.txt" || { echo "the example ran but said:"; cat "$root/out.txt"; exit 1; }
 # a program of attograd alone does not load MPI; one of attograd-dist does (the witness that
 # ldd would show it)
-loads_mpi() { LD_LIBRARY_PATH=$root$libdir ldd "$1" | grep -q 'libmpi\.so'; }
+loads_mpi() { local libs; libs=$(LD_LIBRARY_PATH=$root$libdir ldd "$1"); grep -q 'libmpi\.so' <<<"$libs"; }
 ! loads_mpi "$root/readme_example" || fail "the README example loads libmpi: $(LD_LIBRARY_PATH=$root$libdir ldd "$root/readme_example" | grep mpi)"
 dist="no attograd-dist (built without MPI)"
 if [ -f "$pc/attograd-dist.pc" ]; then
