@@ -232,7 +232,7 @@ typedef struct {
 /* One task: rows i0.. (mc) × columns j0.. (nc) of C over all of K, slice by slice in order.
  * bp holds all of op(B) packed: slice k0 (kc deep) starts at k0·npan·NR, its panel p at
  * p·NR·kc from there. */
-static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, int64_t nc, const float *bp,
+AG_AVX2_CLONES static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, int64_t nc, const float *bp,
                        int64_t npan, bool beta_one) {
     const ag__sgemm_kernels *K = g->K;
     int64_t MR = K->mr, NR = K->nr, KC = K->kc;
@@ -274,7 +274,7 @@ static void sgemm_task(const sgemm_args *g, int64_t i0, int64_t mc, int64_t j0, 
 }
 
 /* B is packed whole first, then the tasks run without further synchronisation */
-static void sgemm_blocked(const sgemm_args *g, float beta) {
+AG_AVX2_CLONES static void sgemm_blocked(const sgemm_args *g, float beta) {
     const ag__sgemm_kernels *K = g->K;
     int64_t m = g->m, n = g->n, k = g->k, NR = K->nr, KC = K->kc, MC = K->mc, NCH = K->nch;
     if (beta != 0 && beta != 1)

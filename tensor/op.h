@@ -47,6 +47,17 @@ AG_API ag__isa ag__isa_in_use(void);
 /* "generic", "avx2" or "avx512": AG_ISA's spelling of isa */
 AG_API const char *ag__isa_name(ag__isa isa);
 
+/* A plain C loop (not an intrinsics kernel) that the compiler vectorises much better with AVX2
+ * (a conversion, a variable shift, an expf): compiled for AVX2 and for the baseline, the loader
+ * picks one (GCC's function multiversioning), so a build for any x86-64 runs it at the speed of
+ * a -march=native one. C11 contracts no multiply-add and GCC reorders no sum, so both copies
+ * give the same bits. Empty where the build already targets AVX2, or has no vector kernels. */
+#if defined(AG_SIMD) && defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(__AVX2__)
+#define AG_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define AG_AVX2_CLONES
+#endif
+
 /* ---- dtype templates and threading ---------------------------------------------------------- */
 
 /* One kernel body for every dtype: a template file (name.inc, plain C) is included once per

@@ -86,7 +86,7 @@ static inline void put_bits(uint8_t *o, uint64_t k, int64_t n) {
 
 /* Steps start at a block: a mask whose first word is word s of its block takes bits s.. of
  * its first step. below: one step's 64 decisions (a kernel table's rng_below64). */
-static void keep_steps(uint64_t (*below)(const uint32_t key[10][2], uint64_t blk, uint64_t t), uint64_t seed,
+AG_AVX2_CLONES static void keep_steps(uint64_t (*below)(const uint32_t key[10][2], uint64_t blk, uint64_t t), uint64_t seed,
                        uint64_t counter, int64_t first, int64_t n, uint64_t t, bool at_least, uint8_t *keep,
                        uint8_t *bits) {
     uint32_t key[10][2];

@@ -400,7 +400,7 @@ double ag_item(const ag_tensor *t) {
 
 typedef struct { ag_dtype dst, src; } conv_ctx;
 
-static void copy_run(int64_t n, char *const *p, const int64_t *s, void *vctx) {
+AG_AVX2_CLONES static void copy_run(int64_t n, char *const *p, const int64_t *s, void *vctx) {
     const conv_ctx *c = vctx;
     size_t es = ag_dtype_size(c->dst);
     if (c->dst == c->src && s[0] == (int64_t)es && s[1] == (int64_t)es) {

@@ -133,8 +133,8 @@ void ag__place_keep(const ag__mask_place *m, uint64_t seed, uint64_t base, int64
  * with bits the mask is stored one bit per element. p == 1 keeps nothing and draws nothing;
  * p == 0 keeps everything. Chunks are aligned to DROP_CHUNK elements of the whole mask, so each
  * owns whole bytes of bits. */
-void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
-                    const ag__mask_place *m, const ag_rng *r, uint8_t *bits) {
+AG_AVX2_CLONES void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
+                                   const ag__mask_place *m, const ag_rng *r, uint8_t *bits) {
     double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
     uint64_t below = ag__u32_count_below(1.0 - p); /* keep: the uniform < 1 - p */
     bool draw = p > 0 && p < 1;
