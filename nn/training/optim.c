@@ -225,7 +225,7 @@ ag_tensor *ag_optim_state_view(const ag_optim *opt, const char *name, const ag_t
     if (!ag__check_not_null(op, t)) return NULL;
     void *slab = NULL;
     for (int i = 0; i < ag_optim_state_count(opt); i++) {
-        void *s;
+        void *s = NULL;
         if (strcmp(ag_optim_state(opt, i, &s), name) == 0) slab = s;
     }
     if (!slab) {
