@@ -21,7 +21,7 @@ static void run(shape_t s, int reps, int threads) {
     ag_params *p = ag_params_new(AG_F32);
     ag_mha_config cfg = ag_mha_defaults(s.E, s.H);
     cfg.batch_first = true;
-    ag_mha_t m = ag_mha_new(p, "", &cfg, NULL);
+    ag_mha_module m = ag_mha_new(p, "", &cfg, NULL);
     for (int i = 0; i < p->count; i++) bench_fill_tensor(p->list[i], 10 + i, 1.0 / sqrt((double)s.E));
     ag_tensor *x = ag_empty(AG_F32, AG_SHAPE(s.B, s.L, s.E)), *gy = ag_empty(AG_F32, AG_SHAPE(s.B, s.L, s.E));
     bench_fill_tensor(x, 1, 1.0);

@@ -74,13 +74,13 @@ static void make_batch(const config *c, int64_t *src, int64_t *tgt_in, int64_t *
 
 typedef struct {
     const config *c;
-    ag_embedding_t src_emb, tgt_emb;
-    ag_transformer_t tf;
-    ag_linear_t generator;
+    ag_embedding_module src_emb, tgt_emb;
+    ag_transformer_module tf;
+    ag_linear_module generator;
     ag_tensor *pe; /* (len, d) */
 } model;
 
-static ag_tensor *embed(const model *m, const ag_embedding_t *e, ag_tensor *ids) {
+static ag_tensor *embed(const model *m, const ag_embedding_module *e, ag_tensor *ids) {
     /* in place: the embedding rows and their products are read by no backward */
     ag_tensor *x = ag_mul_scalar_(ag_embedding_forward(e, ids), sqrt((double)m->c->d));
     return ag_add_(x, m->pe);

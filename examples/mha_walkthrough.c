@@ -135,11 +135,11 @@ static double forward(ag_tensor *x, ag_tensor *const w[4], ag_tensor *mask, trac
 }
 
 /* nn.MultiheadAttention(4, 2, batch_first=True) holding w (zero biases) */
-static ag_mha_t module(ag_params *p, ag_tensor *const w[4]) {
+static ag_mha_module module(ag_params *p, ag_tensor *const w[4]) {
     ag_rng r = ag_rng_new(0);
     ag_mha_config cfg = ag_mha_defaults(E, H);
     cfg.batch_first = true;
-    ag_mha_t m = ag_mha_new(p, "", &cfg, &r);
+    ag_mha_module m = ag_mha_new(p, "", &cfg, &r);
     bool prev = ag_set_grad_enabled(false);
     ag_copy_(m.in_proj_weight, ag_cat(3, w, 0));
     ag_copy_(m.out_proj.weight, w[3]);
@@ -215,7 +215,7 @@ static void walkthrough(ag_tensor *x, ag_tensor *const w[4], ag_tensor *mask) {
 
     /* the same module through the library: ag_mha_forward with these weights and zero biases */
     ag_params *p = ag_params_new(AG_F64);
-    ag_mha_t m = module(p, w);
+    ag_mha_module m = module(p, w);
     ag_mha_args a = {.key_padding_mask = mask, .need_weights = true, .average_attn_weights = false};
     ag_tensor *wts = NULL;
     ag_tensor *y = ag_mha_forward(&m, x, x, x, &a, &wts);
@@ -251,9 +251,9 @@ static int save_weights(const char *path, ag_tensor *const w[4]) {
     ag_params *p = ag_params_new(AG_F64);
     module(p, w);
     char msg[512];
-    ag_ckpt_status st = ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg);
+    ag_checkpoint_status st = ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg);
     ag_params_free(p);
-    if (st != AG_CKPT_OK) {
+    if (st != AG_CHECKPOINT_OK) {
         fprintf(stderr, "mha_walkthrough: %s\n", msg);
         return 1;
     }

@@ -106,7 +106,7 @@ ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, 
  * packed rows only; the attention sees them placed in (N, L, ·) with zeros for padding, which
  * the key padding mask in a must mask. Returns (qr->n, E); no weights. For the modules the
  * Transformer layers make: the packed in_proj_weight, no bias_k/bias_v, no add_zero_attn. */
-ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
+ag_tensor *ag__mha_forward_rows(const ag_mha_module *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
                                 const ag__rowset *kr, const ag_mha_args *a);
 
 /* NULL, bool, or a float mask of the scores' dtype, broadcastable to ndim/shape (the scores'

@@ -29,7 +29,7 @@
 typedef struct {
     ag_params *p;
     ag_optim *opt;
-    ag_linear_t l0, l3;
+    ag_linear_module l0, l3;
     ag_arena *arena;
     int64_t in, out, nsamples, batch, warmup;
     double dropout, base_lr;
@@ -251,16 +251,16 @@ static int cmd_resume(const char *ckpt, int64_t steps, const char *out, const ch
     char msg[2048];
     ag_train_state st = {0};
     /* the config alone says how to build the model */
-    if (ag_checkpoint_load(ckpt, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("config", msg);
+    if (ag_checkpoint_load(ckpt, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("config", msg);
     trainer *t = trainer_new(&st, 991, 0.5, 0.6, 1e-3);
     bool forget_optim = forget && strcmp(forget, "forget-optim") == 0;
-    if (ag_checkpoint_load(ckpt, t->p, forget_optim ? NULL : t->opt, &st, NULL, msg, sizeof msg) != AG_CKPT_OK)
+    if (ag_checkpoint_load(ckpt, t->p, forget_optim ? NULL : t->opt, &st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK)
         return fail("load", msg);
     if (!(forget && strcmp(forget, "forget-rng") == 0)) trainer_restore_state(t, &st);
     else t->epoch = st.epoch, t->pos = st.data_position;
     for (int64_t s = 0; s < steps; s++) printf("%a\n", trainer_step(t));
     trainer_save_state(t, &st);
-    if (ag_checkpoint_save(out, t->p, t->opt, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("save", msg);
+    if (ag_checkpoint_save(out, t->p, t->opt, &st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("save", msg);
     ag_train_state_clear(&st);
     trainer_free(t);
     return 0;
@@ -280,11 +280,11 @@ static int cmd_save_loop(const char *path, int v) {
     /* a first save elsewhere warms up HDF5, so the parent's kill delays measure steady saves */
     char warm[4096];
     snprintf(warm, sizeof warm, "%s.warm", path);
-    if (ag_checkpoint_save(warm, p, o, &st[0], NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("save", msg);
+    if (ag_checkpoint_save(warm, p, o, &st[0], NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("save", msg);
     fputs("R", stdout);
     fflush(stdout);
     for (;; v = 3 - v) {
-        if (ag_checkpoint_save(path, ps[v - 1], os[v - 1], &st[v - 1], NULL, msg, sizeof msg) != AG_CKPT_OK)
+        if (ag_checkpoint_save(path, ps[v - 1], os[v - 1], &st[v - 1], NULL, msg, sizeof msg) != AG_CHECKPOINT_OK)
             return fail("save", msg);
         fputs("S", stdout); /* one byte per completed save */
         fflush(stdout);
@@ -292,7 +292,7 @@ static int cmd_save_loop(const char *path, int v) {
 }
 
 /* nn.Sequential(nn.Linear(in, hidden), nn.ReLU(), nn.Linear(hidden, out)) */
-static ag_params *mlp_new(ag_dtype dt, int64_t in, int64_t hidden, int64_t out, uint64_t seed, ag_linear_t *l) {
+static ag_params *mlp_new(ag_dtype dt, int64_t in, int64_t hidden, int64_t out, uint64_t seed, ag_linear_module *l) {
     ag_rng r = ag_rng_new(seed);
     ag_params *p = ag_params_new(dt);
     l[0] = ag_linear_new(p, "0", in, hidden, true, &r);
@@ -302,7 +302,7 @@ static ag_params *mlp_new(ag_dtype dt, int64_t in, int64_t hidden, int64_t out, 
 
 static int cmd_mlp_init(const char *path, const char *dtype, uint64_t seed) {
     char msg[2048];
-    ag_linear_t l[2];
+    ag_linear_module l[2];
     ag_train_state st = {0};
     ag_config_set_int(&st, "in_features", 5);
     ag_config_set_int(&st, "hidden", 7);
@@ -310,7 +310,7 @@ static int cmd_mlp_init(const char *path, const char *dtype, uint64_t seed) {
     ag_config_set_string(&st, "activation", "relu");
     ag_config_set_string(&st, "dtype", dtype);
     ag_params *p = mlp_new(strcmp(dtype, "f64") == 0 ? AG_F64 : AG_F32, 5, 7, 3, seed, l);
-    if (ag_checkpoint_save(path, p, NULL, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("save", msg);
+    if (ag_checkpoint_save(path, p, NULL, &st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("save", msg);
     ag_train_state_clear(&st);
     ag_params_free(p);
     return 0;
@@ -327,14 +327,14 @@ static void print_tensor(const char *name, ag_tensor *t) {
 
 static int cmd_mlp_forward(const char *path, int64_t batch) {
     char msg[2048];
-    ag_linear_t l[2];
+    ag_linear_module l[2];
     ag_train_state st = {0};
-    if (ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("config", msg);
+    if (ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("config", msg);
     const char *dtype = ag_config_get_string(&st, "dtype");
     ag_dtype dt = dtype && strcmp(dtype, "f64") == 0 ? AG_F64 : AG_F32;
     int64_t in = cfg_int(&st, "in_features");
     ag_params *p = mlp_new(dt, in, cfg_int(&st, "hidden"), cfg_int(&st, "out_features"), 0, l);
-    if (ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("load", msg);
+    if (ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("load", msg);
     ag_rng r = ag_rng_new(123);
     ag_tensor *x = ag_randn(&r, dt, AG_SHAPE(batch, in));
     ag_tensor *y = ag_linear_forward(&l[1], ag_relu(ag_linear_forward(&l[0], x)));

@@ -26,8 +26,8 @@ static void *run_job(void *arg) {
     job *j = arg;
     j->ok = true;
     for (int k = 0; k < 10 && j->ok; k++)
-        j->ok = ag_checkpoint_save(j->path, j->from, NULL, NULL, NULL, j->msg, sizeof j->msg) == AG_CKPT_OK &&
-                ag_checkpoint_load(j->path, j->to, NULL, NULL, NULL, j->msg, sizeof j->msg) == AG_CKPT_OK &&
+        j->ok = ag_checkpoint_save(j->path, j->from, NULL, NULL, NULL, j->msg, sizeof j->msg) == AG_CHECKPOINT_OK &&
+                ag_checkpoint_load(j->path, j->to, NULL, NULL, NULL, j->msg, sizeof j->msg) == AG_CHECKPOINT_OK &&
                 memcmp(j->to->data, j->from->data, sizeof(float) * (size_t)j->from->numel) == 0;
     return NULL;
 }
@@ -51,7 +51,7 @@ static bool corrupted_load_in_child(ag_params *p, const char *path, char *err, s
         FILE *f = NULL;
         unsigned char d[512 + 64], h[16];
         uint64_t root = 0;
-        if (ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_OK && (step = 2) &&
+        if (ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CHECKPOINT_OK && (step = 2) &&
             (f = fopen(path, "r+b")) && fread(d, 1, 512 + 44, f) == 512 + 44 && d[512 + 8] == 3 && (step = 3)) {
             for (int i = 7; i >= 0; i--) root = root << 8 | d[512 + 36 + i];
             root += 512;
@@ -59,7 +59,7 @@ static bool corrupted_load_in_child(ag_params *p, const char *path, char *err, s
                 h[12] ^= 1;
                 if (!fseek(f, (long)root, SEEK_SET) && fwrite(h, 1, 16, f) == 16 && !fseek(f, 0, SEEK_SET) &&
                     fputc(0, f) == 0 && !fclose(f) && (step = 5) &&
-                    ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_EFORMAT)
+                    ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) == AG_CHECKPOINT_EFORMAT)
                     step = 0;
                 f = NULL;
             }
@@ -104,14 +104,14 @@ int main(void) {
     unlink(path);
 
     snprintf(path, sizeof path, "%s/none.h5", dir);
-    if (ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CKPT_EIO || !strstr(msg, "none.h5"))
+    if (ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CHECKPOINT_EIO || !strstr(msg, "none.h5"))
         return fail("loading a missing file", msg);
     snprintf(path, sizeof path, "%s/first.h5", dir);
     for (int round = 1; round <= 2; round++) {
-        if (ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("save", msg);
+        if (ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("save", msg);
         for (int i = 0; i < p->count; i++) /* the tensors, not the slab's alignment padding */
             ag_fill_(p->list[i], -1.0);
-        if (ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CKPT_OK) return fail("load", msg);
+        if (ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) return fail("load", msg);
         if (memcmp(p->data, saved, sizeof(float) * (size_t)p->numel) != 0)
             return fail("load", "the loaded values differ from the saved ones");
     }

@@ -13,9 +13,9 @@ int main(int argc, char **argv) {
     ckpt_fixture fx;
     ckpt_fixture_make(&fx, true);
     char msg[1024];
-    ag_ckpt_save_opts o = {.no_fsync = true};
-    ag_ckpt_status s = ag_checkpoint_save(argv[1], fx.p, fx.opt, &fx.st, &o, msg, sizeof msg);
-    if (s != AG_CKPT_OK) fprintf(stderr, "%s\n", msg);
+    ag_checkpoint_save_opts o = {.no_fsync = true};
+    ag_checkpoint_status s = ag_checkpoint_save(argv[1], fx.p, fx.opt, &fx.st, &o, msg, sizeof msg);
+    if (s != AG_CHECKPOINT_OK) fprintf(stderr, "%s\n", msg);
     ckpt_fixture_free(&fx);
-    return s == AG_CKPT_OK ? 0 : 1;
+    return s == AG_CHECKPOINT_OK ? 0 : 1;
 }

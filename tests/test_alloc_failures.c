@@ -133,7 +133,7 @@ static void test_optimizer_state_that_cannot_be_had_is_reported_not_an_abort(voi
 static void test_a_model_too_large_for_memory_is_reported_once_and_comes_back_empty(void **s) {
     ag_params *p = ag_params_new(AG_F32);
     ag_transformer_config c = ag_transformer_defaults((int64_t)1 << 20, 8);
-    ag_transformer_t m = ag_transformer_new(p, "", &c, 1, 1, NULL);
+    ag_transformer_module m = ag_transformer_new(p, "", &c, 1, 1, NULL);
     tu_assert_error("ag_params_add", "'encoder.layers.0.self_attn.in_proj_weight' (3145728,1048576)",
                     "13194139533312 bytes", "out of memory");
     assert_int_equal(m.encoder.num_layers, 0);

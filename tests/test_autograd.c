@@ -420,7 +420,7 @@ static void test_change_through_a_view_of_a_saved_tensor_is_reported(void **s) {
 static void test_optimizer_step_between_forward_and_backward_is_reported_by_name(void **s) {
     ag_params *p = ag_params_new(AG_F64);
     ag_rng r = ag_rng_new(2);
-    ag_linear_t lin = ag_linear_new(p, "lin", 3, 2, true, &r);
+    ag_linear_module lin = ag_linear_new(p, "lin", 3, 2, true, &r);
     ag_optim *o = ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1});
     ag_tensor *loss = ag_sum(ag_linear_forward(&lin, tu_seq(AG_F64, AG_SHAPE(4, 3), 0.5, 0.2)), 0, NULL, false);
     ag_optim_step(o);

@@ -138,7 +138,7 @@ static void test_attention_parts_draw_the_whole_batchs_masks(void **state) {
 /* ---- layers: their own batch dim ---- */
 
 typedef struct {
-    ag_transformer_t tf;
+    ag_transformer_module tf;
     ag_tensor *src, *tgt, *src_pad, *tgt_pad, *causal;
     bool batch_first;
 } tf_case;
@@ -250,7 +250,7 @@ static void test_skip_padding_draws_the_padded_batchs_masks(void **state) {
 
 /* a GRU's dropout between layers: its (L,N,H) steps hold the samples along dim 1 */
 typedef struct {
-    ag_gru_t gru;
+    ag_gru_module gru;
     ag_tensor *x;
 } gru_case;
 

@@ -107,8 +107,8 @@ static char last_msg[4096];
  * nothing was printed, and (for a failure) that params, opt and state are unchanged. */
 #define assert_load(want, path, p, o, s, opts, ...)                                                             \
     assert_load_(__FILE__, __LINE__, (want), (path), (p), (o), (s), (opts), (const char *[]){__VA_ARGS__, NULL})
-static void assert_load_(const char *file, int line, ag_ckpt_status want, const char *path, ag_params *p, ag_optim *o,
-                         ag_train_state *s, const ag_ckpt_load_opts *opts, const char **fragments) {
+static void assert_load_(const char *file, int line, ag_checkpoint_status want, const char *path, ag_params *p, ag_optim *o,
+                         ag_train_state *s, const ag_checkpoint_load_opts *opts, const char **fragments) {
     size_t bytes = p ? slab_bytes(p) : 0;
     char *before = p ? malloc(bytes + 1) : NULL, *obefore[2] = {NULL, NULL};
     ag_optim ocopy;
@@ -125,14 +125,14 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
     }
     if (s) assert_true(ag_train_state_copy(&scopy, s));
     stderr_capture();
-    ag_ckpt_status got = ag_checkpoint_load(path, p, o, s, opts, last_msg, sizeof last_msg);
+    ag_checkpoint_status got = ag_checkpoint_load(path, p, o, s, opts, last_msg, sizeof last_msg);
     stderr_assert_empty(file, line);
     if (got != want) {
-        print_error("%s:%d: status %s, expected %s; message: %s\n", file, line, ag_ckpt_status_name(got),
-                    ag_ckpt_status_name(want), last_msg);
+        print_error("%s:%d: status %s, expected %s; message: %s\n", file, line, ag_checkpoint_status_name(got),
+                    ag_checkpoint_status_name(want), last_msg);
         fail();
     }
-    if (want != AG_CKPT_OK && !strstr(last_msg, path)) {
+    if (want != AG_CHECKPOINT_OK && !strstr(last_msg, path)) {
         print_error("%s:%d: message does not name the file '%s': %s\n", file, line, path, last_msg);
         fail();
     }
@@ -141,7 +141,7 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
             print_error("%s:%d: message '%s' does not contain '%s'\n", file, line, last_msg, *f);
             fail();
         }
-    if (want != AG_CKPT_OK && want != AG_CKPT_PARTIAL) {
+    if (want != AG_CHECKPOINT_OK && want != AG_CHECKPOINT_PARTIAL) {
         assert_true(!p || memcmp(before, p->data, bytes) == 0);
         if (o) {
             assert_memory_equal(&ocopy, o, sizeof ocopy);
@@ -161,8 +161,8 @@ static void assert_load_(const char *file, int line, ag_ckpt_status want, const 
 
 static void save_ok(const char *path, const ag_params *p, const ag_optim *o, const ag_train_state *s) {
     char msg[1024];
-    ag_ckpt_status st = ag_checkpoint_save(path, p, o, s, NULL, msg, sizeof msg);
-    if (st != AG_CKPT_OK) fail_msg("save of %s failed: %s", path, msg);
+    ag_checkpoint_status st = ag_checkpoint_save(path, p, o, s, NULL, msg, sizeof msg);
+    if (st != AG_CHECKPOINT_OK) fail_msg("save of %s failed: %s", path, msg);
     assert_string_equal(msg, "");
 }
 
@@ -269,7 +269,7 @@ static void round_trip(ag_dtype dt, bool sgd) {
     ag_config_set_string(&s, "unicode", "gr\xc3\xb6\xc3\x9f" "e \xe2\x86\x92");
     ag_config_set_int(&t, "stale", 1); /* a load replaces the whole state */
     save_ok(path, p, o, &s);
-    assert_load(AG_CKPT_OK, path, q, oq, &t, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, path, q, oq, &t, NULL, "");
     assert_string_equal(last_msg, "");
     assert_memory_equal(p->data, q->data, slab_bytes(p));
     for (int k = 0; k < ag_optim_state_count(o); k++) {
@@ -308,13 +308,13 @@ static void test_f64_file_loads_into_f32_params_rounded_and_f32_into_f64_exactly
     memcpy(first(ta), v, sizeof v);
     save_ok(p64, a, NULL, NULL);
     assert_int_equal(ag_version(tb), 0);
-    assert_load(AG_CKPT_OK, p64, b, NULL, NULL, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, p64, b, NULL, NULL, NULL, "");
     assert_int_equal(ag_version(tb), 1); /* changed in place: a graph that saved it would say so */
     const float *f = (const float *)first(tb);
     /* C's double->float conversion rounds to nearest: the witness */
     assert_true(f[0] == (float)0.1 && f[1] == 1.0f && f[2] == -INFINITY);
     save_ok(p32, b, NULL, NULL);
-    assert_load(AG_CKPT_OK, p32, c, NULL, NULL, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, p32, c, NULL, NULL, NULL, "");
     const double *d = (const double *)first(tc);
     assert_true(d[0] == (double)(float)0.1 && d[0] != 0.1 && d[1] == 1.0);
     ag_params_free(a);
@@ -421,14 +421,14 @@ static void test_strict_load_reports_every_missing_unexpected_and_misshapen_name
     ag_optim *oq = ag_adam_new(q, &(ag_adam_config){.lr = 0.5, .betas = {0.5, 0.5}, .eps = 0.5});
     ag_train_state t = {0};
     ag_config_set_string(&t, "untouched", "yes");
-    assert_load(AG_CKPT_EMISMATCH, path, q, oq, &t, NULL, "9 problems", "missing parameter 'c.bias' (2)",
+    assert_load(AG_CHECKPOINT_EMISMATCH, path, q, oq, &t, NULL, "9 problems", "missing parameter 'c.bias' (2)",
                 "unexpected dataset 'a.bias'", "dataset 'b.weight' has shape (2,4), model expects (3,4)",
                 "dataset 'optimizer/exp_avg/b.weight' has shape (2,4), model expects (3,4)",
                 "missing optimizer state 'optimizer/exp_avg_sq/c.bias' (2)",
                 "unexpected dataset 'optimizer/exp_avg/a.bias'");
     /* non-strict: a.weight and its optimizer state load; the rest keep their values */
-    ag_ckpt_load_opts loose = {.non_strict = true};
-    assert_load(AG_CKPT_PARTIAL, path, q, oq, &t, &loose, "loaded what matches; 9 problems",
+    ag_checkpoint_load_opts loose = {.non_strict = true};
+    assert_load(AG_CHECKPOINT_PARTIAL, path, q, oq, &t, &loose, "loaded what matches; 9 problems",
                 "missing parameter 'c.bias' (2)", "dataset 'b.weight' has shape (2,4), model expects (3,4)");
     ag_tensor *aw = ag_params_find(q, "a.weight"), *bw = ag_params_find(q, "b.weight");
     tu_assert_values(aw, 0, 1, 1.25, 1.5, 1.75, 2, 2.25, 2.5, 2.75, 3, 3.25, 3.5, 3.75);
@@ -452,7 +452,7 @@ static void test_shape_mismatch_message_names_file_dataset_and_both_shapes(void 
     ag_params_add(p, "decoder.layers.0.linear1.weight", AG_SHAPE(512, 128));
     ag_params_add(q, "decoder.layers.0.linear1.weight", AG_SHAPE(256, 128));
     save_ok(path, p, NULL, NULL);
-    assert_load(AG_CKPT_EMISMATCH, path, q, NULL, NULL, NULL, "");
+    assert_load(AG_CHECKPOINT_EMISMATCH, path, q, NULL, NULL, NULL, "");
     char want[1024];
     snprintf(want, sizeof want, "%s: dataset 'decoder.layers.0.linear1.weight' has shape (512,128), model expects "
              "(256,128)", path);
@@ -467,19 +467,19 @@ static void test_optimizer_kind_mismatch_fails_even_when_not_strict(void **state
     ag_optim *adam = ag_adam_new(p, &(ag_adam_config){.lr = 0.01, .betas = {0.9, 0.999}, .eps = 1e-8}),
              *sgd = ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1, .momentum = 0.9});
     save_ok(path, p, adam, NULL);
-    ag_ckpt_load_opts loose = {.non_strict = true};
-    assert_load(AG_CKPT_EMISMATCH, path, p, sgd, NULL, &loose, "the file holds a 'adam' optimizer",
+    ag_checkpoint_load_opts loose = {.non_strict = true};
+    assert_load(AG_CHECKPOINT_EMISMATCH, path, p, sgd, NULL, &loose, "the file holds a 'adam' optimizer",
                 "the optimizer given is 'sgd'");
     /* an SGD saved with momentum needs an SGD that keeps a momentum buffer */
     ag_optim *plain = ag_sgd_new(p, &(ag_sgd_config){.lr = 0.1});
     save_ok(path, p, sgd, NULL);
-    assert_load(AG_CKPT_EMISMATCH, path, p, plain, NULL, &loose, "the file's SGD has momentum 0.9",
+    assert_load(AG_CHECKPOINT_EMISMATCH, path, p, plain, NULL, &loose, "the file's SGD has momentum 0.9",
                 "keeps no momentum buffer", "unexpected optimizer state 'momentum_buffer'");
     ag_optim_free(plain);
     /* and a file without optimizer or training state, when they are asked for */
     save_ok(path, p, NULL, NULL);
     ag_train_state s = {0};
-    assert_load(AG_CKPT_EMISMATCH, path, p, adam, &s, NULL, "no optimizer state in the file",
+    assert_load(AG_CHECKPOINT_EMISMATCH, path, p, adam, &s, NULL, "no optimizer state in the file",
                 "no training state in the file");
     ag_train_state_clear(&s);
     ag_optim_free(adam);
@@ -495,7 +495,7 @@ static void config_round_trip(const char *name, void (*fill)(ag_train_state *), 
     fill(s);
     save_ok(path, p, NULL, s);
     *t = (ag_train_state){0};
-    assert_load(AG_CKPT_OK, path, NULL, NULL, t, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, path, NULL, NULL, t, NULL, "");
     ag_params_free(p);
 }
 
@@ -516,16 +516,16 @@ static void test_config_alone_loads_without_a_model(void **state) {
 
 static void test_missing_file_reports_no_such_file(void **state) {
     ag_params *p = small_params(AG_F32, 0);
-    assert_load(AG_CKPT_EIO, in_tmp("nope.h5"), p, NULL, NULL, NULL, "cannot open: No such file or directory");
-    assert_load(AG_CKPT_EIO, tmpdir, p, NULL, NULL, NULL, "is a directory");
+    assert_load(AG_CHECKPOINT_EIO, in_tmp("nope.h5"), p, NULL, NULL, NULL, "cannot open: No such file or directory");
+    assert_load(AG_CHECKPOINT_EIO, tmpdir, p, NULL, NULL, NULL, "is a directory");
     ag_params_free(p);
 }
 
 static void test_non_hdf5_and_empty_files_say_so(void **state) {
     ag_params *p = small_params(AG_F32, 0);
-    assert_load(AG_CKPT_EFORMAT, write_text("text.h5", "this is not a checkpoint\n"), p, NULL, NULL, NULL,
+    assert_load(AG_CHECKPOINT_EFORMAT, write_text("text.h5", "this is not a checkpoint\n"), p, NULL, NULL, NULL,
                 "not an HDF5 file");
-    assert_load(AG_CKPT_EFORMAT, write_text("empty.h5", ""), p, NULL, NULL, NULL, "empty file (0 bytes)");
+    assert_load(AG_CHECKPOINT_EFORMAT, write_text("empty.h5", ""), p, NULL, NULL, NULL, "empty file (0 bytes)");
     ag_params_free(p);
 }
 
@@ -538,11 +538,11 @@ static void test_truncated_file_reports_truncated(void **state) {
     write_all_bytes(cut, d, n / 2);
     char size[96];
     snprintf(size, sizeof size, "damaged: %zu bytes long, its header says %zu", n / 2, n);
-    assert_load(AG_CKPT_EFORMAT, cut, p, NULL, NULL, NULL, size);
+    assert_load(AG_CHECKPOINT_EFORMAT, cut, p, NULL, NULL, NULL, size);
     /* with the header made to match, libhdf5's own check */
     tu_checkpoint_rehash(cut);
     snprintf(size, sizeof size, "truncated HDF5 file: %zu bytes", n / 2);
-    assert_load(AG_CKPT_EFORMAT, cut, p, NULL, NULL, NULL, size);
+    assert_load(AG_CHECKPOINT_EFORMAT, cut, p, NULL, NULL, NULL, size);
     free(d);
     ag_params_free(p);
 }
@@ -557,7 +557,7 @@ static size_t find_bytes(const unsigned char *d, size_t n, const void *pat, size
 /* A load in a forked process that leaves by _exit. HDF5 1.10.8 leaks an object header struct
  * when one fails its checksum (HDFGroup/hdf5#3790, fixed upstream by #4445) and its atexit
  * handler then prints "HDF5: infinite loop closing library"; _exit skips that handler. */
-static ag_ckpt_status load_in_fork(const char *path, ag_params *p, char *msg, size_t size, bool *changed) {
+static ag_checkpoint_status load_in_fork(const char *path, ag_params *p, char *msg, size_t size, bool *changed) {
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     pid_t pid = fork();
@@ -583,7 +583,7 @@ static ag_ckpt_status load_in_fork(const char *path, ag_params *p, char *msg, si
     waitpid(pid, &ws, 0);
     assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     *changed = ch;
-    return (ag_ckpt_status)st;
+    return (ag_checkpoint_status)st;
 }
 
 static void test_corrupted_data_and_metadata_are_detected_by_checksums(void **state) {
@@ -598,18 +598,18 @@ static void test_corrupted_data_and_metadata_are_detected_by_checksums(void **st
     d[at + 1] ^= 0x10;
     write_all_bytes(bad, d, n);
     /* the header's CRC-32 finds it before libhdf5 reads the file */
-    assert_load(AG_CKPT_EFORMAT, bad, p, NULL, NULL, NULL, "damaged: the CRC-32 of its contents is");
+    assert_load(AG_CHECKPOINT_EFORMAT, bad, p, NULL, NULL, NULL, "damaged: the CRC-32 of its contents is");
     /* and with the header made to match (a file edited by hand), HDF5's checksums */
     tu_checkpoint_rehash(bad);
-    assert_load(AG_CKPT_EFORMAT, bad, p, NULL, NULL, NULL, "dataset 'b.weight' is damaged: the CRC-32 of its data is");
+    assert_load(AG_CHECKPOINT_EFORMAT, bad, p, NULL, NULL, NULL, "dataset 'b.weight' is damaged: the CRC-32 of its data is");
     d[at + 1] ^= 0x10;
     /* a byte of the superblock (after its signature; it follows the 512-byte user block) */
     unsigned char *sb = d + 512;
     sb[20] ^= 0x01;
     write_all_bytes(bad, d, n);
-    assert_load(AG_CKPT_EFORMAT, bad, p, NULL, NULL, NULL, "damaged: the CRC-32 of its contents is");
+    assert_load(AG_CHECKPOINT_EFORMAT, bad, p, NULL, NULL, NULL, "damaged: the CRC-32 of its contents is");
     tu_checkpoint_rehash(bad);
-    assert_load(AG_CKPT_EFORMAT, bad, p, NULL, NULL, NULL, "corrupted HDF5 file", "checksum");
+    assert_load(AG_CHECKPOINT_EFORMAT, bad, p, NULL, NULL, NULL, "corrupted HDF5 file", "checksum");
     sb[20] ^= 0x01;
     /* a byte inside the root group's object header, whose address is the superblock's (version
      * 3: signature 8, versions and sizes 4, base, extension and end-of-file addresses, then it) */
@@ -620,12 +620,12 @@ static void test_corrupted_data_and_metadata_are_detected_by_checksums(void **st
     assert_true(at + 16 < n && memcmp(d + at, "OHDR", 4) == 0);
     d[at + 12] ^= 0x01;
     write_all_bytes(bad, d, n);
-    assert_load(AG_CKPT_EFORMAT, bad, p, NULL, NULL, NULL, "damaged: the CRC-32 of its contents is");
+    assert_load(AG_CHECKPOINT_EFORMAT, bad, p, NULL, NULL, NULL, "damaged: the CRC-32 of its contents is");
     tu_checkpoint_rehash(bad);
     char msg[1024];
     bool changed;
     stderr_capture();
-    assert_int_equal(load_in_fork(bad, p, msg, sizeof msg, &changed), AG_CKPT_EFORMAT);
+    assert_int_equal(load_in_fork(bad, p, msg, sizeof msg, &changed), AG_CHECKPOINT_EFORMAT);
     stderr_assert_empty(__FILE__, __LINE__);
     assert_false(changed);
     assert_non_null(strstr(msg, bad));
@@ -667,26 +667,26 @@ static void test_wrong_format_name_version_and_dtype_are_named(void **state) {
     /* an HDF5 file that is not an attograd checkpoint */
     hid_t f = H5Fcreate(in_tmp("other.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     H5Fclose(f);
-    assert_load(AG_CKPT_EFORMAT, in_tmp("other.h5"), p, NULL, NULL, NULL,
+    assert_load(AG_CHECKPOINT_EFORMAT, in_tmp("other.h5"), p, NULL, NULL, NULL,
                 "not an attograd checkpoint: no 'format' attribute");
     f = edit_copy(good, "keras.h5");
     set_fixed_string_attr(f, "format", "keras-model"); /* fixed-length, as other writers make them */
     H5Fclose(f);
-    assert_load(AG_CKPT_EFORMAT, in_tmp("keras.h5"), p, NULL, NULL, NULL, "damaged"); /* an edit, header as it was */
+    assert_load(AG_CHECKPOINT_EFORMAT, in_tmp("keras.h5"), p, NULL, NULL, NULL, "damaged"); /* an edit, header as it was */
     tu_checkpoint_rehash(in_tmp("keras.h5"));
-    assert_load(AG_CKPT_EFORMAT, in_tmp("keras.h5"), p, NULL, NULL, NULL,
+    assert_load(AG_CHECKPOINT_EFORMAT, in_tmp("keras.h5"), p, NULL, NULL, NULL,
                 "format is 'keras-model', expected 'attograd-checkpoint'");
     f = edit_copy(good, "fixed.h5");
     set_fixed_string_attr(f, "format", "attograd-checkpoint"); /* a fixed-length name is as good */
     close_edit(f);
-    assert_load(AG_CKPT_OK, in_tmp("fixed.h5"), p, NULL, NULL, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, in_tmp("fixed.h5"), p, NULL, NULL, NULL, "");
     f = edit_copy(good, "v3.h5");
     H5Adelete(f, "format_version");
     int64_t two = 3;
     hid_t sp = H5Screate(H5S_SCALAR), a = H5Acreate2(f, "format_version", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
     H5Awrite(a, H5T_NATIVE_INT64, &two);
     H5Aclose(a), H5Sclose(sp), close_edit(f);
-    assert_load(AG_CKPT_EFORMAT, in_tmp("v3.h5"), p, NULL, NULL, NULL,
+    assert_load(AG_CHECKPOINT_EFORMAT, in_tmp("v3.h5"), p, NULL, NULL, NULL,
                 "format_version 3 is not supported: this attograd reads versions 1 to 2");
     /* an integer dataset where a parameter belongs */
     f = edit_copy(good, "int.h5");
@@ -697,7 +697,7 @@ static void test_wrong_format_name_version_and_dtype_are_named(void **state) {
     hid_t d = H5Dcreate2(f, "/model/a.bias", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, iv);
     H5Dclose(d), H5Sclose(sp), close_edit(f);
-    assert_load(AG_CKPT_EMISMATCH, in_tmp("int.h5"), p, NULL, NULL, NULL,
+    assert_load(AG_CHECKPOINT_EMISMATCH, in_tmp("int.h5"), p, NULL, NULL, NULL,
                 "dataset 'a.bias' has type int32 (integer), parameters need float32 or float64");
     ag_params_free(p);
 }
@@ -707,7 +707,7 @@ static void test_message_is_cut_to_the_buffer_and_terminated(void **state) {
     char msg[24];
     memset(msg, 'x', sizeof msg);
     stderr_capture();
-    assert_int_equal(ag_checkpoint_load(in_tmp("absent.h5"), p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EIO);
+    assert_int_equal(ag_checkpoint_load(in_tmp("absent.h5"), p, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EIO);
     stderr_assert_empty(__FILE__, __LINE__);
     assert_int_equal(strlen(msg), sizeof msg - 1);
     assert_string_equal(msg + sizeof msg - 4, "...");
@@ -717,7 +717,7 @@ static void test_message_is_cut_to_the_buffer_and_terminated(void **state) {
 /* ---- saving ---- */
 
 /* save in a forked process, unprivileged when we are root (root ignores permission bits) */
-static ag_ckpt_status save_as_nobody(const char *path, const ag_params *p, char *msg, size_t size) {
+static ag_checkpoint_status save_as_nobody(const char *path, const ag_params *p, char *msg, size_t size) {
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     pid_t pid = fork();
@@ -737,7 +737,7 @@ static ag_ckpt_status save_as_nobody(const char *path, const ag_params *p, char 
     waitpid(pid, &ws, 0);
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 3) fail_msg("cannot drop root privileges to test an unwritable directory");
     assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) >= 5);
-    return (ag_ckpt_status)(WEXITSTATUS(ws) - 10);
+    return (ag_checkpoint_status)(WEXITSTATUS(ws) - 10);
 }
 
 static void test_save_failures_name_the_path_and_the_reason_and_keep_the_old_file(void **state) {
@@ -746,7 +746,7 @@ static void test_save_failures_name_the_path_and_the_reason_and_keep_the_old_fil
     /* a directory that does not exist */
     const char *missing = in_tmp("no/such/dir/ckpt.h5");
     stderr_capture();
-    assert_int_equal(ag_checkpoint_save(missing, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EIO);
+    assert_int_equal(ag_checkpoint_save(missing, p, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EIO);
     stderr_assert_empty(__FILE__, __LINE__);
     assert_non_null(strstr(msg, missing));
     assert_non_null(strstr(msg, "cannot create"));
@@ -757,14 +757,14 @@ static void test_save_failures_name_the_path_and_the_reason_and_keep_the_old_fil
     chmod(tmpdir, 0711);
     char path[600];
     snprintf(path, sizeof path, "%s/ckpt.h5", ro);
-    assert_int_equal(save_as_nobody(path, p, msg, sizeof msg), AG_CKPT_EIO);
+    assert_int_equal(save_as_nobody(path, p, msg, sizeof msg), AG_CHECKPOINT_EIO);
     chmod(tmpdir, 0700);
     assert_non_null(strstr(msg, path));
     assert_non_null(strstr(msg, "Permission denied"));
     /* the target is a directory: the rename fails and the temporary file goes away */
     const char *isdir = in_tmp("target_is_dir");
     mkdir(isdir, 0755);
-    assert_int_equal(ag_checkpoint_save(isdir, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EIO);
+    assert_int_equal(ag_checkpoint_save(isdir, p, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EIO);
     assert_non_null(strstr(msg, "cannot rename"));
     snprintf(path, sizeof path, "%s.tmp", isdir);
     assert_int_equal(access(path, F_OK), -1);
@@ -773,18 +773,18 @@ static void test_save_failures_name_the_path_and_the_reason_and_keep_the_old_fil
     save_ok(keep, p, NULL, NULL);
     snprintf(path, sizeof path, "%s.tmp", keep);
     mkdir(path, 0755); /* the temporary file cannot be created */
-    assert_int_equal(ag_checkpoint_save(keep, q, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EIO);
+    assert_int_equal(ag_checkpoint_save(keep, q, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EIO);
     assert_non_null(strstr(msg, "Is a directory"));
     rmdir(path);
     ag_params *r = small_params(AG_F32, -1);
-    assert_load(AG_CKPT_OK, keep, r, NULL, NULL, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, keep, r, NULL, NULL, NULL, "");
     assert_memory_equal(r->data, p->data, slab_bytes(p));
     /* arguments */
-    assert_int_equal(ag_checkpoint_save(keep, NULL, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
+    assert_int_equal(ag_checkpoint_save(keep, NULL, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EINVAL);
     ag_optim *oq = ag_adam_new(q, &(ag_adam_config){.lr = 0.1, .betas = {0.9, 0.9}, .eps = 1e-8});
-    assert_int_equal(ag_checkpoint_save(keep, p, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
+    assert_int_equal(ag_checkpoint_save(keep, p, oq, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EINVAL);
     assert_non_null(strstr(msg, "another parameter set"));
-    assert_int_equal(ag_checkpoint_load(keep, p, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
+    assert_int_equal(ag_checkpoint_load(keep, p, oq, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EINVAL);
     ag_optim_free(oq);
     ag_params_free(p);
     ag_params_free(q);
@@ -802,7 +802,7 @@ static void test_state_setters_replace_by_name_and_report_misuse(void **state) {
     longname[sizeof longname - 1] = 0;
     assert_false(ag_config_set_int(&s, longname, 1));
     tu_assert_error("ag_config_set_int", "1 to 63 bytes");
-    for (int i = 0; i < AG_CKPT_MAX_RNGS; i++) {
+    for (int i = 0; i < AG_CHECKPOINT_MAX_RNGS; i++) {
         char n[8];
         snprintf(n, sizeof n, "r%d", i);
         assert_true(ag_state_set_rng(&s, n, &(ag_rng){.seed = (uint64_t)i}));
@@ -973,7 +973,7 @@ static void test_a_checkpoint_written_with_the_old_short_attribute_layout_loads(
     H5Aclose(a), H5Sclose(sp1), H5Gclose(g), H5Fclose(f), H5Pclose(fapl), H5Pclose(gcpl);
 
     ag_train_state t = {0};
-    assert_load(AG_CKPT_OK, path, q, NULL, &t, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, path, q, NULL, &t, NULL, "");
     assert_memory_equal(q->data, p->data, slab_bytes(p));
     assert_true(t.global_step == 12 && t.epoch == 2 && t.data_position == 5 && t.nrng == 1);
     ag_rng r;
@@ -1018,9 +1018,9 @@ static void test_a_corrupted_config_string_is_a_format_error_naming_its_key(void
         write_all_bytes(bad, d, n);
         ag_train_state t = {0};
         ag_config_set_int(&t, "untouched", 1);
-        assert_load(AG_CKPT_EFORMAT, bad, NULL, NULL, &t, NULL, "damaged: the CRC-32 of its contents is");
+        assert_load(AG_CHECKPOINT_EFORMAT, bad, NULL, NULL, &t, NULL, "damaged: the CRC-32 of its contents is");
         tu_checkpoint_rehash(bad); /* then the dataset's own CRC-32 */
-        assert_load(AG_CKPT_EFORMAT, bad, NULL, NULL, &t, NULL, "config dataset 'src_vocab' is damaged",
+        assert_load(AG_CHECKPOINT_EFORMAT, bad, NULL, NULL, &t, NULL, "config dataset 'src_vocab' is damaged",
                     "the CRC-32 of its data");
         ag_train_state_clear(&t);
         d[where] ^= 0x01;
@@ -1056,7 +1056,7 @@ static void test_an_oversized_or_misshapen_config_string_dataset_is_a_format_err
     H5Dclose(ds), H5Sclose(sp2), H5Sclose(sp), close_edit(f);
     ag_train_state u = {0};
     ag_config_set_int(&u, "untouched", 1);
-    assert_load(AG_CKPT_EFORMAT, in_tmp("cfg_huge.h5"), NULL, NULL, &u, NULL,
+    assert_load(AG_CHECKPOINT_EFORMAT, in_tmp("cfg_huge.h5"), NULL, NULL, &u, NULL,
                 "config dataset 'src_vocab' declares a string of 2147483648 bytes, more than the file's",
                 "config dataset 'numbers' is not one fixed-length string");
     ag_train_state_clear(&u);
@@ -1129,7 +1129,7 @@ static trainer *resumed_run(const char *ckpt, const char *forget, double *losses
     trainer_config(&cfg);
     trainer *t = trainer_new(&cfg, 4242, 0.1, 0.2, 0.3);
     ag_train_state st = {0};
-    assert_load(AG_CKPT_OK, out_path, t->p, t->opt, &st, NULL, "");
+    assert_load(AG_CHECKPOINT_OK, out_path, t->p, t->opt, &st, NULL, "");
     trainer_restore_state(t, &st);
     ag_train_state_clear(&cfg);
     ag_train_state_clear(&st);
@@ -1227,7 +1227,7 @@ static void test_sigkill_during_saves_always_leaves_one_complete_version(void **
         if (access(tmp, F_OK) == 0) mid_save++;
         memset(q->data, 0, slab_bytes(q));
         oq->step = 0;
-        assert_load(AG_CKPT_OK, path, q, oq, &t, NULL, "");
+        assert_load(AG_CHECKPOINT_OK, path, q, oq, &t, NULL, "");
         int v = version_of(q, oq, &t);
         if (!v) fail_msg("kill %d: the checkpoint is neither version 1 nor version 2", i);
         seen[v]++;

@@ -68,7 +68,7 @@ static float load_base(const char *path) {
     ag_params *q = params(-7);
     char msg[1024];
     float base = -1;
-    if (ag_checkpoint_load(path, q, NULL, NULL, NULL, msg, sizeof msg) == AG_CKPT_OK) {
+    if (ag_checkpoint_load(path, q, NULL, NULL, NULL, msg, sizeof msg) == AG_CHECKPOINT_OK) {
         const float *w = (const float *)q->data;
         base = w[0];
         for (int i = 0; i < N; i++)
@@ -98,12 +98,12 @@ static void test_a_save_to_a_full_disk_reports_it_and_keeps_the_previous_checkpo
     snprintf(filler, sizeof filler, "%s/filler", disk);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ag_params *p = params(1);
-    assert_int_equal(ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_OK);
     assert_true(load_base(path) == 1);
     for (int i = 0; i < N; i++) ((float *)p->data)[i] = 2 + (float)i;
     /* the new file does not fit beside the old one */
     fill_disk(filler, 100 * 1024);
-    assert_int_equal(ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EIO);
+    assert_int_equal(ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EIO);
     assert_non_null(strstr(msg, path));
     assert_non_null(strstr(msg, "No space left on device"));
     assert_int_equal(access(tmp, F_OK), -1);
@@ -136,7 +136,7 @@ static void test_saves_at_every_level_of_free_space_keep_one_whole_version_and_e
             for (int i = 0; i < N; i++) ((float *)p->data)[i] = base + (float)i;
             int st = ag_checkpoint_save(path, p, NULL, NULL, NULL, msg, sizeof msg);
             if (write(fds[1], msg, strlen(msg) + 1) < 0) _exit(3);
-            exit(st == AG_CKPT_OK ? 0 : st == AG_CKPT_EIO ? 1 : 2); /* through the exit handlers */
+            exit(st == AG_CHECKPOINT_OK ? 0 : st == AG_CHECKPOINT_EIO ? 1 : 2); /* through the exit handlers */
         }
         close(fds[1]);
         ssize_t n = read(fds[0], msg, sizeof msg - 1);
@@ -197,7 +197,7 @@ static void test_a_dataset_with_no_stored_data_is_a_format_error_not_zeros(void 
     snprintf(path, sizeof path, "%s/unwritten.h5", tmpdir);
     write_file_with_an_unwritten_dataset(path);
     ag_params *p = params(5);
-    assert_int_equal(ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CKPT_EFORMAT);
+    assert_int_equal(ag_checkpoint_load(path, p, NULL, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EFORMAT);
     assert_non_null(strstr(msg, path));
     assert_non_null(strstr(msg, "dataset 'w' has no stored data"));
     for (int i = 0; i < N; i++) assert_true(((float *)p->data)[i] == 5 + (float)i);
@@ -270,7 +270,7 @@ static void test_a_damaged_byte_anywhere_is_an_error_or_the_identical_model(void
     char vocab[4000] = "";
     for (int w = 0; w < 400; w++) snprintf(vocab + strlen(vocab), sizeof vocab - strlen(vocab), "w%d ", w);
     ag_config_set_string(&m.s, "src_vocab", vocab);
-    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CHECKPOINT_OK);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     unsigned char d[1 << 16];
@@ -285,14 +285,14 @@ static void test_a_damaged_byte_anywhere_is_an_error_or_the_identical_model(void
         fclose(f);
         d[at] ^= 0xFF;
         model l = model_new(-3), before = model_new(-3);
-        ag_ckpt_status st = ag_checkpoint_load(bad, l.p, l.o, &l.s, NULL, msg, sizeof msg);
-        if (st == AG_CKPT_OK) {
+        ag_checkpoint_status st = ag_checkpoint_load(bad, l.p, l.o, &l.s, NULL, msg, sizeof msg);
+        if (st == AG_CHECKPOINT_OK) {
             if (!same_model(&m, &l)) fail_msg("byte %zu damaged: the load said OK with another model", at);
             tu_assert_same_state(&m.s, &l.s);
             identical++;
         } else {
-            if (st != AG_CKPT_EFORMAT || !strstr(msg, bad) || strchr(msg, '\n'))
-                fail_msg("byte %zu damaged: status %s, message: %s", at, ag_ckpt_status_name(st), msg);
+            if (st != AG_CHECKPOINT_EFORMAT || !strstr(msg, bad) || strchr(msg, '\n'))
+                fail_msg("byte %zu damaged: status %s, message: %s", at, ag_checkpoint_status_name(st), msg);
             if (!same_model(&before, &l)) fail_msg("byte %zu damaged: a failed load changed the model", at);
             errors++;
         }
@@ -327,13 +327,13 @@ static void test_counts_and_hyperparameters_out_of_range_are_refused_by_name(voi
     model m = model_new(1);
     m.s.epoch = -7;
     m.s.global_step = (int64_t)1 << 62;
-    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CKPT_EINVAL);
+    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CHECKPOINT_EINVAL);
     assert_non_null(strstr(msg, "epoch = -7, expected 0 to 9007199254740992"));
     assert_non_null(strstr(msg, "global_step = 4611686018427387904"));
     assert_int_equal(access(path, F_OK), -1);
     m.s.epoch = 2;
     m.s.global_step = 10;
-    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_save(path, m.p, m.o, &m.s, NULL, msg, sizeof msg), AG_CHECKPOINT_OK);
     /* edited by hand, header rewritten: HDF5 and the CRC-32 find nothing wrong */
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "training", H5P_DEFAULT);
     set_attr_i64(g, "data_position", -3);
@@ -347,7 +347,7 @@ static void test_counts_and_hyperparameters_out_of_range_are_refused_by_name(voi
     assert_true(H5Fclose(f) >= 0);
     tu_checkpoint_rehash(path);
     model l = model_new(-3);
-    assert_int_equal(ag_checkpoint_load(path, l.p, l.o, &l.s, NULL, msg, sizeof msg), AG_CKPT_EFORMAT);
+    assert_int_equal(ag_checkpoint_load(path, l.p, l.o, &l.s, NULL, msg, sizeof msg), AG_CHECKPOINT_EFORMAT);
     const char *want[] = {"/training has data_position = -3, expected 0 to 9007199254740992",
                           "/optimizer has lr = nan, expected 0 to inf", "/optimizer has betas[1] = 1.5, expected 0 to 1",
                           "/optimizer has step = -1"};

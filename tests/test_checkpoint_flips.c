@@ -118,9 +118,9 @@ static char load_one(const char *path, const ckpt_fixture *want, const ckpt_fixt
     ckpt_fixture got;
     ckpt_fixture_make(&got, false);
     ag_config_set_int(&got.st, "before", 1);
-    ag_ckpt_status s = ag_checkpoint_load(path, got.p, got.opt, &got.st, NULL, msg, size);
+    ag_checkpoint_status s = ag_checkpoint_load(path, got.p, got.opt, &got.st, NULL, msg, size);
     char res;
-    if (s == AG_CKPT_OK) {
+    if (s == AG_CHECKPOINT_OK) {
         res = fixture_same(want, &got) ? SAME : SILENT;
     } else {
         bool kept = slab_same(got.p, got.p->data, fresh->p->data) && got.opt->step == 0 && got.st.nconfig == 1 &&
@@ -220,8 +220,8 @@ static void print_tally(const char *what, size_t n, const tally *t) {
 static unsigned char *saved_fixture(size_t *n, ckpt_fixture *want) {
     ckpt_fixture_make(want, true);
     char msg[1024];
-    ag_ckpt_save_opts o = {.no_fsync = true};
-    if (ag_checkpoint_save(in_dir("good.h5"), want->p, want->opt, &want->st, &o, msg, sizeof msg) != AG_CKPT_OK)
+    ag_checkpoint_save_opts o = {.no_fsync = true};
+    if (ag_checkpoint_save(in_dir("good.h5"), want->p, want->opt, &want->st, &o, msg, sizeof msg) != AG_CHECKPOINT_OK)
         fail_msg("%s", msg);
     return slurp(in_dir("good.h5"), n);
 }
@@ -275,7 +275,7 @@ static void test_a_format_1_file_loads_with_and_without_its_header(void **state)
     assert_int_equal(v, 1);
     assert_int_equal(d[512 + 8], 2); /* the 1.8 format's superblock */
     assert_int_equal(load_one(v1_path(), &want, &fresh, msg, sizeof msg), SAME);
-    assert_int_equal(ag_checkpoint_verify(v1_path(), msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_verify(v1_path(), msg, sizeof msg), AG_CHECKPOINT_OK);
     memset(d, 0, 512);
     assert_true(spit(in_dir("v1_bare.h5"), d, n));
     assert_int_equal(load_one(in_dir("v1_bare.h5"), &want, &fresh, msg, sizeof msg), SAME);
@@ -340,7 +340,7 @@ static void test_verify_checks_every_dataset_crc_and_names_the_damaged_one(void 
     uint32_t attr, data;
     dataset_crcs(in_dir("good.h5"), "enc.weight", &attr, &data);
     assert_int_equal(attr, data);
-    assert_int_equal(ag_checkpoint_verify(in_dir("good.h5"), msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_verify(in_dir("good.h5"), msg, sizeof msg), AG_CHECKPOINT_OK);
     assert_string_equal(msg, "");
     /* a flipped bit in exp_avg of enc.bias (its 2nd value), header rewritten: verify needs no model */
     ag_tensor *b = ag_params_find(want.p, "enc.bias");
@@ -350,14 +350,14 @@ static void test_verify_checks_every_dataset_crc_and_names_the_damaged_one(void 
     at[0] ^= 0x01;
     rehash(d, n);
     assert_true(spit(in_dir("bad.h5"), d, n));
-    assert_int_equal(ag_checkpoint_verify(in_dir("bad.h5"), msg, sizeof msg), AG_CKPT_EFORMAT);
+    assert_int_equal(ag_checkpoint_verify(in_dir("bad.h5"), msg, sizeof msg), AG_CHECKPOINT_EFORMAT);
     assert_non_null(strstr(msg, "dataset 'optimizer/exp_avg/enc.bias' is damaged: the CRC-32 of its data is"));
     /* without the header too (the child path) */
     memset(d, 0, 512);
     assert_true(spit(in_dir("bad0.h5"), d, n));
-    assert_int_equal(ag_checkpoint_verify(in_dir("bad0.h5"), msg, sizeof msg), AG_CKPT_EFORMAT);
+    assert_int_equal(ag_checkpoint_verify(in_dir("bad0.h5"), msg, sizeof msg), AG_CHECKPOINT_EFORMAT);
     assert_non_null(strstr(msg, "dataset 'optimizer/exp_avg/enc.bias' is damaged"));
-    assert_int_equal(ag_checkpoint_verify(in_dir("missing.h5"), msg, sizeof msg), AG_CKPT_EIO);
+    assert_int_equal(ag_checkpoint_verify(in_dir("missing.h5"), msg, sizeof msg), AG_CHECKPOINT_EIO);
     free(d);
     ckpt_fixture_free(&want);
 }

@@ -28,7 +28,7 @@ enum { IN = 32, HIDDEN = 64, CLASSES = 8, BATCH = 16 };
 
 typedef struct {
     ag_params *p;
-    ag_linear_t fc1, fc2;
+    ag_linear_module fc1, fc2;
 } mlp;
 
 static mlp mlp_new(uint64_t seed) {
@@ -224,9 +224,9 @@ enum { TB = 8, TL = 6, TV = 11, TD = 16, PAD = 0 };
 
 typedef struct {
     ag_params *p;
-    ag_embedding_t emb;
-    ag_transformer_t tf;
-    ag_linear_t out;
+    ag_embedding_module emb;
+    ag_transformer_module tf;
+    ag_linear_module out;
 } seq2seq;
 
 static seq2seq seq2seq_new(void) {

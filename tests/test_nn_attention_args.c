@@ -9,7 +9,7 @@
 
 typedef struct {
     ag_params *p;
-    ag_mha_t m;
+    ag_mha_module m;
     ag_tensor *q; /* (N,L,E) = (2,3,4), batch-first self-attention */
 } mha_case;
 
@@ -81,7 +81,7 @@ static void test_transformer_layer_refuses_integer_and_forgotten_masks(void **s)
     cfg.dim_feedforward = 8;
     cfg.batch_first = true;
     ag_rng r = ag_rng_new(3);
-    ag_transformer_encoder_layer_t m = ag_transformer_encoder_layer_new(p, "", &cfg, &r);
+    ag_transformer_encoder_layer_module m = ag_transformer_encoder_layer_new(p, "", &cfg, &r);
     ag_tensor *old_mask = ag_zeros(AG_BOOL, AG_SHAPE(3, 3));
     ag_arena_reset(ag_arena_current());
     ag_tensor *src = tu_seq(AG_F32, AG_SHAPE(2, 3, 4), 0.3, 0.1);

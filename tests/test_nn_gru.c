@@ -48,7 +48,7 @@ static int with_params(ag_tensor **in, int n, const ag_params *p) {
 static void test_gru_cell_parameters_match_torch_names_shapes_and_init(void **s) {
     /* nn.GRUCell(3,4).state_dict(): weight_ih (12,3), weight_hh (12,4), bias_ih (12), bias_hh (12) */
     ag_params *p = ag_params_new(AG_F32);
-    ag_gru_cell_t m = ag_gru_cell_new(p, "dec", 3, 4, true, NULL);
+    ag_gru_cell_module m = ag_gru_cell_new(p, "dec", 3, 4, true, NULL);
     assert_int_equal(p->count, 4);
     const char *names[] = {"dec.weight_ih", "dec.weight_hh", "dec.bias_ih", "dec.bias_hh"};
     for (int k = 0; k < 4; k++) assert_string_equal(p->list[k]->name, names[k]);
@@ -83,7 +83,7 @@ static void test_gru_parameters_match_torch_state_dict_order_and_shapes(void **s
     ag_gru_config cfg = ag_gru_defaults(3, 4);
     cfg.num_layers = 2;
     cfg.bidirectional = true;
-    ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
+    ag_gru_module m = ag_gru_new(p, "", &cfg, NULL);
     assert_int_equal(p->count, 16);
     for (int k = 0; k < 16; k++) {
         ag_tensor *t = p->list[k];
@@ -110,7 +110,7 @@ static void test_gru_cell_matches_torch_on_transposed_input(void **s) {
     for (int k = 0; k < 2; k++) {
         ag_dtype dt = k ? AG_F32 : AG_F64;
         ag_params *p = ag_params_new(dt);
-        ag_gru_cell_t m = ag_gru_cell_new(p, "", 3, 2, true, NULL);
+        ag_gru_cell_module m = ag_gru_cell_new(p, "", 3, 2, true, NULL);
         tu_fill_params(p);
         ag_tensor *x = ag_transpose(tu_seq(dt, AG_SHAPE(3, 2), 0.5, 0), 0, 1);
         ag_tensor *y = ag_gru_cell_forward(&m, x, tu_seq(dt, AG_SHAPE(2, 2), 0.8, 0.5));
@@ -144,7 +144,7 @@ static void test_gru_bidirectional_with_lengths_matches_pack_padded_sequence(voi
         ag_params *p = ag_params_new(dt);
         ag_gru_config cfg = ag_gru_defaults(2, 3);
         cfg.bidirectional = true;
-        ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
+        ag_gru_module m = ag_gru_new(p, "", &cfg, NULL);
         tu_fill_params(p);
         ag_tensor *x = tu_seq(dt, AG_SHAPE(3, 2, 2), 0.6, 0.2), *hn = NULL;
         ag_gru_args a = {.h0 = tu_seq(dt, AG_SHAPE(2, 2, 3), 0.45, 0.7), .lengths = ids_of(AG_SHAPE(2), (int64_t[]){3, 1})};
@@ -170,7 +170,7 @@ static void test_gru_padded_sequence_equals_the_sequence_run_alone(void **s) {
     ag_gru_config cfg = ag_gru_defaults(3, 4);
     cfg.num_layers = 2;
     cfg.bidirectional = true;
-    ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
+    ag_gru_module m = ag_gru_new(p, "", &cfg, NULL);
     ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(5, 3, 3), 0.37, 0.1), *h0 = tu_seq(AG_F64, AG_SHAPE(4, 3, 4), 0.71, 0.3);
     int64_t len[3] = {2, 5, 0};
     ag_tensor *hn, *y = ag_gru_forward(&m, x, &(ag_gru_args){.h0 = h0, .lengths = ids_of(AG_SHAPE(3), len)}, &hn);
@@ -201,7 +201,7 @@ static void test_gru_unbatched_input_equals_a_batch_of_one(void **s) {
     ag_params *p = ag_params_new(AG_F64);
     ag_gru_config cfg = ag_gru_defaults(3, 2);
     cfg.bidirectional = true;
-    ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
+    ag_gru_module m = ag_gru_new(p, "", &cfg, NULL);
     ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(4, 3), 0.5, 0.2), *h0 = tu_seq(AG_F64, AG_SHAPE(2, 2), 0.9, 0.1), *hn, *hb;
     ag_tensor *y = ag_gru_forward(&m, x, &(ag_gru_args){.h0 = h0}, &hn);
     ag_tensor *yb = ag_gru_forward(&m, ag_unsqueeze(x, 1), &(ag_gru_args){.h0 = ag_unsqueeze(h0, 1)}, &hb);
@@ -217,15 +217,15 @@ static void test_gru_dropout_applies_between_layers_only_in_training(void **s) {
     ag_gru_config cfg = ag_gru_defaults(3, 4);
     cfg.num_layers = 2;
     cfg.dropout = 1.0; /* every first-layer output dropped: layer 2 reads zeros */
-    ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
+    ag_gru_module m = ag_gru_new(p, "", &cfg, NULL);
     ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(3, 2, 3), 0.5, 0.2), *hn;
     ag_tensor *eval = ag_gru_forward(&m, x, NULL, NULL);
-    ag_gru_t m0 = m;
+    ag_gru_module m0 = m;
     m0.cfg.dropout = 0;
     tu_assert_same(eval, ag_gru_forward(&m0, x, NULL, NULL), 0);
     ag_tensor *train = ag_gru_forward(&m, x, &(ag_gru_args){.training = true}, &hn);
     /* witness: layer 1 alone on a zero input */
-    ag_gru_t top = m;
+    ag_gru_module top = m;
     top.cfg.num_layers = 1;
     top.cfg.input_size = 4;
     top.layer[0][0] = m.layer[1][0];
@@ -237,7 +237,7 @@ static void test_gru_results_do_not_depend_on_thread_count(void **s) {
     ag_params *p = ag_params_new(AG_F32);
     ag_gru_config cfg = ag_gru_defaults(8, 96);
     cfg.bidirectional = true;
-    ag_gru_t m = ag_gru_new(p, "", &cfg, NULL);
+    ag_gru_module m = ag_gru_new(p, "", &cfg, NULL);
     ag_tensor *x = tu_leaf(tu_seq(AG_F32, AG_SHAPE(3, 64, 8), 0.37, 0.1));
     ag_tensor *out[2];
     double *g[2];
@@ -274,7 +274,7 @@ static void test_additive_attention_matches_torch_with_padding_mask(void **s) {
     for (int k = 0; k < 2; k++) {
         ag_dtype dt = k ? AG_F32 : AG_F64;
         ag_params *p = ag_params_new(dt);
-        ag_additive_attention_t m = ag_additive_attention_new(p, "attn", 2, 3, 2, NULL);
+        ag_additive_attention_module m = ag_additive_attention_new(p, "attn", 2, 3, 2, NULL);
         assert_string_equal(p->list[0]->name, "attn.W1.weight");
         assert_string_equal(p->list[2]->name, "attn.v.weight");
         tu_assert_shape(m.v.weight, 1, 2);
@@ -302,8 +302,8 @@ static void test_dot_attention_matches_torch_plain_and_general(void **s) {
                                   -0.0941569065904, -0.0766261713381, -0.0230569503887};
     static const double gw[] = {0.884776458118, 0.115223541882, 0, 0.297587565981, 0.304729038657, 0.397683395361};
     ag_params *p = ag_params_new(AG_F64);
-    ag_dot_attention_t dot = ag_dot_attention_new(NULL, "", 3, 3, false, NULL);
-    ag_dot_attention_t gen = ag_dot_attention_new(p, "luong", 2, 3, true, NULL);
+    ag_dot_attention_module dot = ag_dot_attention_new(NULL, "", 3, 3, false, NULL);
+    ag_dot_attention_module gen = ag_dot_attention_new(p, "luong", 2, 3, true, NULL);
     assert_string_equal(p->list[0]->name, "luong.W.weight");
     tu_assert_shape(gen.weight, 2, 3);
     tu_fill_params(p);
@@ -319,7 +319,7 @@ static void test_dot_attention_matches_torch_plain_and_general(void **s) {
 
 static void test_attention_fully_padded_row_gives_zero_context_and_grad(void **s) {
     ag_params *p = ag_params_new(AG_F64);
-    ag_additive_attention_t m = ag_additive_attention_new(p, "", 2, 3, 2, NULL);
+    ag_additive_attention_module m = ag_additive_attention_new(p, "", 2, 3, 2, NULL);
     ag_tensor *q = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 2), 1.1, 0.2)), *keys = tu_leaf(tu_seq(AG_F64, AG_SHAPE(2, 3, 3), 0.7, 0.3));
     ag_tensor *mask = bool_of(AG_SHAPE(2, 3), (int[]){1, 1, 1, 0, 1, 0}), *w;
     ag_tensor *c = ag_additive_attention_forward(&m, q, keys, NULL, mask, &w);
@@ -328,7 +328,7 @@ static void test_attention_fully_padded_row_gives_zero_context_and_grad(void **s
     tu_assert_values(ag_select(w, 0, 0), 0, 0, 0, 0);
     tu_assert_values(ag_select(q->grad, 0, 0), 0, 0, 0);
     tu_assert_same(ag_select(keys->grad, 0, 0), ag_zeros(AG_F64, AG_SHAPE(3, 3)), 0);
-    ag_dot_attention_t d = ag_dot_attention_new(NULL, "", 3, 3, false, NULL);
+    ag_dot_attention_module d = ag_dot_attention_new(NULL, "", 3, 3, false, NULL);
     c = ag_dot_attention_forward(&d, ag_select(keys, 1, 0), keys, mask, &w);
     tu_assert_values(ag_select(c, 0, 0), 0, 0, 0, 0);
     ag_params_free(p);
@@ -352,7 +352,7 @@ static void test_gru_cell_passes_gradcheck(void **s) {
 }
 
 typedef struct {
-    ag_gru_t m;
+    ag_gru_module m;
     ag_tensor *lengths;
 } gru_ctx;
 
@@ -377,8 +377,8 @@ static void test_gru_two_layers_bidirectional_with_lengths_passes_gradcheck(void
 }
 
 typedef struct {
-    ag_additive_attention_t add;
-    ag_dot_attention_t dot;
+    ag_additive_attention_module add;
+    ag_dot_attention_module dot;
     ag_tensor *mask;
 } att_ctx;
 
@@ -416,11 +416,11 @@ static void test_additive_and_dot_attention_pass_gradcheck_with_padding_mask(voi
 enum { V = 6, E = 3, HE = 3, HD = 4, A = 3, NB = 2, SL = 4, TL = 3, PAD = 0 };
 
 typedef struct {
-    ag_embedding_t src_emb, tgt_emb;
-    ag_gru_t enc;
-    ag_linear_t bridge, out;
-    ag_gru_cell_t dec;
-    ag_additive_attention_t attn;
+    ag_embedding_module src_emb, tgt_emb;
+    ag_gru_module enc;
+    ag_linear_module bridge, out;
+    ag_gru_cell_module dec;
+    ag_additive_attention_module attn;
     ag_tensor *src, *lengths, *mask, *tgt_in[TL], *tgt_out;
 } s2s;
 
@@ -477,7 +477,7 @@ static void test_gru_attention_seq2seq_passes_gradcheck_over_all_parameters(void
 
 static void test_gru_errors_name_the_op_and_shapes(void **s) {
     ag_params *p = ag_params_new(AG_F32);
-    ag_gru_cell_t cell = ag_gru_cell_new(p, "c", 3, 4, true, NULL);
+    ag_gru_cell_module cell = ag_gru_cell_new(p, "c", 3, 4, true, NULL);
     assert_null(ag_gru_cell_forward(&cell, ag_zeros(AG_F32, AG_SHAPE(2, 5)), NULL));
     tu_assert_error("ag_gru_cell", "input (2,5)", "weight_ih (12,3)");
     assert_null(ag_gru_cell_forward(&cell, ag_zeros(AG_F32, AG_SHAPE(2, 3)), ag_zeros(AG_F32, AG_SHAPE(3, 4))));
@@ -487,7 +487,7 @@ static void test_gru_errors_name_the_op_and_shapes(void **s) {
 
     ag_gru_config cfg = ag_gru_defaults(3, 4);
     cfg.bidirectional = true;
-    ag_gru_t m = ag_gru_new(p, "g", &cfg, NULL);
+    ag_gru_module m = ag_gru_new(p, "g", &cfg, NULL);
     ag_tensor *x = ag_zeros(AG_F32, AG_SHAPE(5, 2, 3));
     assert_null(ag_gru_forward(&m, ag_zeros(AG_F32, AG_SHAPE(5, 2, 4)), NULL, NULL));
     tu_assert_error("ag_gru_forward", "input (5,2,4)", "(L,N,3)");
@@ -498,12 +498,12 @@ static void test_gru_errors_name_the_op_and_shapes(void **s) {
     assert_null(ag_gru_forward(&m, x, &(ag_gru_args){.lengths = ids_of(AG_SHAPE(3), (int64_t[]){5, 5, 5})}, NULL));
     tu_assert_error("ag_gru_forward", "lengths (3)", "expected (2)");
     cfg.num_layers = 0;
-    ag_gru_t bad = ag_gru_new(p, "bad", &cfg, NULL);
+    ag_gru_module bad = ag_gru_new(p, "bad", &cfg, NULL);
     tu_assert_error("ag_gru_new", "num_layers 0");
     assert_null(ag_gru_forward(&bad, x, NULL, NULL));
     tu_assert_error("ag_gru_forward", "not created");
 
-    ag_additive_attention_t att = ag_additive_attention_new(p, "a", 4, 3, 2, NULL);
+    ag_additive_attention_module att = ag_additive_attention_new(p, "a", 4, 3, 2, NULL);
     ag_tensor *q = ag_zeros(AG_F32, AG_SHAPE(2, 4)), *k = ag_zeros(AG_F32, AG_SHAPE(2, 5, 3));
     assert_null(ag_additive_attention_forward(&att, q, ag_zeros(AG_F32, AG_SHAPE(2, 5, 4)), NULL, NULL, NULL));
     tu_assert_error("ag_additive_attention_forward", "query (2,4)", "keys (2,5,4)");

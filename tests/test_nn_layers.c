@@ -190,7 +190,7 @@ static void test_packed_rows_values_gradcheck_and_misuse(void **s) {
 static void test_linear_module_names_shapes_and_init_range(void **s) {
     ag_params *p = ag_params_new(AG_F32);
     ag_rng r = ag_rng_new(5);
-    ag_linear_t lin = ag_linear_new(p, "encoder.layers.0.linear1", 64, 32, true, &r);
+    ag_linear_module lin = ag_linear_new(p, "encoder.layers.0.linear1", 64, 32, true, &r);
     assert_ptr_equal(lin.weight, ag_params_find(p, "encoder.layers.0.linear1.weight"));
     assert_ptr_equal(lin.bias, ag_params_find(p, "encoder.layers.0.linear1.bias"));
     assert_int_equal(lin.in_features, 64);
@@ -210,7 +210,7 @@ static void test_linear_module_names_shapes_and_init_range(void **s) {
         }
         assert_true(hi > (k ? 0.1 : 0.12) && lo < (k ? -0.1 : -0.12));
     }
-    ag_linear_t nob = ag_linear_new(p, "out", 4, 3, false, &r);
+    ag_linear_module nob = ag_linear_new(p, "out", 4, 3, false, &r);
     assert_null(nob.bias);
     assert_int_equal(p->count, 3);
     assert_non_null(ag_params_find(p, "out.weight"));
@@ -272,7 +272,7 @@ static void test_embedding_gradcheck(void **s) {
 static void test_embedding_module_zeroes_padding_row_and_draws_standard_normal(void **s) {
     ag_params *p = ag_params_new(AG_F32);
     ag_rng r = ag_rng_new(9);
-    ag_embedding_t e = ag_embedding_new(p, "src_tok_emb.embedding", 100, 20, 1, &r);
+    ag_embedding_module e = ag_embedding_new(p, "src_tok_emb.embedding", 100, 20, 1, &r);
     assert_ptr_equal(e.weight, ag_params_find(p, "src_tok_emb.embedding.weight"));
     tu_assert_shape(e.weight, 100, 20);
     static double v[2000];
@@ -397,12 +397,12 @@ static void test_layer_norm_gradcheck(void **s) {
 
 static void test_layer_norm_module_names_and_init(void **s) {
     ag_params *p = ag_params_new(AG_F64);
-    ag_layer_norm_t ln = ag_layer_norm_new(p, "encoder.layers.0.norm1", 4, 1e-5, true);
+    ag_layer_norm_module ln = ag_layer_norm_new(p, "encoder.layers.0.norm1", 4, 1e-5, true);
     assert_ptr_equal(ln.weight, ag_params_find(p, "encoder.layers.0.norm1.weight"));
     assert_ptr_equal(ln.bias, ag_params_find(p, "encoder.layers.0.norm1.bias"));
     tu_assert_values(ln.weight, 0, 1, 1, 1, 1);
     tu_assert_values(ln.bias, 0, 0, 0, 0, 0);
-    ag_layer_norm_t plain = ag_layer_norm_new(p, "final", 4, 1e-5, false);
+    ag_layer_norm_module plain = ag_layer_norm_new(p, "final", 4, 1e-5, false);
     assert_null(plain.weight);
     assert_int_equal(p->count, 2);
     ag_tensor *x = tu_tensor(AG_F64, AG_SHAPE(2, 4), LN_X);

@@ -43,7 +43,7 @@ static void test_lstm_and_rnn_parameters_match_torch_state_dict_order_and_shapes
     ag_lstm_config cfg = ag_lstm_defaults(3, 4);
     cfg.num_layers = 2;
     cfg.bidirectional = true;
-    ag_lstm_t m = ag_lstm_new(p, "enc", &cfg, NULL);
+    ag_lstm_module m = ag_lstm_new(p, "enc", &cfg, NULL);
     assert_int_equal(p->count, 16);
     assert_string_equal(p->list[0]->name, "enc.weight_ih_l0");
     assert_string_equal(p->list[7]->name, "enc.bias_hh_l0_reverse");
@@ -59,11 +59,11 @@ static void test_lstm_and_rnn_parameters_match_torch_state_dict_order_and_shapes
     ag_params_free(p);
     /* nn.LSTMCell(3, 4, bias=False), nn.RNNCell(3, 4), nn.RNN(3, 4, bias=False): H rows */
     p = ag_params_new(AG_F32);
-    ag_lstm_cell_t c = ag_lstm_cell_new(p, "dec", 3, 4, false, NULL);
+    ag_lstm_cell_module c = ag_lstm_cell_new(p, "dec", 3, 4, false, NULL);
     assert_int_equal(p->count, 2);
     assert_string_equal(p->list[1]->name, "dec.weight_hh");
     assert_null(c.bias_ih);
-    ag_rnn_cell_t rc = ag_rnn_cell_new(p, "rc", 3, 4, true, AG_RNN_RELU, NULL);
+    ag_rnn_cell_module rc = ag_rnn_cell_new(p, "rc", 3, 4, true, AG_RNN_RELU, NULL);
     assert_int_equal(p->count, 6);
     tu_assert_shape(rc.w.weight_ih, 4, 3);
     tu_assert_shape(rc.w.bias_hh, 4);
@@ -89,7 +89,7 @@ static void test_lstm_cell_matches_torch_on_transposed_input(void **s) {
         ag_dtype dt = k ? AG_F32 : AG_F64;
         double tol = dt == AG_F32 ? 1e-6 : 1e-11;
         ag_params *p = ag_params_new(dt);
-        ag_lstm_cell_t m = ag_lstm_cell_new(p, "", 3, 2, true, NULL);
+        ag_lstm_cell_module m = ag_lstm_cell_new(p, "", 3, 2, true, NULL);
         tu_fill_params(p);
         ag_tensor *x = ag_transpose(tu_seq(dt, AG_SHAPE(3, 2), 0.5, 0), 0, 1), *c1;
         ag_tensor *h0 = tu_seq(dt, AG_SHAPE(2, 2), 0.8, 0.5), *c0 = tu_seq(dt, AG_SHAPE(2, 2), 0.65, 0.25);
@@ -130,7 +130,7 @@ static void test_lstm_bidirectional_with_lengths_matches_pack_padded_sequence(vo
         ag_params *p = ag_params_new(dt);
         ag_lstm_config cfg = ag_lstm_defaults(2, 3);
         cfg.bidirectional = true;
-        ag_lstm_t m = ag_lstm_new(p, "", &cfg, NULL);
+        ag_lstm_module m = ag_lstm_new(p, "", &cfg, NULL);
         tu_fill_params(p);
         ag_tensor *x = tu_seq(dt, AG_SHAPE(3, 2, 2), 0.6, 0.2), *hn = NULL, *cn = NULL;
         ag_lstm_args a = {.h0 = tu_seq(dt, AG_SHAPE(2, 2, 3), 0.45, 0.7), .c0 = tu_seq(dt, AG_SHAPE(2, 2, 3), 0.55, 0.3),
@@ -165,10 +165,10 @@ static void test_rnn_cells_and_relu_rnn_with_lengths_match_torch(void **s) {
                                      2.1545660825,  2.19961936423, 4.06832435681,  1.39201947479,
                                      0,             1.84035106002, 0.771640632162, 0};
     ag_params *p = ag_params_new(AG_F64);
-    ag_rnn_cell_t t = ag_rnn_cell_new(p, "", 3, 2, true, AG_RNN_TANH, NULL);
+    ag_rnn_cell_module t = ag_rnn_cell_new(p, "", 3, 2, true, AG_RNN_TANH, NULL);
     tu_fill_params(p);
     ag_params *q = ag_params_new(AG_F64);
-    ag_rnn_cell_t r = ag_rnn_cell_new(q, "", 3, 2, true, AG_RNN_RELU, NULL);
+    ag_rnn_cell_module r = ag_rnn_cell_new(q, "", 3, 2, true, AG_RNN_RELU, NULL);
     tu_fill_params(q);
     ag_tensor *x = ag_transpose(tu_seq(AG_F64, AG_SHAPE(3, 2), 0.5, 0), 0, 1), *h = tu_seq(AG_F64, AG_SHAPE(2, 2), 0.8, 0.5);
     tu_assert_array(ag_rnn_cell_forward(&t, x, h), tanh_h, 1e-11);
@@ -180,7 +180,7 @@ static void test_rnn_cells_and_relu_rnn_with_lengths_match_torch(void **s) {
     ag_rnn_config cfg = ag_rnn_defaults(2, 3);
     cfg.layers.num_layers = 2;
     cfg.nonlinearity = AG_RNN_RELU;
-    ag_rnn_t m = ag_rnn_new(p, "", &cfg, NULL);
+    ag_rnn_module m = ag_rnn_new(p, "", &cfg, NULL);
     tu_fill_params(p);
     ag_tensor *hn, *y = ag_rnn_forward(&m, tu_seq(AG_F64, AG_SHAPE(3, 2, 2), 0.6, 0.2),
                                        &(ag_rnn_args){.h0 = tu_seq(AG_F64, AG_SHAPE(2, 2, 3), 0.45, 0.7),
@@ -198,7 +198,7 @@ static void test_lstm_padded_sequence_equals_the_sequence_run_alone(void **s) {
     ag_lstm_config cfg = ag_lstm_defaults(3, 4);
     cfg.num_layers = 2;
     cfg.bidirectional = true;
-    ag_lstm_t m = ag_lstm_new(p, "", &cfg, NULL);
+    ag_lstm_module m = ag_lstm_new(p, "", &cfg, NULL);
     ag_tensor *x = tu_seq(AG_F64, AG_SHAPE(5, 3, 3), 0.37, 0.1), *h0 = tu_seq(AG_F64, AG_SHAPE(4, 3, 4), 0.71, 0.3);
     ag_tensor *c0 = tu_seq(AG_F64, AG_SHAPE(4, 3, 4), 0.53, 0.9);
     int64_t len[3] = {2, 5, 0};
@@ -263,8 +263,8 @@ static void test_rnn_cells_pass_gradcheck(void **s) {
 }
 
 typedef struct {
-    ag_lstm_t lstm;
-    ag_rnn_t rnn;
+    ag_lstm_module lstm;
+    ag_rnn_module rnn;
     ag_tensor *lengths;
 } seq_ctx;
 
@@ -323,8 +323,8 @@ static void test_lstm_training_step_allocates_nothing_after_warm_up(void **s) {
     cfg.bidirectional = true;
     cfg.batch_first = true;
     cfg.dropout = 0.2;
-    ag_lstm_t enc = ag_lstm_new(p, "encoder", &cfg, &rng);
-    ag_lstm_cell_t dec = ag_lstm_cell_new(p, "decoder", 16, 8, true, &rng);
+    ag_lstm_module enc = ag_lstm_new(p, "encoder", &cfg, &rng);
+    ag_lstm_cell_module dec = ag_lstm_cell_new(p, "decoder", 16, 8, true, &rng);
     ag_arena *step = ag_arena_new(4096), *prev = ag_arena_use(step); /* must grow, then settle */
     uint64_t after_warmup = 0;
     double first = 0, last = 0;
@@ -354,7 +354,7 @@ static void test_lstm_training_step_allocates_nothing_after_warm_up(void **s) {
 
 static void test_lstm_and_rnn_errors_name_the_op_and_shapes(void **s) {
     ag_params *p = ag_params_new(AG_F32);
-    ag_lstm_cell_t cell = ag_lstm_cell_new(p, "c", 3, 4, true, NULL);
+    ag_lstm_cell_module cell = ag_lstm_cell_new(p, "c", 3, 4, true, NULL);
     ag_tensor *c1 = ag_zeros(AG_F32, AG_SHAPE(1));
     assert_null(ag_lstm_cell_forward(&cell, ag_zeros(AG_F32, AG_SHAPE(2, 5)), NULL, NULL, &c1));
     assert_null(c1);
@@ -366,7 +366,7 @@ static void test_lstm_and_rnn_errors_name_the_op_and_shapes(void **s) {
 
     ag_lstm_config cfg = ag_lstm_defaults(3, 4);
     cfg.bidirectional = true;
-    ag_lstm_t m = ag_lstm_new(p, "l", &cfg, NULL);
+    ag_lstm_module m = ag_lstm_new(p, "l", &cfg, NULL);
     ag_tensor *x = ag_zeros(AG_F32, AG_SHAPE(5, 2, 3)), *hn = x;
     assert_null(ag_lstm_forward(&m, x, &(ag_lstm_args){.c0 = ag_zeros(AG_F32, AG_SHAPE(2, 3, 4))}, &hn, NULL));
     assert_null(hn);
@@ -374,14 +374,14 @@ static void test_lstm_and_rnn_errors_name_the_op_and_shapes(void **s) {
     assert_null(ag_lstm_forward(&m, ag_zeros(AG_F64, AG_SHAPE(5, 2, 3)), NULL, NULL, NULL));
     tu_assert_error("ag_lstm_forward", "input (5,2,3) is f64");
     cfg.num_layers = 9;
-    ag_lstm_t bad = ag_lstm_new(p, "bad", &cfg, NULL);
+    ag_lstm_module bad = ag_lstm_new(p, "bad", &cfg, NULL);
     tu_assert_error("ag_lstm_new", "num_layers 9", "1..8 layers");
     assert_null(ag_lstm_forward(&bad, x, NULL, NULL, NULL));
     tu_assert_error("ag_lstm_forward", "ag_lstm_new failed?");
 
     ag_rnn_config rc = ag_rnn_defaults(3, 4);
     rc.nonlinearity = (ag_rnn_nonlinearity)7;
-    ag_rnn_t r = ag_rnn_new(p, "r", &rc, NULL);
+    ag_rnn_module r = ag_rnn_new(p, "r", &rc, NULL);
     tu_assert_error("ag_rnn_new", "nonlinearity 7");
     assert_null(r.layer[0][0].weight_ih);
     rc.nonlinearity = AG_RNN_RELU;

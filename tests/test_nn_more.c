@@ -291,8 +291,8 @@ static void test_amsgrad_state_round_trips_through_a_checkpoint(void **s) {
     ag_params *p = small(), *q = small();
     ag_optim *o = adam_with(p, true), *oq = adam_with(q, true);
     two_steps(p, o);
-    assert_int_equal(ag_checkpoint_save(path, p, o, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
-    assert_int_equal(ag_checkpoint_load(path, q, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_save(path, p, o, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_OK);
+    assert_int_equal(ag_checkpoint_load(path, q, oq, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_OK);
     for (int k = 0; k < 3; k++) {
         void *a, *b;
         assert_string_equal(ag_optim_state(o, k, &a), ag_optim_state(oq, k, &b));
@@ -303,7 +303,7 @@ static void test_amsgrad_state_round_trips_through_a_checkpoint(void **s) {
     assert_int_equal(oq->step, 2);
     /* an amsgrad file does not load into an Adam without it */
     ag_optim *plain = adam_with(q, false);
-    assert_int_equal(ag_checkpoint_load(path, q, plain, NULL, NULL, msg, sizeof msg), AG_CKPT_EMISMATCH);
+    assert_int_equal(ag_checkpoint_load(path, q, plain, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EMISMATCH);
     assert_non_null(strstr(msg, "amsgrad on"));
     ag_optim_free(plain);
     ag_optim_free(o);
@@ -320,7 +320,7 @@ static void test_adam_file_without_the_amsgrad_attribute_still_loads(void **s) {
     ag_params *p = small(), *q = small();
     ag_optim *o = adam_with(p, false), *oq = adam_with(q, false);
     two_steps(p, o);
-    assert_int_equal(ag_checkpoint_save(path, p, o, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_save(path, p, o, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_OK);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
     assert_true(H5Aexists(g, "amsgrad") > 0);
@@ -328,11 +328,11 @@ static void test_adam_file_without_the_amsgrad_attribute_still_loads(void **s) {
     H5Gclose(g);
     H5Fclose(f);
     tu_checkpoint_rehash(path);
-    assert_int_equal(ag_checkpoint_load(path, q, oq, NULL, NULL, msg, sizeof msg), AG_CKPT_OK);
+    assert_int_equal(ag_checkpoint_load(path, q, oq, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_OK);
     assert_memory_equal(o->exp_avg_sq, oq->exp_avg_sq, (size_t)p->numel * sizeof(float));
     assert_memory_equal(p->data, q->data, (size_t)p->numel * sizeof(float));
     ag_optim *ams = adam_with(q, true);
-    assert_int_equal(ag_checkpoint_load(path, q, ams, NULL, NULL, msg, sizeof msg), AG_CKPT_EMISMATCH);
+    assert_int_equal(ag_checkpoint_load(path, q, ams, NULL, NULL, msg, sizeof msg), AG_CHECKPOINT_EMISMATCH);
     assert_non_null(strstr(msg, "amsgrad off"));
     assert_non_null(strstr(msg, "no optimizer state 'max_exp_avg_sq'"));
     ag_optim_free(ams);
@@ -369,7 +369,7 @@ static void test_optimizer_defaults_are_torchs(void **s) {
 /* ==== MultiheadAttention on unbatched input, tanh GELU in the Transformer ==================== */
 
 typedef struct {
-    ag_mha_t *m;
+    ag_mha_module *m;
     ag_mha_args a;
 } mha_case;
 
@@ -386,7 +386,7 @@ static void test_mha_unbatched_matches_a_batch_of_one_and_gradchecks(void **s) {
     ag_params *p = ag_params_new(AG_F64);
     ag_mha_config cfg = ag_mha_defaults(6, 2);
     cfg.batch_first = true;
-    ag_mha_t m = ag_mha_new(p, "", &cfg, &r);
+    ag_mha_module m = ag_mha_new(p, "", &cfg, &r);
     ag_normal_(&r, m.in_proj_bias, 0, 1);
     ag_tensor *q = ag_randn(&r, AG_F64, AG_SHAPE(3, 6)), *kv = ag_randn(&r, AG_F64, AG_SHAPE(4, 6));
     ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(4));
@@ -417,7 +417,7 @@ static void test_mha_unbatched_reports_mixed_dims(void **s) {
     ag_rng r = ag_rng_new(8);
     ag_params *p = ag_params_new(AG_F32);
     ag_mha_config cfg = ag_mha_defaults(4, 2);
-    ag_mha_t m = ag_mha_new(p, "", &cfg, &r);
+    ag_mha_module m = ag_mha_new(p, "", &cfg, &r);
     ag_tensor *q = ag_zeros(AG_F32, AG_SHAPE(3, 4)), *k3 = ag_zeros(AG_F32, AG_SHAPE(5, 1, 4));
     assert_null(ag_mha_forward(&m, q, k3, k3, NULL, NULL));
     tu_assert_error("ag_mha_forward", "query (3,4)", "key (5,1,4)", "unbatched");
@@ -429,7 +429,7 @@ static void test_mha_unbatched_reports_mixed_dims(void **s) {
 }
 
 typedef struct {
-    ag_transformer_encoder_layer_t *l;
+    ag_transformer_encoder_layer_module *l;
 } enc_case;
 
 static ag_tensor *f_encoder(int n, ag_tensor **in, void *ctx) {
@@ -444,7 +444,7 @@ static void test_transformer_gelu_tanh_layer_gradchecks(void **s) {
     ag_transformer_config cfg = ag_transformer_defaults(4, 2);
     cfg.dim_feedforward = 8;
     cfg.activation = AG_ACTIVATION_GELU_TANH;
-    ag_transformer_encoder_layer_t l = ag_transformer_encoder_layer_new(p, "", &cfg, &r);
+    ag_transformer_encoder_layer_module l = ag_transformer_encoder_layer_new(p, "", &cfg, &r);
     ag_tensor *x = ag_randn(&r, AG_F64, AG_SHAPE(3, 4));
     ag_tensor *yt = ag_transformer_encoder_layer_forward(&l, x, NULL);
     l.cfg.activation = AG_ACTIVATION_GELU;
@@ -456,7 +456,7 @@ static void test_transformer_gelu_tanh_layer_gradchecks(void **s) {
     ag_tensor *in[1] = {tu_leaf(x)};
     tu_assert_gradcheck(f_encoder, &c, 1, in);
     cfg.activation = (ag_activation)3;
-    ag_transformer_encoder_layer_t bad = ag_transformer_encoder_layer_new(p, "bad", &cfg, &r);
+    ag_transformer_encoder_layer_module bad = ag_transformer_encoder_layer_new(p, "bad", &cfg, &r);
     assert_null(bad.self_attn.in_proj_weight);
     tu_assert_error("activation 3", "gelu_tanh");
     ag_params_free(p);

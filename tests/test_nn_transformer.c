@@ -116,8 +116,8 @@ static void test_layer_parameter_names_shapes_and_order_match_torch_state_dict(v
     ag_params *p = ag_params_new(AG_F32);
     ag_transformer_config c = ag_transformer_defaults(8, 2);
     c.dim_feedforward = 16;
-    ag_transformer_encoder_layer_t e = ag_transformer_encoder_layer_new(p, "encoder.layers.0", &c, NULL);
-    ag_transformer_decoder_layer_t d = ag_transformer_decoder_layer_new(p, "", &c, NULL);
+    ag_transformer_encoder_layer_module e = ag_transformer_encoder_layer_new(p, "encoder.layers.0", &c, NULL);
+    ag_transformer_decoder_layer_module d = ag_transformer_decoder_layer_new(p, "", &c, NULL);
     assert_int_equal(p->count, NENC + NDEC);
     assert_params(p, 0, "encoder.layers.0", ENCODER_LAYER, NENC);
     assert_params(p, NENC, "", DECODER_LAYER, NDEC);
@@ -134,7 +134,7 @@ static void test_stack_and_transformer_names_match_torch_state_dict(void **s) {
     ag_params *p = ag_params_new(AG_F32);
     ag_transformer_config c = ag_transformer_defaults(8, 2);
     c.dim_feedforward = 16;
-    ag_transformer_t *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+    ag_transformer_module *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
     *t = ag_transformer_new(p, "", &c, 1, 1, NULL);
     assert_int_equal(p->count, 34);
     assert_params(p, 0, "encoder.layers.0", ENCODER_LAYER, NENC);
@@ -144,14 +144,14 @@ static void test_stack_and_transformer_names_match_torch_state_dict(void **s) {
     ag_params_free(p);
 
     p = ag_params_new(AG_F32);
-    ag_transformer_encoder_t *e = ag_arena_alloc(ag_arena_current(), sizeof *e);
+    ag_transformer_encoder_module *e = ag_arena_alloc(ag_arena_current(), sizeof *e);
     *e = ag_transformer_encoder_new(p, "model.encoder", &c, 2, true, NULL);
     assert_int_equal(e->num_layers, 2);
     assert_int_equal(p->count, 2 * NENC + 2);
     assert_params(p, 0, "model.encoder.layers.0", ENCODER_LAYER, NENC);
     assert_params(p, NENC, "model.encoder.layers.1", ENCODER_LAYER, NENC);
     assert_params(p, 2 * NENC, "model.encoder.norm", NORM, 2);
-    ag_transformer_decoder_t *d = ag_arena_alloc(ag_arena_current(), sizeof *d);
+    ag_transformer_decoder_module *d = ag_arena_alloc(ag_arena_current(), sizeof *d);
     *d = ag_transformer_decoder_new(p, "dec", &c, 1, false, NULL);
     assert_null(d->norm.weight);
     assert_int_equal(p->count, 2 * NENC + 2 + NDEC);
@@ -173,12 +173,12 @@ static void test_stack_layers_start_as_copies_of_one_torch_initialised_layer(voi
     ag_transformer_config c = ag_transformer_defaults(8, 2);
     c.dim_feedforward = 16;
     ag_rng r = ag_rng_new(3);
-    ag_transformer_encoder_t *e = ag_arena_alloc(ag_arena_current(), sizeof *e);
+    ag_transformer_encoder_module *e = ag_arena_alloc(ag_arena_current(), sizeof *e);
     *e = ag_transformer_encoder_new(p, "", &c, 3, true, &r);
     double m;
     for (int l = 1; l < 3; l++)
         for (int k = 0; k < NENC; k++) assert_close(p->list[k], p->list[l * NENC + k], 0);
-    const ag_transformer_encoder_layer_t *l0 = &e->layers[0];
+    const ag_transformer_encoder_layer_module *l0 = &e->layers[0];
     max_abs(l0->self_attn.in_proj_weight, &m);
     assert_true(m <= sqrt(6.0 / 32) && m > 0.8 * sqrt(6.0 / 32));
     max_abs(l0->self_attn.in_proj_bias, &m);
@@ -201,9 +201,9 @@ static void test_transformer_redraws_matrices_xavier_uniform_and_keeps_vectors(v
     ag_transformer_config c = ag_transformer_defaults(8, 2);
     c.dim_feedforward = 16;
     ag_rng r = ag_rng_new(4);
-    ag_transformer_t *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+    ag_transformer_module *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
     *t = ag_transformer_new(p, "", &c, 2, 1, &r);
-    const ag_transformer_encoder_layer_t *a = &t->encoder.layers[0], *b = &t->encoder.layers[1];
+    const ag_transformer_encoder_layer_module *a = &t->encoder.layers[0], *b = &t->encoder.layers[1];
     double m, d;
     max_abs(ag_sub(a->self_attn.in_proj_weight, b->self_attn.in_proj_weight), &d);
     assert_true(d > 0.1);
@@ -234,7 +234,7 @@ static void test_transformer_redraws_matrices_xavier_uniform_and_keeps_vectors(v
 static void test_encoder_layer_post_norm_matches_torch_for_contiguous_and_transposed_input(void **s) {
     ag_params *p = ag_params_new(AG_F64);
     ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, false);
-    ag_transformer_encoder_layer_t m = ag_transformer_encoder_layer_new(p, "", &c, NULL);
+    ag_transformer_encoder_layer_module m = ag_transformer_encoder_layer_new(p, "", &c, NULL);
     fill_params(p);
     ag_tensor *src = wave(AG_F64, AG_SHAPE(3, 2, 4), 0);
     ag_transformer_args a = {.src_key_padding_mask = bools(AG_SHAPE(2, 3), "000001")};
@@ -262,7 +262,7 @@ static void test_encoder_layer_post_norm_matches_torch_for_contiguous_and_transp
 /* the DEC_OUT case: a norm_first gelu decoder layer, its inputs and masks */
 typedef struct {
     ag_params *p;
-    ag_transformer_decoder_layer_t m;
+    ag_transformer_decoder_layer_module m;
     ag_tensor *tgt, *mem;
     ag_transformer_args a;
 } dec_case;
@@ -319,7 +319,7 @@ static void test_decoder_steps_equal_the_full_causal_forward(void **s) {
     for (int k = 0; k < 2; k++) {
         ag_params *p = ag_params_new(AG_F64);
         ag_transformer_config c = small_config(k == 1, k == 1 ? AG_ACTIVATION_GELU : AG_ACTIVATION_RELU, true);
-        ag_transformer_decoder_t m = ag_transformer_decoder_new(p, "", &c, 2, true, NULL);
+        ag_transformer_decoder_module m = ag_transformer_decoder_new(p, "", &c, 2, true, NULL);
         fill_params(p);
         int64_t N = 3, T = 5, S = 4;
         ag_tensor *tgt = wave(AG_F64, AG_SHAPE(N, T, 4), 0.3), *mem = wave(AG_F64, AG_SHAPE(N, S, 4), 1.1);
@@ -346,7 +346,7 @@ static void test_decoder_steps_equal_the_full_causal_forward(void **s) {
 static void test_decoder_cache_reorder_continues_the_chosen_rows(void **s) {
     ag_params *p = ag_params_new(AG_F64);
     ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
-    ag_transformer_decoder_t m = ag_transformer_decoder_new(p, "", &c, 2, false, NULL);
+    ag_transformer_decoder_module m = ag_transformer_decoder_new(p, "", &c, 2, false, NULL);
     fill_params(p);
     int64_t N = 3, T = 4, S = 4;
     ag_tensor *tgt = wave(AG_F64, AG_SHAPE(N, T, 4), 0.7), *mem = wave(AG_F64, AG_SHAPE(N, S, 4), 0.2);
@@ -376,8 +376,8 @@ static void test_batch_first_and_unbatched_inputs_give_the_seq_first_results(voi
     ag_params *p = ag_params_new(AG_F64), *q = ag_params_new(AG_F64);
     ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, false), cb = c;
     cb.batch_first = true;
-    ag_transformer_decoder_layer_t m = ag_transformer_decoder_layer_new(p, "", &c, NULL);
-    ag_transformer_decoder_layer_t mb = ag_transformer_decoder_layer_new(q, "", &cb, NULL);
+    ag_transformer_decoder_layer_module m = ag_transformer_decoder_layer_new(p, "", &c, NULL);
+    ag_transformer_decoder_layer_module mb = ag_transformer_decoder_layer_new(q, "", &cb, NULL);
     fill_params(p);
     fill_params(q);
     ag_tensor *tgt = wave(AG_F64, AG_SHAPE(3, 2, 4), 0.2), *mem = wave(AG_F64, AG_SHAPE(5, 2, 4), 0.9);
@@ -397,7 +397,7 @@ static void test_batch_first_and_unbatched_inputs_give_the_seq_first_results(voi
 
 /* ==== dropout ================================================================================= */
 
-static ag_tensor *encode(const ag_transformer_encoder_layer_t *m, ag_tensor *x, bool training, ag_rng *r) {
+static ag_tensor *encode(const ag_transformer_encoder_layer_module *m, ag_tensor *x, bool training, ag_rng *r) {
     ag_transformer_args a = {.training = training, .rng = r};
     return ag_transformer_encoder_layer_forward(m, x, &a);
 }
@@ -411,8 +411,8 @@ static void test_training_draws_dropout_at_torchs_positions_and_same_seed_repeat
     ag_params *p = ag_params_new(AG_F64);
     ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
     c.dropout = 0.3;
-    ag_transformer_encoder_layer_t e = ag_transformer_encoder_layer_new(p, "e", &c, NULL);
-    ag_transformer_decoder_layer_t d = ag_transformer_decoder_layer_new(p, "d", &c, NULL);
+    ag_transformer_encoder_layer_module e = ag_transformer_encoder_layer_new(p, "e", &c, NULL);
+    ag_transformer_decoder_layer_module d = ag_transformer_decoder_layer_new(p, "d", &c, NULL);
     fill_params(p);
     ag_tensor *x = wave(AG_F64, AG_SHAPE(2, 3, 4), 0), *mem = wave(AG_F64, AG_SHAPE(2, 5, 4), 1);
     ag_rng r1 = ag_rng_new(7), r2 = ag_rng_new(7), r3 = ag_rng_new(8);
@@ -439,9 +439,9 @@ static void test_eval_mode_draws_nothing_and_equals_training_with_dropout_zero(v
     ag_params *p = ag_params_new(AG_F64);
     ag_transformer_config c = small_config(true, AG_ACTIVATION_GELU, false), c0 = c;
     c0.dropout = 0;
-    ag_transformer_encoder_layer_t e = ag_transformer_encoder_layer_new(p, "", &c, NULL);
+    ag_transformer_encoder_layer_module e = ag_transformer_encoder_layer_new(p, "", &c, NULL);
     fill_params(p);
-    ag_transformer_encoder_layer_t e0 = e;
+    ag_transformer_encoder_layer_module e0 = e;
     e0.cfg = c0;
     e0.self_attn.cfg.dropout = 0;
     ag_tensor *x = wave(AG_F64, AG_SHAPE(3, 2, 4), 0.5);
@@ -460,9 +460,9 @@ static void test_dropout_one_zeroes_every_block_leaving_only_the_norms(void **s)
     ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, false), cn = c;
     c.dropout = cn.dropout = 1;
     cn.norm_first = true;
-    ag_transformer_encoder_layer_t e = ag_transformer_encoder_layer_new(p, "e", &c, NULL);
-    ag_transformer_encoder_layer_t en = ag_transformer_encoder_layer_new(p, "en", &cn, NULL);
-    ag_transformer_decoder_layer_t d = ag_transformer_decoder_layer_new(p, "d", &c, NULL);
+    ag_transformer_encoder_layer_module e = ag_transformer_encoder_layer_new(p, "e", &c, NULL);
+    ag_transformer_encoder_layer_module en = ag_transformer_encoder_layer_new(p, "en", &cn, NULL);
+    ag_transformer_decoder_layer_module d = ag_transformer_decoder_layer_new(p, "d", &c, NULL);
     fill_params(p);
     ag_tensor *x = wave(AG_F64, AG_SHAPE(3, 2, 4), 0.1), *mem = wave(AG_F64, AG_SHAPE(4, 2, 4), 2);
     ag_rng r = ag_rng_new(2);
@@ -479,8 +479,8 @@ static void test_dropout_one_zeroes_every_block_leaving_only_the_norms(void **s)
 /* ==== gradients ================================================================================ */
 
 typedef struct {
-    const ag_transformer_encoder_layer_t *enc;
-    const ag_transformer_decoder_layer_t *dec;
+    const ag_transformer_encoder_layer_module *enc;
+    const ag_transformer_decoder_layer_module *dec;
     ag_transformer_args args;
     uint64_t seed; /* training: a fresh generator per call, so every evaluation uses one mask */
 } layer_ctx;
@@ -506,7 +506,7 @@ static void test_encoder_layer_gradcheck_post_and_pre_norm_relu_and_gelu_with_ke
         ag_transformer_config c = small_config(variant & 1, variant & 2 ? AG_ACTIVATION_GELU : AG_ACTIVATION_RELU,
                                                variant == 4);
         ag_rng r = ag_rng_new(20 + (uint64_t)variant);
-        ag_transformer_encoder_layer_t m = ag_transformer_encoder_layer_new(p, "", &c, &r);
+        ag_transformer_encoder_layer_module m = ag_transformer_encoder_layer_new(p, "", &c, &r);
         for (int k = 0; k < p->count; k++) ag_normal_(&r, p->list[k], 0, 0.5);
         layer_ctx ctx = {.enc = &m, .args = {.src_key_padding_mask = bools(AG_SHAPE(2, 3), "001000")}};
         if (variant == 4) { /* batch_first, training: fixed dropout masks everywhere */
@@ -528,7 +528,7 @@ static void test_decoder_layer_gradcheck_causal_tgt_mask_and_memory_key_padding(
         ag_transformer_config c = small_config(norm_first, norm_first ? AG_ACTIVATION_GELU : AG_ACTIVATION_RELU,
                                                false);
         ag_rng r = ag_rng_new(30 + (uint64_t)norm_first);
-        ag_transformer_decoder_layer_t m = ag_transformer_decoder_layer_new(p, "", &c, &r);
+        ag_transformer_decoder_layer_module m = ag_transformer_decoder_layer_new(p, "", &c, &r);
         for (int k = 0; k < p->count; k++) ag_normal_(&r, p->list[k], 0, 0.5);
         layer_ctx ctx = {.dec = &m,
                          .args = {.tgt_mask = ag_square_subsequent_mask(3, AG_F64),
@@ -546,17 +546,17 @@ static void test_decoder_layer_gradcheck_causal_tgt_mask_and_memory_key_padding(
  * the vocabulary, cross entropy with label smoothing ignoring the padding id. */
 enum { PAD = 0, V = 6, D = 4 };
 typedef struct {
-    ag_embedding_t src_emb, tgt_emb;
-    ag_transformer_encoder_layer_t enc;
-    ag_transformer_decoder_layer_t dec;
-    ag_linear_t generator;
+    ag_embedding_module src_emb, tgt_emb;
+    ag_transformer_encoder_layer_module enc;
+    ag_transformer_decoder_layer_module dec;
+    ag_linear_module generator;
     ag_tensor *src, *tgt_in, *tgt_out, *src_pad, *tgt_pad, *causal;
     uint64_t dropout_seed; /* 0: eval mode; else training, dropout drawn from this seed */
     ag_rng rng;            /* (it must outlive backward: recomputed attention draws again from it) */
 } seq2seq;
 
 /* ids (N,L) -> (N,L,D) */
-static ag_tensor *embed(const ag_embedding_t *e, ag_tensor *ids) {
+static ag_tensor *embed(const ag_embedding_module *e, ag_tensor *ids) {
     ag_tensor *x = ag_mul_scalar(ag_embedding_forward(e, ids), sqrt((double)D));
     return ag_add(x, ag_sinusoidal_positions(ids->shape[1], D, x->dtype));
 }
@@ -796,7 +796,7 @@ static void test_skip_padding_keeps_the_outputs_at_real_positions(void **s) {
         ag_params *p = ag_params_new(AG_F64);
         ag_transformer_config c = small_config(variant == 1, AG_ACTIVATION_RELU, variant == 1);
         ag_rng r = ag_rng_new(60 + (uint64_t)variant);
-        ag_transformer_t *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+        ag_transformer_module *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
         *t = ag_transformer_new(p, "", &c, 2, 2, &r);
         int64_t N = 2, S = 5, T = 4, E = 4;
         ag_tensor *spad = bools(AG_SHAPE(2, 5), "0001100000"), *tpad = bools(AG_SHAPE(2, 4), "00010011");
@@ -860,7 +860,7 @@ static void test_skip_padding_refuses_a_memory_mask_other_than_the_source_one(vo
     ag_transformer_config c = small_config(false, AG_ACTIVATION_RELU, true);
     c.skip_padding = true;
     ag_rng r = ag_rng_new(3);
-    ag_transformer_t *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+    ag_transformer_module *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
     *t = ag_transformer_new(p, "", &c, 1, 1, &r);
     ag_tensor *src = ag_randn(&r, AG_F32, AG_SHAPE(2, 3, 4)), *tgt = ag_randn(&r, AG_F32, AG_SHAPE(2, 2, 4));
     ag_transformer_args a = {.src_key_padding_mask = bools(AG_SHAPE(2, 3), "001000")};
@@ -882,7 +882,7 @@ static void test_skip_padding_refuses_a_memory_mask_other_than_the_source_one(vo
 static void test_new_reports_bad_config_and_forward_refuses_the_failed_module(void **s) {
     ag_params *p = ag_params_new(AG_F32);
     ag_transformer_config c = ag_transformer_defaults(6, 4);
-    ag_transformer_encoder_layer_t m = ag_transformer_encoder_layer_new(p, "enc", &c, NULL);
+    ag_transformer_encoder_layer_module m = ag_transformer_encoder_layer_new(p, "enc", &c, NULL);
     tu_assert_error("ag_transformer_encoder_layer_new", "'enc'", "d_model 6", "nhead 4");
     assert_null(m.self_attn.in_proj_weight);
     assert_int_equal(p->count, 0);
@@ -893,7 +893,7 @@ static void test_new_reports_bad_config_and_forward_refuses_the_failed_module(vo
     ag_transformer_decoder_layer_new(p, "dec", &c, NULL);
     tu_assert_error("ag_transformer_decoder_layer_new", "dropout 1.5");
     c.dropout = 0.1;
-    ag_transformer_encoder_t *e = ag_arena_alloc(ag_arena_current(), sizeof *e);
+    ag_transformer_encoder_module *e = ag_arena_alloc(ag_arena_current(), sizeof *e);
     *e = ag_transformer_encoder_new(p, "encoder", &c, 0, true, NULL);
     tu_assert_error("ag_transformer_encoder_new", "'encoder'", "num_layers 0");
     assert_null(ag_transformer_encoder_forward(e, ag_zeros(AG_F32, AG_SHAPE(2, 1, 8)), NULL));
@@ -905,8 +905,8 @@ static void test_forward_reports_input_and_mask_shapes_naming_the_argument(void 
     ag_params *p = ag_params_new(AG_F32);
     ag_transformer_config c = ag_transformer_defaults(8, 2);
     c.dim_feedforward = 16;
-    ag_transformer_encoder_layer_t e = ag_transformer_encoder_layer_new(p, "e", &c, NULL);
-    ag_transformer_decoder_layer_t d = ag_transformer_decoder_layer_new(p, "d", &c, NULL);
+    ag_transformer_encoder_layer_module e = ag_transformer_encoder_layer_new(p, "e", &c, NULL);
+    ag_transformer_decoder_layer_module d = ag_transformer_decoder_layer_new(p, "d", &c, NULL);
     ag_tensor *x = ag_zeros(AG_F32, AG_SHAPE(5, 3, 8)), *mem = ag_zeros(AG_F32, AG_SHAPE(6, 3, 8));
     assert_null(ag_transformer_encoder_layer_forward(&e, ag_zeros(AG_F32, AG_SHAPE(5, 3, 7)), NULL));
     tu_assert_error("ag_transformer_encoder_layer_forward", "src (5,3,7)", "(L,N,d_model)", "8");
@@ -932,7 +932,7 @@ static void test_forward_reports_input_and_mask_shapes_naming_the_argument(void 
     ag_params_free(p);
 
     p = ag_params_new(AG_F32);
-    ag_transformer_t *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
+    ag_transformer_module *t = ag_arena_alloc(ag_arena_current(), sizeof *t);
     *t = ag_transformer_new(p, "", &c, 1, 1, NULL);
     assert_null(ag_transformer_forward(t, x, ag_zeros(AG_F32, AG_SHAPE(4, 2, 8)), NULL));
     tu_assert_error("ag_transformer_forward", "src (5,3,8)", "tgt (4,2,8)", "batch");
@@ -950,7 +950,7 @@ static void test_decoder_stack_reports_cross_attention_weights_per_layer(void **
     ag_transformer_config c = ag_transformer_defaults(8, 2);
     c.dim_feedforward = 16;
     c.batch_first = true;
-    ag_transformer_decoder_t *d = ag_arena_alloc(ag_arena_current(), sizeof *d);
+    ag_transformer_decoder_module *d = ag_arena_alloc(ag_arena_current(), sizeof *d);
     *d = ag_transformer_decoder_new(p, "decoder", &c, 2, true, &r);
     ag_tensor *tgt = ag_randn(&r, AG_F32, AG_SHAPE(2, 3, 8)), *mem = ag_randn(&r, AG_F32, AG_SHAPE(2, 5, 8));
     ag_tensor *kpm = ag_zeros(AG_BOOL, AG_SHAPE(2, 5));

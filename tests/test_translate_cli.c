@@ -266,8 +266,8 @@ static int compare_checkpoints(const char *pa, const char *pb, const char *group
 static ag_train_state load_state(const char *path) {
     ag_train_state st = {0};
     char msg[1024];
-    ag_ckpt_status s = ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg);
-    if (s != AG_CKPT_OK) fail_msg("%s does not load: %s", path, msg);
+    ag_checkpoint_status s = ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg);
+    if (s != AG_CHECKPOINT_OK) fail_msg("%s does not load: %s", path, msg);
     return st;
 }
 
@@ -978,8 +978,8 @@ static void write_foreign_checkpoint(const char *path, const ag_train_state *st)
     ag_rng r = ag_rng_new(3);
     ag_linear_new(p, "fc", 3, 2, true, &r);
     char msg[512];
-    ag_ckpt_status s = ag_checkpoint_save(path, p, NULL, st, &(ag_ckpt_save_opts){.no_fsync = true}, msg, sizeof msg);
-    if (s != AG_CKPT_OK) fail_msg("saving %s: %s", path, msg);
+    ag_checkpoint_status s = ag_checkpoint_save(path, p, NULL, st, &(ag_checkpoint_save_opts){.no_fsync = true}, msg, sizeof msg);
+    if (s != AG_CHECKPOINT_OK) fail_msg("saving %s: %s", path, msg);
     ag_params_free(p);
 }
 

@@ -159,12 +159,12 @@ static void test_a_checkpoint_with_a_damaged_size_is_refused_at_once(void **stat
     ag_params *p = ag_params_new(AG_F32);
     ag_rng r = ag_rng_new(3);
     ag_linear_new(p, "fc", 3, 2, true, &r);
-    if (ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) fail_msg("%s", msg);
+    if (ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) fail_msg("%s", msg);
     /* dim_feedforward = 2^20 took 25 s and 0.5 GB of initialising before the parameters were
      * found not to match */
     assert_true(ag_config_set_int(&st, "dim_feedforward", 1 << 20));
     const char *bad = tt_in_dir("ff-2-20.h5");
-    if (ag_checkpoint_save(bad, p, NULL, &st, &(ag_ckpt_save_opts){.no_fsync = true}, msg, sizeof msg) != AG_CKPT_OK)
+    if (ag_checkpoint_save(bad, p, NULL, &st, &(ag_checkpoint_save_opts){.no_fsync = true}, msg, sizeof msg) != AG_CHECKPOINT_OK)
         fail_msg("%s", msg);
     ag_train_state_clear(&st);
     ag_params_free(p);

@@ -24,7 +24,7 @@
 static ag_train_state load_state(const char *path) {
     ag_train_state st = {0};
     char msg[512];
-    if (ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CKPT_OK) fail_msg("%s", msg);
+    if (ag_checkpoint_load(path, NULL, NULL, &st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) fail_msg("%s", msg);
     return st;
 }
 

@@ -18,7 +18,7 @@ try:
     from torch import nn
 
     import checkpoint_torch as ct
-    from gen_gru import AdditiveAttention  # attograd's ag_additive_attention_t
+    from gen_gru import AdditiveAttention  # attograd's ag_additive_attention_module
 except (ImportError, SystemExit) as e:
     print(f"translate_torch_recurrent: skipped, cannot import torch or h5py ({e})", file=sys.stderr)
     sys.exit(77)

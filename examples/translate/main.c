@@ -214,7 +214,7 @@ too_many:
 static char *load_text(const ag_train_state *st, const char *name) {
     const char *whole = ag_config_get_string(st, name);
     if (whole) return strdup(whole);
-    char key[AG_CKPT_NAME_MAX];
+    char key[AG_CHECKPOINT_NAME_MAX];
     int64_t parts = 0;
     snprintf(key, sizeof key, "%s.parts", name);
     if (!ag_config_get_int(st, key, &parts) || parts < 1 || parts > st->nconfig) return NULL;
@@ -322,8 +322,8 @@ tr_text tr_num_text(double x) {
 
 bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     memset(t, 0, sizeof *t);
-    ag_ckpt_status st = ag_checkpoint_load(path, NULL, NULL, &t->state, NULL, msg, msgsize);
-    if (st != AG_CKPT_OK) goto fail;
+    ag_checkpoint_status st = ag_checkpoint_load(path, NULL, NULL, &t->state, NULL, msg, msgsize);
+    if (st != AG_CHECKPOINT_OK) goto fail;
     const char *kind = ag_config_get_string(&t->state, "model"), *tokens = ag_config_get_string(&t->state, "tokens");
     model_config c = {0};
     bool ok = tokens && model_kind_parse(kind, &c.kind);
@@ -376,7 +376,7 @@ bool trained_load(trained *t, const char *path, char *msg, size_t msgsize) {
     }
     if (!tr_model_fits_memory(&c, 0, 0, path, msg, msgsize)) goto fail;
     t->m = model_new(&c, AG_F32, 0);
-    if (!t->m || (st = ag_checkpoint_load(path, model_params(t->m), NULL, NULL, NULL, msg, msgsize)) != AG_CKPT_OK)
+    if (!t->m || (st = ag_checkpoint_load(path, model_params(t->m), NULL, NULL, NULL, msg, msgsize)) != AG_CHECKPOINT_OK)
         goto fail;
     return true;
 fail: /* everything loaded so far, the configuration's strings included */

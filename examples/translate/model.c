@@ -22,20 +22,20 @@ struct model {
     ag_params *params;
     ag_arena *consts;   /* tensors that live as long as the model (positional table) */
     ag_rng init_rng;
-    ag_embedding_t src_embed, tgt_embed;
-    ag_linear_t generator;
+    ag_embedding_module src_embed, tgt_embed;
+    ag_linear_module generator;
     /* Transformer */
-    ag_transformer_t tf;
+    ag_transformer_module tf;
     ag_tensor *pos;     /* (max_len, d) */
     /* recurrent: the encoder and decoder of the kind, the rest shared */
-    ag_gru_t encoder;
-    ag_lstm_t lstm_encoder;
-    ag_rnn_t rnn_encoder;
-    ag_linear_t bridge;
-    ag_additive_attention_t attention;
-    ag_gru_cell_t decoder;
-    ag_lstm_cell_t lstm_decoder;
-    ag_rnn_cell_t rnn_decoder;
+    ag_gru_module encoder;
+    ag_lstm_module lstm_encoder;
+    ag_rnn_module rnn_encoder;
+    ag_linear_module bridge;
+    ag_additive_attention_module attention;
+    ag_gru_cell_module decoder;
+    ag_lstm_cell_module lstm_decoder;
+    ag_rnn_cell_module rnn_decoder;
 };
 
 /* what decoding needs from the source */
@@ -129,7 +129,7 @@ model *model_new(const model_config *cfg, ag_dtype dt, uint64_t seed) {
     m->tgt_embed = ag_embedding_new(m->params, "tgt_embed", cfg->tgt_vocab, E, PAD_ID, r);
     if (cfg->kind == MODEL_TRANSFORMER) { /* N(0, 1/d) as fairseq: scaled by √d they have unit variance,
                                              the size of the positional encodings */
-        ag_embedding_t *es[2] = {&m->src_embed, &m->tgt_embed};
+        ag_embedding_module *es[2] = {&m->src_embed, &m->tgt_embed};
         for (int i = 0; i < 2; i++) {
             ag_normal_(r, es[i]->weight, 0.0, 1.0 / sqrt((double)E));
             ag_fill_(ag_select(es[i]->weight, 0, PAD_ID), 0.0);
@@ -159,7 +159,7 @@ ag_params *model_params(model *m) { return m->params; }
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 
 /* ids (B,L) at positions first.. → embedding·√d + positions, dropout: (B,L,d) */
-static ag_tensor *embed(model *m, const ag_embedding_t *e, ag_tensor *ids, int64_t first, bool training, ag_rng *rng) {
+static ag_tensor *embed(model *m, const ag_embedding_module *e, ag_tensor *ids, int64_t first, bool training, ag_rng *rng) {
     int64_t L = ids->shape[1];
     /* in place: the embedding rows and their products are read by no backward */
     ag_tensor *x = ag_mul_scalar_(ag_embedding_forward(e, ids), sqrt((double)m->cfg.d_model));

@@ -3,6 +3,7 @@
  * Ctrl-C saves and exits, curves as SVG. */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +36,13 @@ static bool save(const char *path, model *m, ag_optim *opt, ag_train_state *st) 
     /* between steps the training arena is idle: its pages make room for HDF5's buffers, so a
      * save does not add its memory to a step's (the run's peak RSS was a save's) */
     ag_arena_trim(ag_arena_current());
-    ag_ckpt_status s = ag_checkpoint_save(path, model_params(m), opt, st, NULL, msg, sizeof msg);
-    if (s != AG_CKPT_OK) fprintf(stderr, "attograd-translate: saving %s failed: %s\n", path, msg);
-    return s == AG_CKPT_OK;
+    ag_checkpoint_status s = ag_checkpoint_save(path, model_params(m), opt, st, NULL, msg, sizeof msg);
+#ifdef __GLIBC__
+    /* the freed buffers of HDF5 (6-9 MiB) go back to the system, not into the run's peak */
+    malloc_trim(0);
+#endif
+    if (s != AG_CHECKPOINT_OK) fprintf(stderr, "attograd-translate: saving %s failed: %s\n", path, msg);
+    return s == AG_CHECKPOINT_OK;
 }
 
 static char *join(const char *dir, const char *name) {
@@ -224,7 +229,7 @@ static bool setup_model(run *r) {
     r->opt = ag_adam_new(model_params(r->m), &adam);
     r->rng = ag_rng_new((uint64_t)o->seed * 1000003 + 1);
     if (r->resuming) {
-        if (ag_checkpoint_load(r->last_path, model_params(r->m), r->opt, &r->st, NULL, msg, sizeof msg) != AG_CKPT_OK) {
+        if (ag_checkpoint_load(r->last_path, model_params(r->m), r->opt, &r->st, NULL, msg, sizeof msg) != AG_CHECKPOINT_OK) {
             fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
             return false;
         }

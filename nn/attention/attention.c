@@ -261,7 +261,7 @@ static void heads_backward(ag_node *n) {
     a.dout = head_mat(n->out->grad, 0, a.Dv);
     attn_backward(n, &a);
 }
-static const ag_op ATTENTION_HEADS = {"ag_attention", heads_backward, ATTENTION_SAVES};
+static const ag_op ATTENTION_HEADS = {"ag__attention_heads", heads_backward, ATTENTION_SAVES};
 
 /* keep[i] when element i of the (B,H,L,S) mask from rng is a uniform >= p (with probability
  * 1-p), the B samples placed in rng's batch (ag_rng_share_batch); blocks of it go to the threads,

@@ -21,8 +21,8 @@ static void xavier_uniform(ag_rng *rng, ag_tensor *w, int64_t fan_in, int64_t fa
     ag_uniform_(rng, w, -bound, bound);
 }
 
-ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng) {
-    ag_mha_t m;
+ag_mha_module ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng) {
+    ag_mha_module m;
     memset(&m, 0, sizeof m);
     m.cfg = *cfg;
     int64_t E = cfg->embed_dim, H = cfg->num_heads;
@@ -36,7 +36,7 @@ ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, 
     if (!m.cfg.vdim) m.cfg.vdim = E;
     int64_t kd = m.cfg.kdim, vd = m.cfg.vdim;
     char b[256];
-    ag_mha_t none = m; /* no weights: what a failure returns (the first failure is the one report) */
+    ag_mha_module none = m; /* no weights: what a failure returns (the first failure is the one report) */
 #define ADD(field, name, ...)                                                                              \
     do {                                                                                                \
         if (!(m.field = ag_params_add(p, ag__param_name(b, sizeof b, "ag_mha_new", prefix, name), __VA_ARGS__))) \
@@ -70,11 +70,11 @@ ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, 
 
 /* rows [from, from + n) of the packed in-projection (q 0..E, k E..2E, v 2E..3E) and of its
  * bias (NULL without one); all of them is the tensor itself, not a view */
-static ag_tensor *in_w(const ag_mha_t *m, int64_t from, int64_t n) {
+static ag_tensor *in_w(const ag_mha_module *m, int64_t from, int64_t n) {
     ag_tensor *w = m->in_proj_weight;
     return from == 0 && n == w->shape[0] ? w : ag_narrow(w, 0, from, n);
 }
-static ag_tensor *in_b(const ag_mha_t *m, int64_t from, int64_t n) {
+static ag_tensor *in_b(const ag_mha_module *m, int64_t from, int64_t n) {
     ag_tensor *b = m->in_proj_bias;
     return !b || (from == 0 && n == b->shape[0]) ? b : ag_narrow(b, 0, from, n);
 }
@@ -107,7 +107,7 @@ typedef enum { SHARE_NONE, SHARE_KV, SHARE_QKV } share;
  * and value when they are one tensor (SHARE_KV: a decoder's memory), else one each over slices
  * of the packed weight (or the separate q/k/v weights). qr: the rows of q projected, kr those
  * of k and v. */
-static qkv project_qkv(const ag_mha_t *m, ag_tensor *q, proj_rows qr, ag_tensor *k, ag_tensor *v, proj_rows kr,
+static qkv project_qkv(const ag_mha_module *m, ag_tensor *q, proj_rows qr, ag_tensor *k, ag_tensor *v, proj_rows kr,
                        share s) {
     int64_t E = m->cfg.embed_dim;
     qkv t = {0};
@@ -150,7 +150,7 @@ static bool check_mask_dtype(const char *op, const char *what, const ag_tensor *
     return false;
 }
 
-static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tensor *v, const ag_mha_args *a) {
+static bool check_inputs(const ag_mha_module *m, ag_tensor *q, ag_tensor *k, ag_tensor *v, const ag_mha_args *a) {
     const char *op = "ag_mha_forward";
     char b1[128], b2[128], b3[128];
     if (!ag__check_float(op, q) || !ag__check_float(op, k) || !ag__check_float(op, v)) return false;
@@ -186,7 +186,7 @@ static bool check_inputs(const ag_mha_t *m, ag_tensor *q, ag_tensor *k, ag_tenso
  * (S,vdim), key_padding_mask (S), attn_mask (L,S) or (num_heads,L,S). Run as a batch of one
  * (batch-first views, whatever batch_first says, as torch ignores it here) and the batch dim
  * taken off the output and the weights. */
-static ag_tensor *mha_unbatched(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
+static ag_tensor *mha_unbatched(const ag_mha_module *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
                                 const ag_mha_args *a, ag_tensor **weights) {
     const char *op = "ag_mha_forward";
     char b1[128], b2[128], b3[128];
@@ -198,7 +198,7 @@ static ag_tensor *mha_unbatched(const ag_mha_t *m, ag_tensor *query, ag_tensor *
                  kpm ? ag_shape_str(kpm, (char[128]){0}) : "none", am ? ag_shape_str(am, (char[128]){0}) : "none");
         return NULL;
     }
-    ag_mha_t one = *m;
+    ag_mha_module one = *m;
     one.cfg.batch_first = true;
     ag_mha_args a1 = *a;
     if (kpm) a1.key_padding_mask = ag_unsqueeze(kpm, 0);
@@ -212,7 +212,7 @@ static ag_tensor *mha_unbatched(const ag_mha_t *m, ag_tensor *query, ag_tensor *
     return ag_squeeze(y, 0);
 }
 
-ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
+ag_tensor *ag_mha_forward(const ag_mha_module *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
                           const ag_mha_args *args, ag_tensor **weights) {
     const ag_mha_config *c = &m->cfg;
     ag_mha_args none = {0};
@@ -283,7 +283,7 @@ ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, a
     return y;
 }
 
-ag_tensor *ag__mha_forward_rows(const ag_mha_t *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
+ag_tensor *ag__mha_forward_rows(const ag_mha_module *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
                                 const ag__rowset *kr, const ag_mha_args *a) {
     const char *op = "ag__mha_forward_rows";
     const ag_mha_config *c = &m->cfg;

@@ -34,14 +34,14 @@ typedef struct {
     ag_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight; /* (E,E) (E,kdim) (E,vdim), or NULL */
     ag_tensor *in_proj_bias;                                /* (3E) or NULL */
     ag_tensor *bias_k, *bias_v;                             /* (1,1,E) or NULL */
-    ag_linear_t out_proj;                                   /* "out_proj.weight" (E,E), "out_proj.bias" (E) */
-} ag_mha_t;
+    ag_linear_module out_proj;                                   /* "out_proj.weight" (E,E), "out_proj.bias" (E) */
+} ag_mha_module;
 
 /* Add the module's parameters under prefix ("" for none) and initialise them as PyTorch:
  * xavier-uniform in_proj (or q/k/v_proj), zero biases, xavier-normal bias_k/bias_v, out_proj
  * as nn.Linear. Misuse (embed_dim not divisible by num_heads, ...) is reported, and so is the
  * first parameter that cannot be allocated (ag_params_add); either way no weight is set. */
-AG_API ag_mha_t ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng);
+AG_API ag_mha_module ag_mha_new(ag_params *p, const char *prefix, const ag_mha_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *key_padding_mask; /* (N,S) bool (True = padding) or float (added), or NULL; (S) unbatched */
@@ -59,7 +59,7 @@ typedef struct {
  * Unbatched, as PyTorch accepts it (batch_first does not apply): query (L,E), key (S,kdim),
  * value (S,vdim), key_padding_mask (S), attn_mask (L,S) or (num_heads,L,S) -> attn_output
  * (L,E), weights (L,S), or (num_heads,L,S) without average_attn_weights. */
-AG_API ag_tensor *ag_mha_forward(const ag_mha_t *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
+AG_API ag_tensor *ag_mha_forward(const ag_mha_module *m, ag_tensor *query, ag_tensor *key, ag_tensor *value,
                                  const ag_mha_args *args, ag_tensor **weights);
 
 #ifdef __cplusplus

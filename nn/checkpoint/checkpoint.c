@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #ifdef __GLIBC__
-#include <malloc.h>
 #endif
 #include <pthread.h>
 #include <stdarg.h>
@@ -41,15 +40,15 @@ bool ag__ck_problem(report *r, int severity, const char *fmt, ...) {
     return false;
 }
 
-ag_ckpt_status ag__ck_report_status(const report *r, bool strict) {
+ag_checkpoint_status ag__ck_report_status(const report *r, bool strict) {
     switch (r->worst) {
-    case 0: return AG_CKPT_OK;
-    case SKIP: return strict ? AG_CKPT_EMISMATCH : AG_CKPT_PARTIAL;
-    case MISMATCH: return AG_CKPT_EMISMATCH;
-    case FORMAT: return AG_CKPT_EFORMAT;
-    case IO: return AG_CKPT_EIO;
-    case INVAL: return AG_CKPT_EINVAL;
-    default: return AG_CKPT_ENOMEM;
+    case 0: return AG_CHECKPOINT_OK;
+    case SKIP: return strict ? AG_CHECKPOINT_EMISMATCH : AG_CHECKPOINT_PARTIAL;
+    case MISMATCH: return AG_CHECKPOINT_EMISMATCH;
+    case FORMAT: return AG_CHECKPOINT_EFORMAT;
+    case IO: return AG_CHECKPOINT_EIO;
+    case INVAL: return AG_CHECKPOINT_EINVAL;
+    default: return AG_CHECKPOINT_ENOMEM;
     }
 }
 
@@ -67,15 +66,15 @@ void ag__ck_report_write(const report *r, const char *path, const char *lead, ch
     if (n >= 0 && (size_t)n >= size && size > 4) strcpy(msg + size - 4, "...");
 }
 
-const char *ag_ckpt_status_name(ag_ckpt_status s) {
+const char *ag_checkpoint_status_name(ag_checkpoint_status s) {
     switch (s) {
-    case AG_CKPT_OK: return "ok";
-    case AG_CKPT_PARTIAL: return "partial";
-    case AG_CKPT_EIO: return "io error";
-    case AG_CKPT_EFORMAT: return "format error";
-    case AG_CKPT_EMISMATCH: return "mismatch";
-    case AG_CKPT_EINVAL: return "invalid argument";
-    case AG_CKPT_ENOMEM: return "out of memory";
+    case AG_CHECKPOINT_OK: return "ok";
+    case AG_CHECKPOINT_PARTIAL: return "partial";
+    case AG_CHECKPOINT_EIO: return "io error";
+    case AG_CHECKPOINT_EFORMAT: return "format error";
+    case AG_CHECKPOINT_EMISMATCH: return "mismatch";
+    case AG_CHECKPOINT_EINVAL: return "invalid argument";
+    case AG_CHECKPOINT_ENOMEM: return "out of memory";
     }
     return "unknown status";
 }
@@ -136,14 +135,8 @@ void ag__ck_end(hush_t h) {
      * translation model): hand it back to malloc */
     H5garbage_collect();
     pthread_mutex_unlock(&hdf5_lock);
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
-    /* and malloc gives freed memory (HDF5's buffers: 6-9 MiB after a save of the translation
-     * model) back to the system; not the few hundred KiB of a small file, which the next
-     * checkpoint call would fault in again (most of a small load's time) */
-    if (mallinfo2().fordblks > ((size_t)4 << 20)) malloc_trim(0);
-#elif defined(__GLIBC__)
-    malloc_trim(0);
-#endif
+    /* The heap is the program's: HDF5's freed buffers (6-9 MiB after a save of the translation
+     * model) stay with malloc, and a program that wants them back calls malloc_trim itself. */
 }
 
 /* A failed system call's entry reads "file write failed: time = ..., filename = ..., errno =
@@ -402,22 +395,22 @@ static bool check_save_args(const ag_params *p, const ag_optim *o, const ag_trai
             ag__ck_problem(r, INVAL, "%s = %lld, expected 0 to %lld", count_name[i], (long long)count[i],
                            (long long)AG_CK_COUNT_MAX);
     if (!s) return !r->worst;
-    if (s->nrng < 0 || s->nrng > AG_CKPT_MAX_RNGS || s->nconfig < 0 || (s->nconfig && !s->config))
+    if (s->nrng < 0 || s->nrng > AG_CHECKPOINT_MAX_RNGS || s->nconfig < 0 || (s->nconfig && !s->config))
         return ag__ck_problem(r, INVAL, "training state holds %d rngs (at most %d) and %d config entries at %p", s->nrng,
-                       AG_CKPT_MAX_RNGS, s->nconfig, (void *)s->config);
+                       AG_CHECKPOINT_MAX_RNGS, s->nconfig, (void *)s->config);
     for (int i = 0; i < s->nrng; i++) {
-        if (!bounded(s->rng[i].name, AG_CKPT_NAME_MAX)) ag__ck_problem(r, INVAL, "rng %d has no name", i);
+        if (!bounded(s->rng[i].name, AG_CHECKPOINT_NAME_MAX)) ag__ck_problem(r, INVAL, "rng %d has no name", i);
         for (int j = 0; j < i; j++)
-            if (strncmp(s->rng[i].name, s->rng[j].name, AG_CKPT_NAME_MAX) == 0)
+            if (strncmp(s->rng[i].name, s->rng[j].name, AG_CHECKPOINT_NAME_MAX) == 0)
                 ag__ck_problem(r, INVAL, "rng name '%.63s' appears twice", s->rng[i].name);
     }
     for (int i = 0; i < s->nconfig; i++) {
         const ag_config_entry *e = &s->config[i];
-        if (!bounded(e->key, AG_CKPT_NAME_MAX)) ag__ck_problem(r, INVAL, "config entry %d has no key", i);
+        if (!bounded(e->key, AG_CHECKPOINT_NAME_MAX)) ag__ck_problem(r, INVAL, "config entry %d has no key", i);
         if (e->type == AG_CONFIG_STRING && !e->s) ag__ck_problem(r, INVAL, "config '%.63s': string is NULL", e->key);
         if ((unsigned)e->type > AG_CONFIG_STRING) ag__ck_problem(r, INVAL, "config '%.63s': bad type %d", e->key, e->type);
         for (int j = 0; j < i; j++)
-            if (strncmp(e->key, s->config[j].key, AG_CKPT_NAME_MAX) == 0)
+            if (strncmp(e->key, s->config[j].key, AG_CHECKPOINT_NAME_MAX) == 0)
                 ag__ck_problem(r, INVAL, "config key '%.63s' appears twice", e->key);
     }
     return !r->worst;
@@ -616,8 +609,8 @@ static bool save_atomic(const char *path, const char *tmp, const ag_params *p, c
     return !r->worst;
 }
 
-ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
-                                  const ag_train_state *state, const ag_ckpt_save_opts *opts, char *msg,
+ag_checkpoint_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
+                                  const ag_train_state *state, const ag_checkpoint_save_opts *opts, char *msg,
                                   size_t msgsize) {
     report r = {.len = 0};
     if (!path || !*path)

@@ -22,29 +22,29 @@ extern "C" {
 #endif
 
 typedef enum {
-    AG_CKPT_OK = 0,
-    AG_CKPT_PARTIAL = 1,      /* non-strict load: what matched was loaded, msg lists the rest */
-    AG_CKPT_EIO = -1,         /* missing file, unwritable directory, failed write/fsync/rename,
+    AG_CHECKPOINT_OK = 0,
+    AG_CHECKPOINT_PARTIAL = 1,      /* non-strict load: what matched was loaded, msg lists the rest */
+    AG_CHECKPOINT_EIO = -1,         /* missing file, unwritable directory, failed write/fsync/rename,
                                  a file that does not read back what was saved */
-    AG_CKPT_EFORMAT = -2,     /* not HDF5, truncated, corrupted, not an attograd checkpoint,
+    AG_CHECKPOINT_EFORMAT = -2,     /* not HDF5, truncated, corrupted, not an attograd checkpoint,
                                  unsupported format_version, malformed attributes */
-    AG_CKPT_EMISMATCH = -3,   /* the file does not fit the model or optimizer: missing or
+    AG_CHECKPOINT_EMISMATCH = -3,   /* the file does not fit the model or optimizer: missing or
                                  unexpected names, shapes, dtypes, optimizer kind */
-    AG_CKPT_EINVAL = -4,      /* bad arguments (NULL path, optimizer of another parameter set) */
-    AG_CKPT_ENOMEM = -5,
-} ag_ckpt_status;
+    AG_CHECKPOINT_EINVAL = -4,      /* bad arguments (NULL path, optimizer of another parameter set) */
+    AG_CHECKPOINT_ENOMEM = -5,
+} ag_checkpoint_status;
 
 /* "ok", "partial", "io error", ... */
-AG_API const char *ag_ckpt_status_name(ag_ckpt_status s);
+AG_API const char *ag_checkpoint_status_name(ag_checkpoint_status s);
 
 /* ---- training state: where training is, and what the model is ---------------------------- */
-#define AG_CKPT_NAME_MAX 64 /* config keys and RNG names, including the NUL */
-#define AG_CKPT_MAX_RNGS 16
+#define AG_CHECKPOINT_NAME_MAX 64 /* config keys and RNG names, including the NUL */
+#define AG_CHECKPOINT_MAX_RNGS 16
 
 typedef enum { AG_CONFIG_INT, AG_CONFIG_DOUBLE, AG_CONFIG_STRING } ag_config_type;
 
 typedef struct {
-    char key[AG_CKPT_NAME_MAX];
+    char key[AG_CHECKPOINT_NAME_MAX];
     ag_config_type type;
     int64_t i;
     double d;
@@ -52,7 +52,7 @@ typedef struct {
 } ag_config_entry;
 
 typedef struct {
-    char name[AG_CKPT_NAME_MAX];
+    char name[AG_CHECKPOINT_NAME_MAX];
     ag_rng rng;
 } ag_named_rng;
 
@@ -67,7 +67,7 @@ typedef struct ag_train_state {
     int64_t epoch;
     int64_t data_position; /* where in the epoch's data order the next batch starts */
     int nrng;
-    ag_named_rng rng[AG_CKPT_MAX_RNGS];
+    ag_named_rng rng[AG_CHECKPOINT_MAX_RNGS];
     int nconfig;              /* entries, in the order their keys were first set */
     int config_cap;           /* entries allocated */
     ag_config_entry *config;  /* nconfig entries (NULL while there are none) */
@@ -105,20 +105,20 @@ typedef struct {
     /* Skip both fsyncs: still atomic against a crash of the process (rename is), but a power
      * loss may lose the new file's data. For tests and scratch files. */
     bool no_fsync;
-} ag_ckpt_save_opts;
+} ag_checkpoint_save_opts;
 
 typedef struct {
     /* Like load_state_dict(strict=False): load every parameter and optimizer state whose name
      * and shape match, leave the rest as they are, list the rest in msg and return
-     * AG_CKPT_PARTIAL. Format errors and an optimizer of another kind still fail. */
+     * AG_CHECKPOINT_PARTIAL. Format errors and an optimizer of another kind still fail. */
     bool non_strict;
-} ag_ckpt_load_opts;
+} ag_checkpoint_load_opts;
 
 /* Save params (required), opt (NULL: no /optimizer) and state (NULL: no /training, /config)
  * to path atomically, in the params' dtype. opts may be NULL. msg (msgsize bytes, may be NULL)
  * receives the message on failure and "" on success. */
-AG_API ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
-                                         const ag_train_state *state, const ag_ckpt_save_opts *opts, char *msg,
+AG_API ag_checkpoint_status ag_checkpoint_save(const char *path, const ag_params *params, const ag_optim *opt,
+                                         const ag_train_state *state, const ag_checkpoint_save_opts *opts, char *msg,
                                          size_t msgsize);
 
 /* Load path into params, opt and state; each may be NULL to skip that part (params NULL and
@@ -130,8 +130,8 @@ AG_API ag_ckpt_status ag_checkpoint_save(const char *path, const ag_params *para
  * must be zero-initialised or a state: its previous contents are freed and replaced as a whole
  * (release it with ag_train_state_clear). On any status other than OK and PARTIAL nothing was
  * changed. */
-AG_API ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
-                                         const ag_ckpt_load_opts *opts, char *msg, size_t msgsize);
+AG_API ag_checkpoint_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
+                                         const ag_checkpoint_load_opts *opts, char *msg, size_t msgsize);
 
 /* What a load trusts, and the check it makes before trusting a file (docs/checkpoint.md):
  * - A file whose header (its first 512 bytes) gives its length and the CRC-32 of its contents
@@ -149,8 +149,8 @@ AG_API ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag
  * ag_checkpoint_verify makes that check on a file without a model: the header, the HDF5
  * structure (in a child when needed), the format attributes, every dataset of /model and
  * /optimizer read whole and checked against its crc32 attribute, the training state and
- * config. AG_CKPT_OK or a status and message as ag_checkpoint_load gives them. */
-AG_API ag_ckpt_status ag_checkpoint_verify(const char *path, char *msg, size_t msgsize);
+ * config. AG_CHECKPOINT_OK or a status and message as ag_checkpoint_load gives them. */
+AG_API ag_checkpoint_status ag_checkpoint_verify(const char *path, char *msg, size_t msgsize);
 
 #ifdef __cplusplus
 }

@@ -67,7 +67,7 @@ typedef struct {
 
 /* Record a problem; returns false, so that "return problem(...)" reads as failing. */
 bool ag__ck_problem(report *r, int severity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-ag_ckpt_status ag__ck_report_status(const report *r, bool strict);
+ag_checkpoint_status ag__ck_report_status(const report *r, bool strict);
 /* "<path>: <problem>" or "<path>: <lead>N problems: <p1>; <p2>; ..." into msg */
 void ag__ck_report_write(const report *r, const char *path, const char *lead, char *msg, size_t size);
 /* Start a save or load: one at a time (Debian's libhdf5 is the serial build, not thread-safe),

@@ -452,9 +452,9 @@ typedef struct {
 static herr_t rng_attr(hid_t loc, const char *name, const H5A_info_t *info, void *u) {
     iter_ctx *c = u;
     uint64_t v[2];
-    if (strlen(name) >= AG_CKPT_NAME_MAX || c->s->nrng == AG_CKPT_MAX_RNGS)
+    if (strlen(name) >= AG_CHECKPOINT_NAME_MAX || c->s->nrng == AG_CHECKPOINT_MAX_RNGS)
         ag__ck_problem(c->r, FORMAT, "rng '%s' does not fit (names up to %d bytes, up to %d rngs)", name,
-                AG_CKPT_NAME_MAX - 1, AG_CKPT_MAX_RNGS);
+                AG_CHECKPOINT_NAME_MAX - 1, AG_CHECKPOINT_MAX_RNGS);
     else if (attr_array(loc, "/training/rng", name, H5T_INTEGER, H5T_NATIVE_UINT64, 2, v, c->r)) {
         ag_named_rng *n = &c->s->rng[c->s->nrng++];
         strcpy(n->name, name);
@@ -466,8 +466,8 @@ static herr_t rng_attr(hid_t loc, const char *name, const H5A_info_t *info, void
 static herr_t config_attr(hid_t loc, const char *name, const H5A_info_t *info, void *u) {
     iter_ctx *c = u;
     char why[WHY_SIZE];
-    if (strlen(name) >= AG_CKPT_NAME_MAX) {
-        ag__ck_problem(c->r, FORMAT, "config '%.64s...' does not fit (keys up to %d bytes)", name, AG_CKPT_NAME_MAX - 1);
+    if (strlen(name) >= AG_CHECKPOINT_NAME_MAX) {
+        ag__ck_problem(c->r, FORMAT, "config '%.64s...' does not fit (keys up to %d bytes)", name, AG_CHECKPOINT_NAME_MAX - 1);
         return 0;
     }
     ag_config_entry e = {.type = AG_CONFIG_INT};
@@ -495,8 +495,8 @@ static herr_t config_dataset(hid_t g, const char *name, const H5L_info_t *info, 
     hid_t ds = -1, ty = -1, sp = -1, m = -1;
     hsize_t n1 = 0;
     size_t n = 0;
-    if (strlen(name) >= AG_CKPT_NAME_MAX) {
-        snprintf(why, sizeof why, "does not fit (keys up to %d bytes)", AG_CKPT_NAME_MAX - 1);
+    if (strlen(name) >= AG_CHECKPOINT_NAME_MAX) {
+        snprintf(why, sizeof why, "does not fit (keys up to %d bytes)", AG_CHECKPOINT_NAME_MAX - 1);
     } else if (ag_config_get_string(c->s, name) || ag_config_get_double(c->s, name, NULL)) {
         snprintf(why, sizeof why, "is also an attribute of /config");
     } else if ((ds = link_open(g, name, c->r)) < 0 || H5Iget_type(ds) != H5I_DATASET) {

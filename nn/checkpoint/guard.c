@@ -191,7 +191,7 @@ bool ag__ck_read_file(const char *path, const read_req *q, bool untrusted, repor
     return !r->retry;
 }
 
-ag_ckpt_status ag_checkpoint_verify(const char *path, char *msg, size_t msgsize) {
+ag_checkpoint_status ag_checkpoint_verify(const char *path, char *msg, size_t msgsize) {
     report r = {.len = 0};
     if (!path || !*path) {
         ag__ck_problem(&r, INVAL, "ag_checkpoint_verify: no path given");

@@ -100,8 +100,8 @@ static void stage_commit(stage_t *st, ag_params *params, ag_optim *opt, ag_train
     }
 }
 
-ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
-                                  const ag_ckpt_load_opts *opts, char *msg, size_t msgsize) {
+ag_checkpoint_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
+                                  const ag_checkpoint_load_opts *opts, char *msg, size_t msgsize) {
     report r = {.len = 0};
     bool strict = !(opts && opts->non_strict);
     stage_t st;
@@ -115,11 +115,11 @@ ag_ckpt_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim 
         hush_t h = ag__ck_begin();
         stage_read(path, &st, params, opt, false, &r);
         ag__ck_end(h);
-        ag_ckpt_status s = ag__ck_report_status(&r, strict);
-        if (s == AG_CKPT_OK || s == AG_CKPT_PARTIAL) stage_commit(&st, params, opt, state);
+        ag_checkpoint_status s = ag__ck_report_status(&r, strict);
+        if (s == AG_CHECKPOINT_OK || s == AG_CHECKPOINT_PARTIAL) stage_commit(&st, params, opt, state);
         stage_free(&st);
     }
-    ag__ck_report_write(&r, path, ag__ck_report_status(&r, strict) == AG_CKPT_PARTIAL ? "loaded what matches; " : "", msg,
+    ag__ck_report_write(&r, path, ag__ck_report_status(&r, strict) == AG_CHECKPOINT_PARTIAL ? "loaded what matches; " : "", msg,
                  msgsize);
     return ag__ck_report_status(&r, strict);
 }

@@ -9,8 +9,8 @@
 /* ---- training state ----------------------------------------------------------------------- */
 
 static bool name_ok(const char *op, const ag_train_state *s, const char *name) {
-    if (!s || !name || !*name || strlen(name) >= AG_CKPT_NAME_MAX) {
-        ag_error(op, "'%s': needs a state and a name of 1 to %d bytes", name ? name : "(null)", AG_CKPT_NAME_MAX - 1);
+    if (!s || !name || !*name || strlen(name) >= AG_CHECKPOINT_NAME_MAX) {
+        ag_error(op, "'%s': needs a state and a name of 1 to %d bytes", name ? name : "(null)", AG_CHECKPOINT_NAME_MAX - 1);
         return false;
     }
     return true;
@@ -25,8 +25,8 @@ bool ag_state_set_rng(ag_train_state *s, const char *name, const ag_rng *rng) {
     }
     int i = 0;
     while (i < s->nrng && strcmp(s->rng[i].name, name) != 0) i++;
-    if (i == AG_CKPT_MAX_RNGS) {
-        ag_error(op, "'%s': the state already holds %d rngs, the most it can", name, AG_CKPT_MAX_RNGS);
+    if (i == AG_CHECKPOINT_MAX_RNGS) {
+        ag_error(op, "'%s': the state already holds %d rngs, the most it can", name, AG_CHECKPOINT_MAX_RNGS);
         return false;
     }
     if (i == s->nrng) {

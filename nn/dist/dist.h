@@ -19,7 +19,7 @@
  *         int rank = ag_dist_rank(), size = ag_dist_size();
  *         ag_params *p = ag_params_new(AG_F32);
  *         ag_rng rng = ag_rng_new(1);                  // the same seed on every rank
- *         ag_linear_t fc = ag_linear_new(p, "fc", 64, 10, true, &rng);
+ *         ag_linear_module fc = ag_linear_new(p, "fc", 64, 10, true, &rng);
  *         ag_dist *d = ag_dist_new(p, NULL);          // every rank starts from rank 0's values
  *         ag_adam_config adam = ag_adam_defaults();
  *         ag_optim *opt = ag_adam_new(p, &adam);

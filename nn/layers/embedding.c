@@ -94,9 +94,9 @@ ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t padding_idx) 
     return y;
 }
 
-ag_embedding_t ag_embedding_new(ag_params *p, const char *prefix, int64_t num_embeddings, int64_t embedding_dim,
+ag_embedding_module ag_embedding_new(ag_params *p, const char *prefix, int64_t num_embeddings, int64_t embedding_dim,
                                 int64_t padding_idx, ag_rng *rng) {
-    ag_embedding_t m = {NULL, num_embeddings, embedding_dim, padding_idx};
+    ag_embedding_module m = {NULL, num_embeddings, embedding_dim, padding_idx};
     char name[512];
     if (!p || num_embeddings < 0 || embedding_dim < 0 || padding_idx < -1 || padding_idx >= num_embeddings) {
         ag_error("ag_embedding_new",
@@ -118,7 +118,7 @@ ag_embedding_t ag_embedding_new(ag_params *p, const char *prefix, int64_t num_em
     return m;
 }
 
-ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids) {
+ag_tensor *ag_embedding_forward(const ag_embedding_module *m, ag_tensor *ids) {
     if (!m || !m->weight) {
         ag_error("ag_embedding_forward", "module is NULL or was not created (ag_embedding_new failed?)");
         return NULL;

@@ -23,12 +23,12 @@ AG_API ag_tensor *ag_linear(ag_tensor *x, ag_tensor *w, ag_tensor *b);
 typedef struct {
     ag_tensor *weight, *bias; /* (out, in), (out) or NULL */
     int64_t in_features, out_features;
-} ag_linear_t;
+} ag_linear_module;
 /* nn.Linear: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)). */
-AG_API ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,
+AG_API ag_linear_module ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,
                                  ag_rng *rng);
 /* x: (..., in) -> (..., out) */
-AG_API ag_tensor *ag_linear_forward(const ag_linear_t *m, ag_tensor *x);
+AG_API ag_tensor *ag_linear_forward(const ag_linear_module *m, ag_tensor *x);
 
 /* ---- Embedding ---------------------------------------------------------------------------- */
 /* F.embedding(ids, weight, padding_idx), the one embedding lookup: rows of weight for every
@@ -40,13 +40,13 @@ AG_API ag_tensor *ag_embedding(ag_tensor *weight, ag_tensor *ids, int64_t paddin
 typedef struct {
     ag_tensor *weight; /* (num_embeddings, embedding_dim) */
     int64_t num_embeddings, embedding_dim, padding_idx;
-} ag_embedding_t;
+} ag_embedding_module;
 /* nn.Embedding: weight ~ N(0, 1), row padding_idx (if not -1) zeroed. A learned positional
  * encoding is such an embedding over positions 0..L-1 (nn.Embedding(max_len, d_model)). */
-AG_API ag_embedding_t ag_embedding_new(ag_params *p, const char *prefix, int64_t num_embeddings, int64_t embedding_dim,
+AG_API ag_embedding_module ag_embedding_new(ag_params *p, const char *prefix, int64_t num_embeddings, int64_t embedding_dim,
                                        int64_t padding_idx, ag_rng *rng);
 /* ids: any shape -> ids.shape + (embedding_dim) */
-AG_API ag_tensor *ag_embedding_forward(const ag_embedding_t *m, ag_tensor *ids);
+AG_API ag_tensor *ag_embedding_forward(const ag_embedding_module *m, ag_tensor *ids);
 
 /* ---- LayerNorm over the last dim ---------------------------------------------------------- */
 /* (x - mean) / sqrt(var + eps) * w + b, with the biased variance, over the last dim
@@ -57,12 +57,12 @@ typedef struct {
     ag_tensor *weight, *bias; /* (D) each, NULL without elementwise_affine */
     int64_t normalized_shape;
     double eps;
-} ag_layer_norm_t;
+} ag_layer_norm_module;
 /* nn.LayerNorm((D,), eps, elementwise_affine): weight ones, bias zeros (PyTorch's eps is 1e-5). */
-AG_API ag_layer_norm_t ag_layer_norm_new(ag_params *p, const char *prefix, int64_t normalized_shape, double eps,
+AG_API ag_layer_norm_module ag_layer_norm_new(ag_params *p, const char *prefix, int64_t normalized_shape, double eps,
                                          bool elementwise_affine);
 /* x: (..., D) -> (..., D) */
-AG_API ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x);
+AG_API ag_tensor *ag_layer_norm_forward(const ag_layer_norm_module *m, ag_tensor *x);
 
 /* ---- Dropout ------------------------------------------------------------------------------ */
 /* Inverted dropout: each element kept with probability 1-p and scaled by 1/(1-p), else 0.
@@ -95,7 +95,7 @@ AG_API ag_tensor *ag_feed_forward(ag_tensor *x, ag_tensor *w1, ag_tensor *b1, ag
 /* ---- positional encodings ----------------------------------------------------------------- */
 /* "Attention is all you need" table (L, D), no grad: pe[pos, 2i] = sin(pos / 10000^(2i/D)),
  * pe[pos, 2i+1] = cos(pos / 10000^(2i/D)); computed in double. For a learned encoding use an
- * ag_embedding_t over positions. */
+ * ag_embedding_module over positions. */
 AG_API ag_tensor *ag_sinusoidal_positions(int64_t L, int64_t D, ag_dtype dtype);
 
 /* ---- losses (nn/layers/loss.c, loss_pointwise.c) ---------------------------------------------- */

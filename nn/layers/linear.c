@@ -240,9 +240,9 @@ ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, 
     return y;
 }
 
-ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,
+ag_linear_module ag_linear_new(ag_params *p, const char *prefix, int64_t in_features, int64_t out_features, bool bias,
                           ag_rng *rng) {
-    ag_linear_t m = {NULL, NULL, in_features, out_features};
+    ag_linear_module m = {NULL, NULL, in_features, out_features};
     char name[512];
     if (!p || in_features < 0 || out_features < 0) {
         ag_error("ag_linear_new", "'%s': needs a parameter set and in_features %lld, out_features %lld >= 0",
@@ -267,7 +267,7 @@ ag_linear_t ag_linear_new(ag_params *p, const char *prefix, int64_t in_features,
     return m;
 }
 
-ag_tensor *ag_linear_forward(const ag_linear_t *m, ag_tensor *x) {
+ag_tensor *ag_linear_forward(const ag_linear_module *m, ag_tensor *x) {
     if (!m || !m->weight) {
         ag_error("ag_linear_forward", "module is NULL or was not created (ag_linear_new failed?)");
         return NULL;

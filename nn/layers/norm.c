@@ -66,9 +66,9 @@ ag_tensor *ag_layer_norm(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps) {
     return y;
 }
 
-ag_layer_norm_t ag_layer_norm_new(ag_params *p, const char *prefix, int64_t normalized_shape, double eps,
+ag_layer_norm_module ag_layer_norm_new(ag_params *p, const char *prefix, int64_t normalized_shape, double eps,
                                   bool elementwise_affine) {
-    ag_layer_norm_t m = {NULL, NULL, normalized_shape, eps};
+    ag_layer_norm_module m = {NULL, NULL, normalized_shape, eps};
     char name[512];
     if (!p || normalized_shape < 0 || !(eps >= 0)) {
         ag_error("ag_layer_norm_new", "'%s': needs a parameter set, normalized_shape %lld >= 0 and eps %g >= 0",
@@ -85,7 +85,7 @@ ag_layer_norm_t ag_layer_norm_new(ag_params *p, const char *prefix, int64_t norm
     return m;
 }
 
-ag_tensor *ag_layer_norm_forward(const ag_layer_norm_t *m, ag_tensor *x) {
+ag_tensor *ag_layer_norm_forward(const ag_layer_norm_module *m, ag_tensor *x) {
     if (!m) {
         ag_error("ag_layer_norm_forward", "module is NULL");
         return NULL;

@@ -44,12 +44,12 @@ ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_tensor *w
     return y ? ag_select(y, 0, 0) : NULL;
 }
 
-ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
+ag_gru_cell_module ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
                               ag_rng *rng) {
     return ag__rnn_cell_new(p, "ag_gru_cell_new", prefix, "", 3, input_size, hidden_size, bias, rng);
 }
 
-ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *h) {
+ag_tensor *ag_gru_cell_forward(const ag_gru_cell_module *m, ag_tensor *x, ag_tensor *h) {
     if (!m || !m->weight_ih) {
         ag_error("ag_gru_cell_forward", "module is NULL or was not created (ag_gru_cell_new failed?)");
         return NULL;
@@ -63,13 +63,13 @@ ag_gru_config ag_gru_defaults(int64_t input_size, int64_t hidden_size) {
     return ag_recurrent_defaults(input_size, hidden_size);
 }
 
-ag_gru_t ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng) {
-    ag_gru_t m = {.cfg = cfg ? *cfg : (ag_gru_config){0}};
+ag_gru_module ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng) {
+    ag_gru_module m = {.cfg = cfg ? *cfg : (ag_gru_config){0}};
     ag__rnn_stack_new(p, "ag_gru_new", prefix, cfg, 3, rng, m.layer);
     return m;
 }
 
-ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n) {
+ag_tensor *ag_gru_forward(const ag_gru_module *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n) {
     ag_gru_args none = {0};
     const ag_gru_args *a = args ? args : &none;
     return ag__rnn_forward(&GRU, "ag_gru_forward", "ag_gru_new", m ? &m->cfg : NULL, m ? m->layer : NULL, x, a->h0,
@@ -153,9 +153,9 @@ static ag_tensor *attend(ag_tensor *scores, ag_tensor *keys, ag_tensor *mask, ag
     return w ? ag_squeeze(ag_matmul(ag_unsqueeze(w, 1), keys), 1) : NULL;
 }
 
-ag_additive_attention_t ag_additive_attention_new(ag_params *p, const char *prefix, int64_t query_size,
+ag_additive_attention_module ag_additive_attention_new(ag_params *p, const char *prefix, int64_t query_size,
                                                   int64_t key_size, int64_t attn_size, ag_rng *rng) {
-    ag_additive_attention_t m;
+    ag_additive_attention_module m;
     memset(&m, 0, sizeof m);
     m.query_size = query_size, m.key_size = key_size, m.attn_size = attn_size;
     if (!p || query_size <= 0 || key_size <= 0 || attn_size <= 0) {
@@ -174,7 +174,7 @@ ag_additive_attention_t ag_additive_attention_new(ag_params *p, const char *pref
     return m;
 }
 
-ag_tensor *ag_additive_attention_keys(const ag_additive_attention_t *m, ag_tensor *keys) {
+ag_tensor *ag_additive_attention_keys(const ag_additive_attention_module *m, ag_tensor *keys) {
     const char *op = "ag_additive_attention_keys";
     if (!m || !m->v.weight) {
         ag_error(op, "module is NULL or was not created (ag_additive_attention_new failed?)");
@@ -189,7 +189,7 @@ ag_tensor *ag_additive_attention_keys(const ag_additive_attention_t *m, ag_tenso
     return ag_linear(keys, m->W1.weight, NULL);
 }
 
-ag_tensor *ag_additive_attention_forward(const ag_additive_attention_t *m, ag_tensor *query, ag_tensor *keys,
+ag_tensor *ag_additive_attention_forward(const ag_additive_attention_module *m, ag_tensor *query, ag_tensor *keys,
                                          ag_tensor *keys_proj, ag_tensor *key_padding_mask, ag_tensor **weights) {
     const char *op = "ag_additive_attention_forward";
     if (weights) *weights = NULL;
@@ -210,9 +210,9 @@ ag_tensor *ag_additive_attention_forward(const ag_additive_attention_t *m, ag_te
     return scores ? attend(scores, keys, key_padding_mask, weights) : NULL;
 }
 
-ag_dot_attention_t ag_dot_attention_new(ag_params *p, const char *prefix, int64_t query_size, int64_t key_size,
+ag_dot_attention_module ag_dot_attention_new(ag_params *p, const char *prefix, int64_t query_size, int64_t key_size,
                                         bool general, ag_rng *rng) {
-    ag_dot_attention_t m = {NULL, query_size, key_size};
+    ag_dot_attention_module m = {NULL, query_size, key_size};
     if (query_size <= 0 || key_size <= 0 || (!general && query_size != key_size) || (general && !p)) {
         ag_error("ag_dot_attention_new", "'%s': query_size %lld, key_size %lld, general %d: expected sizes > 0, equal "
                  "for the plain dot score, and a parameter set for the general one", prefix ? prefix : "",
@@ -228,7 +228,7 @@ ag_dot_attention_t ag_dot_attention_new(ag_params *p, const char *prefix, int64_
     return m;
 }
 
-ag_tensor *ag_dot_attention_forward(const ag_dot_attention_t *m, ag_tensor *query, ag_tensor *keys,
+ag_tensor *ag_dot_attention_forward(const ag_dot_attention_module *m, ag_tensor *query, ag_tensor *keys,
                                     ag_tensor *key_padding_mask, ag_tensor **weights) {
     const char *op = "ag_dot_attention_forward";
     if (weights) *weights = NULL;

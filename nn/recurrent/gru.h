@@ -26,13 +26,13 @@ AG_API ag_tensor *ag_gru_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, ag_te
                               ag_tensor *b_hh);
 
 /* weight_ih (3H,in), weight_hh (3H,H), rows stacked r, z, n; bias_ih, bias_hh (3H) or NULL */
-typedef ag_recurrent_cell_t ag_gru_cell_t;
+typedef ag_recurrent_cell_module ag_gru_cell_module;
 /* nn.GRUCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
-AG_API ag_gru_cell_t ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
+AG_API ag_gru_cell_module ag_gru_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
                                      bool bias,
                                      ag_rng *rng);
 /* x: (N,in) or (in)  h: (N,H) or (H) or NULL  ->  (N,H) or (H) */
-AG_API ag_tensor *ag_gru_cell_forward(const ag_gru_cell_t *m, ag_tensor *x, ag_tensor *h);
+AG_API ag_tensor *ag_gru_cell_forward(const ag_gru_cell_module *m, ag_tensor *x, ag_tensor *h);
 
 /* ---- GRU -------------------------------------------------------------------------------- */
 #define AG_GRU_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
@@ -47,12 +47,12 @@ typedef struct {
     ag_gru_config cfg;
     /* [layer][direction]: "weight_ih_l{k}", ..., "bias_hh_l{k}_reverse" (input_size of layer
      * k > 0 is D*H) */
-    ag_gru_cell_t layer[AG_GRU_MAX_LAYERS][2];
-} ag_gru_t;
+    ag_gru_cell_module layer[AG_GRU_MAX_LAYERS][2];
+} ag_gru_module;
 
 /* nn.GRU: parameters in torch's order (per layer, per direction: weight_ih, weight_hh, bias_ih,
  * bias_hh) under prefix, all U(-1/√H, 1/√H). Misuse is reported (then layer[0][0] is empty). */
-AG_API ag_gru_t ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng);
+AG_API ag_gru_module ag_gru_new(ag_params *p, const char *prefix, const ag_gru_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *h0;      /* (num_layers*D, N, H), or (num_layers*D, H) unbatched; NULL: zeros */
@@ -70,7 +70,7 @@ typedef struct {
  * direction starts at each sequence's last real step and h_n holds the state after its last
  * real step. Deviation: a length of 0 is accepted (h_n = h0, output zeros; torch rejects it).
  * args may be NULL. */
-AG_API ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n);
+AG_API ag_tensor *ag_gru_forward(const ag_gru_module *m, ag_tensor *x, const ag_gru_args *args, ag_tensor **h_n);
 
 /* ---- attention over encoder states --------------------------------------------------------
  * query: (N,Hq), the decoder state; keys: (N,S,Hk), the encoder outputs, also the values (a
@@ -85,31 +85,31 @@ AG_API ag_tensor *ag_gru_forward(const ag_gru_t *m, ag_tensor *x, const ag_gru_a
 AG_API ag_tensor *ag_additive_scores(ag_tensor *keys_proj, ag_tensor *query_proj, ag_tensor *v);
 
 typedef struct {
-    ag_linear_t W1; /* "W1.weight" (A,Hk), no bias: applied to the keys */
-    ag_linear_t W2; /* "W2.weight" (A,Hq), no bias: applied to the query */
-    ag_linear_t v;  /* "v.weight" (1,A), no bias */
+    ag_linear_module W1; /* "W1.weight" (A,Hk), no bias: applied to the keys */
+    ag_linear_module W2; /* "W2.weight" (A,Hq), no bias: applied to the query */
+    ag_linear_module v;  /* "v.weight" (1,A), no bias */
     int64_t query_size, key_size, attn_size;
-} ag_additive_attention_t;
+} ag_additive_attention_module;
 /* Bahdanau attention, score(s, h_j) = vᵀ tanh(W1 h_j + W2 s); nn.Linear initialisation. */
-AG_API ag_additive_attention_t ag_additive_attention_new(ag_params *p, const char *prefix, int64_t query_size,
+AG_API ag_additive_attention_module ag_additive_attention_new(ag_params *p, const char *prefix, int64_t query_size,
                                                          int64_t key_size, int64_t attn_size, ag_rng *rng);
 /* W1 applied to every key: keys (N,S,Hk) -> (N,S,A). Compute it once per source batch and pass
  * it to every decoder step's forward. */
-AG_API ag_tensor *ag_additive_attention_keys(const ag_additive_attention_t *m, ag_tensor *keys);
+AG_API ag_tensor *ag_additive_attention_keys(const ag_additive_attention_module *m, ag_tensor *keys);
 /* keys_proj: ag_additive_attention_keys(m, keys), or NULL to compute it here. -> (N,Hk) */
-AG_API ag_tensor *ag_additive_attention_forward(const ag_additive_attention_t *m, ag_tensor *query, ag_tensor *keys,
+AG_API ag_tensor *ag_additive_attention_forward(const ag_additive_attention_module *m, ag_tensor *query, ag_tensor *keys,
                                                 ag_tensor *keys_proj, ag_tensor *key_padding_mask, ag_tensor **weights);
 
 typedef struct {
     ag_tensor *weight; /* "W.weight" (Hq,Hk) for the general score, NULL for the plain dot */
     int64_t query_size, key_size;
-} ag_dot_attention_t;
+} ag_dot_attention_module;
 /* Luong attention: score = sᵀ h_j (general false: needs Hq == Hk, no parameters) or sᵀ W h_j
  * with W = nn.Linear(Hk, Hq, bias=False) (general true). */
-AG_API ag_dot_attention_t ag_dot_attention_new(ag_params *p, const char *prefix, int64_t query_size, int64_t key_size,
+AG_API ag_dot_attention_module ag_dot_attention_new(ag_params *p, const char *prefix, int64_t query_size, int64_t key_size,
                                                bool general, ag_rng *rng);
 /* -> (N,Hk); the general score is computed as (s W)·h_j, one GEMM for the query. */
-AG_API ag_tensor *ag_dot_attention_forward(const ag_dot_attention_t *m, ag_tensor *query, ag_tensor *keys,
+AG_API ag_tensor *ag_dot_attention_forward(const ag_dot_attention_module *m, ag_tensor *query, ag_tensor *keys,
                                            ag_tensor *key_padding_mask, ag_tensor **weights);
 
 #ifdef __cplusplus

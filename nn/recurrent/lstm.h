@@ -26,13 +26,13 @@ AG_API ag_tensor *ag_lstm_cell(ag_tensor *x, ag_tensor *h, ag_tensor *c, ag_tens
                                ag_tensor *b_hh, ag_tensor **c_next);
 
 /* weight_ih (4H,in), weight_hh (4H,H), rows stacked i, f, g, o; bias_ih, bias_hh (4H) or NULL */
-typedef ag_recurrent_cell_t ag_lstm_cell_t;
+typedef ag_recurrent_cell_module ag_lstm_cell_module;
 /* nn.LSTMCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
-AG_API ag_lstm_cell_t ag_lstm_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
+AG_API ag_lstm_cell_module ag_lstm_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
                                        bool bias,
                                        ag_rng *rng);
 /* x: (N,in) or (in)  h, c: (N,H) or (H) or NULL  ->  h' (N,H) or (H); *c_next (may be NULL) c' */
-AG_API ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_t *m, ag_tensor *x, ag_tensor *h, ag_tensor *c,
+AG_API ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_module *m, ag_tensor *x, ag_tensor *h, ag_tensor *c,
                                        ag_tensor **c_next);
 
 /* ---- LSTM ------------------------------------------------------------------------------- */
@@ -47,13 +47,13 @@ AG_API ag_lstm_config ag_lstm_defaults(int64_t input_size, int64_t hidden_size);
 typedef struct {
     ag_lstm_config cfg;
     /* [layer][direction]: "weight_ih_l{k}", ..., "bias_hh_l{k}_reverse" */
-    ag_lstm_cell_t layer[AG_LSTM_MAX_LAYERS][2];
-} ag_lstm_t;
+    ag_lstm_cell_module layer[AG_LSTM_MAX_LAYERS][2];
+} ag_lstm_module;
 
 /* nn.LSTM: parameters in torch's order (per layer, per direction: weight_ih, weight_hh,
  * bias_ih, bias_hh) under prefix, all U(-1/√H, 1/√H). Misuse is reported (then layer[0][0]
  * is empty). */
-AG_API ag_lstm_t ag_lstm_new(ag_params *p, const char *prefix, const ag_lstm_config *cfg, ag_rng *rng);
+AG_API ag_lstm_module ag_lstm_new(ag_params *p, const char *prefix, const ag_lstm_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *h0, *c0; /* (num_layers*D, N, H), or (num_layers*D, H) unbatched; NULL: zeros */
@@ -68,7 +68,7 @@ typedef struct {
  * ag_gru_forward: what pack_padded_sequence(enforce_sorted=False) + LSTM +
  * pad_packed_sequence(total_length=L) give (a length of 0 is accepted: h_n = h0, c_n = c0).
  * args may be NULL. */
-AG_API ag_tensor *ag_lstm_forward(const ag_lstm_t *m, ag_tensor *x, const ag_lstm_args *args, ag_tensor **h_n,
+AG_API ag_tensor *ag_lstm_forward(const ag_lstm_module *m, ag_tensor *x, const ag_lstm_args *args, ag_tensor **h_n,
                                   ag_tensor **c_n);
 
 #ifdef __cplusplus

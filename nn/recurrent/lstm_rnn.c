@@ -62,12 +62,12 @@ ag_tensor *ag_lstm_cell(ag_tensor *x, ag_tensor *h, ag_tensor *c, ag_tensor *w_i
     return y ? ag_select(y, 0, 0) : NULL;
 }
 
-ag_lstm_cell_t ag_lstm_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
+ag_lstm_cell_module ag_lstm_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
                                 ag_rng *rng) {
     return ag__rnn_cell_new(p, "ag_lstm_cell_new", prefix, "", 4, input_size, hidden_size, bias, rng);
 }
 
-ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_t *m, ag_tensor *x, ag_tensor *h, ag_tensor *c,
+ag_tensor *ag_lstm_cell_forward(const ag_lstm_cell_module *m, ag_tensor *x, ag_tensor *h, ag_tensor *c,
                                 ag_tensor **c_next) {
     if (c_next) *c_next = NULL;
     if (!created("ag_lstm_cell_forward", "ag_lstm_cell_new", m, m ? m->weight_ih : NULL)) return NULL;
@@ -78,13 +78,13 @@ ag_lstm_config ag_lstm_defaults(int64_t input_size, int64_t hidden_size) {
     return ag_recurrent_defaults(input_size, hidden_size);
 }
 
-ag_lstm_t ag_lstm_new(ag_params *p, const char *prefix, const ag_lstm_config *cfg, ag_rng *rng) {
-    ag_lstm_t m = {.cfg = cfg ? *cfg : (ag_lstm_config){0}};
+ag_lstm_module ag_lstm_new(ag_params *p, const char *prefix, const ag_lstm_config *cfg, ag_rng *rng) {
+    ag_lstm_module m = {.cfg = cfg ? *cfg : (ag_lstm_config){0}};
     ag__rnn_stack_new(p, "ag_lstm_new", prefix, cfg, 4, rng, m.layer);
     return m;
 }
 
-ag_tensor *ag_lstm_forward(const ag_lstm_t *m, ag_tensor *x, const ag_lstm_args *args, ag_tensor **h_n,
+ag_tensor *ag_lstm_forward(const ag_lstm_module *m, ag_tensor *x, const ag_lstm_args *args, ag_tensor **h_n,
                            ag_tensor **c_n) {
     ag_lstm_args none = {0};
     const ag_lstm_args *a = args ? args : &none;
@@ -114,17 +114,17 @@ static bool nonlinearity_ok(const char *op, const char *prefix, ag_rnn_nonlinear
     return false;
 }
 
-ag_rnn_cell_t ag_rnn_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
+ag_rnn_cell_module ag_rnn_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size, bool bias,
                               ag_rnn_nonlinearity nonlinearity, ag_rng *rng) {
-    ag_rnn_cell_t m = {{NULL, NULL, NULL, NULL, input_size, hidden_size}, nonlinearity};
+    ag_rnn_cell_module m = {{NULL, NULL, NULL, NULL, input_size, hidden_size}, nonlinearity};
     if (nonlinearity_ok("ag_rnn_cell_new", prefix, nonlinearity))
         m.w = ag__rnn_cell_new(p, "ag_rnn_cell_new", prefix, "", 1, input_size, hidden_size, bias, rng);
     return m;
 }
 
-ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_t *m, ag_tensor *x, ag_tensor *h) {
+ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_module *m, ag_tensor *x, ag_tensor *h) {
     if (!created("ag_rnn_cell_forward", "ag_rnn_cell_new", m, m ? m->w.weight_ih : NULL)) return NULL;
-    const ag_recurrent_cell_t *w = &m->w;
+    const ag_recurrent_cell_module *w = &m->w;
     return (m->nonlinearity == AG_RNN_RELU ? ag_rnn_relu_cell : ag_rnn_tanh_cell)(x, h, w->weight_ih, w->weight_hh,
                                                                                   w->bias_ih, w->bias_hh);
 }
@@ -133,14 +133,14 @@ ag_rnn_config ag_rnn_defaults(int64_t input_size, int64_t hidden_size) {
     return (ag_rnn_config){ag_recurrent_defaults(input_size, hidden_size), AG_RNN_TANH};
 }
 
-ag_rnn_t ag_rnn_new(ag_params *p, const char *prefix, const ag_rnn_config *cfg, ag_rng *rng) {
-    ag_rnn_t m = {.cfg = cfg ? *cfg : (ag_rnn_config){{0}, AG_RNN_TANH}};
+ag_rnn_module ag_rnn_new(ag_params *p, const char *prefix, const ag_rnn_config *cfg, ag_rng *rng) {
+    ag_rnn_module m = {.cfg = cfg ? *cfg : (ag_rnn_config){{0}, AG_RNN_TANH}};
     if (!cfg || nonlinearity_ok("ag_rnn_new", prefix, cfg->nonlinearity))
         ag__rnn_stack_new(p, "ag_rnn_new", prefix, cfg ? &cfg->layers : NULL, 1, rng, m.layer);
     return m;
 }
 
-ag_tensor *ag_rnn_forward(const ag_rnn_t *m, ag_tensor *x, const ag_rnn_args *args, ag_tensor **h_n) {
+ag_tensor *ag_rnn_forward(const ag_rnn_module *m, ag_tensor *x, const ag_rnn_args *args, ag_tensor **h_n) {
     ag_rnn_args none = {0};
     const ag_rnn_args *a = args ? args : &none;
     return ag__rnn_forward(rnn_kind(m ? m->cfg.nonlinearity : AG_RNN_TANH), "ag_rnn_forward", "ag_rnn_new",

@@ -222,9 +222,9 @@ static ag_tensor *sequence(const ag__rnn_kind *k, ag_tensor *gi, ag_tensor *h0, 
 
 /* ==== parameters and the layer stack ============================================================ */
 
-ag_recurrent_cell_t ag__rnn_cell_new(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates,
+ag_recurrent_cell_module ag__rnn_cell_new(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates,
                                      int64_t in, int64_t H, bool bias, ag_rng *rng) {
-    ag_recurrent_cell_t c = {NULL, NULL, NULL, NULL, in, H};
+    ag_recurrent_cell_module c = {NULL, NULL, NULL, NULL, in, H};
     if (!p || in <= 0 || H <= 0) {
         ag_error(op, "'%s': needs a parameter set and input_size %lld, hidden_size %lld > 0", prefix ? prefix : "",
                  (long long)in, (long long)H);
@@ -244,12 +244,12 @@ ag_recurrent_cell_t ag__rnn_cell_new(ag_params *p, const char *op, const char *p
         /* RNNBase.reset_parameters: every parameter U(-1/√H, 1/√H) */
         ag_uniform_(rng, w[i], -1.0 / sqrt((double)H), 1.0 / sqrt((double)H));
     }
-    return (ag_recurrent_cell_t){w[0], w[1], w[2], w[3], in, H};
+    return (ag_recurrent_cell_module){w[0], w[1], w[2], w[3], in, H};
 }
 
 bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag_recurrent_config *s, int gates,
-                       ag_rng *rng, ag_recurrent_cell_t layer[AG_RECURRENT_MAX_LAYERS][2]) {
-    memset(layer, 0, sizeof(ag_recurrent_cell_t) * AG_RECURRENT_MAX_LAYERS * 2);
+                       ag_rng *rng, ag_recurrent_cell_module layer[AG_RECURRENT_MAX_LAYERS][2]) {
+    memset(layer, 0, sizeof(ag_recurrent_cell_module) * AG_RECURRENT_MAX_LAYERS * 2);
     if (!p || !s || s->input_size <= 0 || s->hidden_size <= 0 || s->num_layers < 1 ||
         s->num_layers > AG_RECURRENT_MAX_LAYERS || !(s->dropout >= 0 && s->dropout <= 1)) {
         ag_error(op, "'%s': input_size %lld, hidden_size %lld, num_layers %d, dropout %g: expected a parameter set, "
@@ -346,7 +346,7 @@ static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag_recurre
 }
 
 ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag_recurrent_config *s,
-                           const ag_recurrent_cell_t (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
+                           const ag_recurrent_cell_module (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
                            ag_tensor *lengths, bool training, ag_rng *rng, ag_tensor **h_n, ag_tensor **c_n) {
     if (h_n) *h_n = NULL;
     if (c_n) *c_n = NULL;
@@ -370,7 +370,7 @@ ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *ne
     for (int l = 0; l < NL; l++) {
         ag_tensor *outs[2];
         for (int d = 0; d < D; d++) {
-            const ag_recurrent_cell_t *cw = &layer[l][d];
+            const ag_recurrent_cell_module *cw = &layer[l][d];
             ag_tensor *gi = ag_linear(in, cw->weight_ih, cw->bias_ih);
             ag_tensor *h_init = st[0] ? ag_select(st[0], 0, l * D + d) : NULL;
             ag_tensor *c_init = st[1] ? ag_select(st[1], 0, l * D + d) : NULL;

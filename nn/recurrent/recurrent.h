@@ -14,7 +14,7 @@ typedef struct {
     ag_tensor *weight_ih, *weight_hh;
     ag_tensor *bias_ih, *bias_hh;
     int64_t input_size, hidden_size;
-} ag_recurrent_cell_t;
+} ag_recurrent_cell_module;
 
 #define AG_RECURRENT_MAX_LAYERS 8
 

@@ -57,18 +57,18 @@ ag_tensor *ag__rnn_cell(const ag__rnn_kind *k, const char *op, ag_tensor *x, ag_
 /* "weight_ih<suffix>", "weight_hh<suffix>" and with bias "bias_ih<suffix>", "bias_hh<suffix>"
  * under prefix (G·H rows), all U(-1/√H, 1/√H) as RNNBase.reset_parameters. Misuse (no set,
  * sizes <= 0) is reported through op; then, or when the set refused one, the weights are NULL. */
-ag_recurrent_cell_t ag__rnn_cell_new(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates,
+ag_recurrent_cell_module ag__rnn_cell_new(ag_params *p, const char *op, const char *prefix, const char *suffix, int gates,
                                      int64_t in, int64_t H, bool bias, ag_rng *rng);
 
 /* layer[layer][direction], the weights of layer k > 0 reading D·H; the config checked first
  * (reported through op). False after reporting, with layer[0][0] empty. */
 bool ag__rnn_stack_new(ag_params *p, const char *op, const char *prefix, const ag_recurrent_config *s, int gates,
-                       ag_rng *rng, ag_recurrent_cell_t layer[AG_RECURRENT_MAX_LAYERS][2]);
+                       ag_rng *rng, ag_recurrent_cell_module layer[AG_RECURRENT_MAX_LAYERS][2]);
 
 /* nn.GRU / nn.LSTM / nn.RNN forward over a stack made by the function named new_op (the
  * contract in gru.h's ag_gru_forward); c0 and c_n only for two states. *h_n, *c_n (may be NULL)
  * are set NULL first. NULL after reporting through op. */
 ag_tensor *ag__rnn_forward(const ag__rnn_kind *k, const char *op, const char *new_op, const ag_recurrent_config *s,
-                           const ag_recurrent_cell_t (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
+                           const ag_recurrent_cell_module (*layer)[2], ag_tensor *x, ag_tensor *h0, ag_tensor *c0,
                            ag_tensor *lengths, bool training, ag_rng *rng, ag_tensor **h_n, ag_tensor **c_n);
 #endif

@@ -21,15 +21,15 @@ AG_API ag_tensor *ag_rnn_relu_cell(ag_tensor *x, ag_tensor *h, ag_tensor *w_ih, 
                                    ag_tensor *b_hh);
 
 typedef struct {
-    ag_recurrent_cell_t w; /* weight_ih (H,in), weight_hh (H,H), bias_ih, bias_hh (H) or NULL */
+    ag_recurrent_cell_module w; /* weight_ih (H,in), weight_hh (H,H), bias_ih, bias_hh (H) or NULL */
     ag_rnn_nonlinearity nonlinearity;
-} ag_rnn_cell_t;
+} ag_rnn_cell_module;
 /* nn.RNNCell: "weight_ih", "weight_hh", "bias_ih", "bias_hh" under prefix, all U(-1/√H, 1/√H). */
-AG_API ag_rnn_cell_t ag_rnn_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
+AG_API ag_rnn_cell_module ag_rnn_cell_new(ag_params *p, const char *prefix, int64_t input_size, int64_t hidden_size,
                                      bool bias,
                                      ag_rnn_nonlinearity nonlinearity, ag_rng *rng);
 /* x: (N,in) or (in)  h: (N,H) or (H) or NULL  ->  (N,H) or (H) */
-AG_API ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_t *m, ag_tensor *x, ag_tensor *h);
+AG_API ag_tensor *ag_rnn_cell_forward(const ag_rnn_cell_module *m, ag_tensor *x, ag_tensor *h);
 
 /* ---- RNN -------------------------------------------------------------------------------- */
 #define AG_RNN_MAX_LAYERS AG_RECURRENT_MAX_LAYERS
@@ -45,12 +45,12 @@ AG_API ag_rnn_config ag_rnn_defaults(int64_t input_size, int64_t hidden_size);
 typedef struct {
     ag_rnn_config cfg;
     /* [layer][direction]: "weight_ih_l{k}", ..., "bias_hh_l{k}_reverse" */
-    ag_recurrent_cell_t layer[AG_RNN_MAX_LAYERS][2];
-} ag_rnn_t;
+    ag_recurrent_cell_module layer[AG_RNN_MAX_LAYERS][2];
+} ag_rnn_module;
 
 /* nn.RNN: parameters in torch's order under prefix, all U(-1/√H, 1/√H). Misuse is reported
  * (then layer[0][0] is empty). */
-AG_API ag_rnn_t ag_rnn_new(ag_params *p, const char *prefix, const ag_rnn_config *cfg, ag_rng *rng);
+AG_API ag_rnn_module ag_rnn_new(ag_params *p, const char *prefix, const ag_rnn_config *cfg, ag_rng *rng);
 
 typedef struct {
     ag_tensor *h0;      /* (num_layers*D, N, H), or (num_layers*D, H) unbatched; NULL: zeros */
@@ -60,7 +60,7 @@ typedef struct {
 } ag_rnn_args;
 
 /* nn.RNN's (output, h_n), with the shapes and the lengths of ag_gru_forward. args may be NULL. */
-AG_API ag_tensor *ag_rnn_forward(const ag_rnn_t *m, ag_tensor *x, const ag_rnn_args *args, ag_tensor **h_n);
+AG_API ag_tensor *ag_rnn_forward(const ag_rnn_module *m, ag_tensor *x, const ag_rnn_args *args, ag_tensor **h_n);
 
 #ifdef __cplusplus
 }

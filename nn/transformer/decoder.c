@@ -9,9 +9,9 @@
 #include "transformer.h"
 #include "transformer_internal.h"
 
-ag_transformer_decoder_layer_t ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
+ag_transformer_decoder_layer_module ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
                                                                 const ag_transformer_config *cfg, ag_rng *rng) {
-    ag_transformer_decoder_layer_t m;
+    ag_transformer_decoder_layer_module m;
     memset(&m, 0, sizeof m);
     if (!ag__tf_check_config("ag_transformer_decoder_layer_new", prefix, cfg)) return m;
     m.cfg = *cfg;
@@ -67,7 +67,7 @@ static bool dec_prepare(const char *op, const ag_transformer_config *c, ag_tenso
 
 /* self_attn, multihead_attn (over mx, the memory's rows) and feed-forward blocks of a decoder
  * layer on x (d's target rows) */
-static ag_tensor *dec_layer_run(const ag_transformer_decoder_layer_t *m, ag_tensor *x, ag_tensor *mx,
+static ag_tensor *dec_layer_run(const ag_transformer_decoder_layer_module *m, ag_tensor *x, ag_tensor *mx,
                                 const dec_call *d, const ag_transformer_args *a) {
     const ag_transformer_config *c = &m->cfg;
     ag__tf_block sa = {.attn = &m->self_attn, .mask = a->tgt_mask, .kpm = d->tkpm, .causal = a->tgt_is_causal,
@@ -80,7 +80,7 @@ static ag_tensor *dec_layer_run(const ag_transformer_decoder_layer_t *m, ag_tens
     return ag__tf_residual(x, &m->norm3, &ff, c, a);
 }
 
-ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
+ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_module *m, ag_tensor *tgt,
                                                 ag_tensor *memory, const ag_transformer_args *args) {
     const char *op = "ag_transformer_decoder_layer_forward";
     if (!m || !m->self_attn.in_proj_weight) {
@@ -104,14 +104,14 @@ ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_lay
 
 static bool new_decoder_layer(void *layers, int l, ag_params *p, const char *name, const ag_transformer_config *cfg,
                               ag_rng *rng) {
-    ag_transformer_decoder_layer_t *m = (ag_transformer_decoder_layer_t *)layers + l;
+    ag_transformer_decoder_layer_module *m = (ag_transformer_decoder_layer_module *)layers + l;
     *m = ag_transformer_decoder_layer_new(p, name, cfg, rng);
     return m->self_attn.in_proj_weight != NULL;
 }
 
-ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+ag_transformer_decoder_module ag_transformer_decoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
                                                     int num_layers, bool final_norm, ag_rng *rng) {
-    ag_transformer_decoder_t m;
+    ag_transformer_decoder_module m;
     memset(&m, 0, sizeof m);
     if (!ag__tf_stack_new("ag_transformer_decoder_new", p, prefix, cfg, num_layers, rng, new_decoder_layer, m.layers)) {
         memset(&m, 0, sizeof m);
@@ -122,7 +122,7 @@ ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *pr
     return m;
 }
 
-ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
+ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_module *m, ag_tensor *tgt, ag_tensor *memory,
                                           const ag_transformer_args *args) {
     const char *op = "ag_transformer_decoder_forward";
     if (!m || m->num_layers < 1) {
@@ -166,13 +166,13 @@ static bool inference_only(const char *op) {
     return false;
 }
 
-static bool step_supported(const char *op, const ag_mha_t *a) {
+static bool step_supported(const char *op, const ag_mha_module *a) {
     if (a->in_proj_weight && !a->bias_k && !a->cfg.add_zero_attn) return true;
     ag_error(op, "attention with separate q/k/v projections, bias_k/bias_v or add_zero_attn is not supported");
     return false;
 }
 
-ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_tensor *memory,
+ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_module *m, ag_tensor *memory,
                                        ag_tensor *memory_key_padding_mask, int64_t max_len) {
     const char *op = "ag_decoder_cache_new";
     char b[128];
@@ -196,7 +196,7 @@ ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_ten
         c->mask = ag_clone(c->mask); /* the cache's own: reordered with the rows */
     }
     for (int l = 0; l < m->num_layers; l++) {
-        const ag_mha_t *ca = &m->layers[l].multihead_attn;
+        const ag_mha_module *ca = &m->layers[l].multihead_attn;
         if (!step_supported(op, &m->layers[l].self_attn) || !step_supported(op, ca)) return NULL;
         TRY(c->k[l] = ag_zeros(memory->dtype, AG_SHAPE(N, H, max_len, Dh)));
         TRY(c->v[l] = ag_zeros(memory->dtype, AG_SHAPE(N, H, max_len, Dh)));
@@ -216,7 +216,7 @@ static ag_tensor *attend_one(ag_tensor *q, ag_tensor *k, ag_tensor *v, ag_tensor
     return o ? ag_reshape(o, AG_SHAPE(N, q->shape[1])) : NULL; /* (N,H,1,Dh): heads already in order */
 }
 
-static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_t *L, ag_decoder_cache *c, int l,
+static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_module *L, ag_decoder_cache *c, int l,
                                      ag_tensor *x) {
     const ag_transformer_config *cf = &L->cfg;
     const ag_transformer_args eval = {0};
@@ -233,7 +233,7 @@ static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_t *L, ag
     TRY(y = ag_linear_forward(&L->self_attn.out_proj, o));
     x = cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm1, ag_add_(y, x));
     /* cross-attention over the cached memory keys and values */
-    const ag_mha_t *ca = &L->multihead_attn;
+    const ag_mha_module *ca = &L->multihead_attn;
     h = cf->norm_first ? ag_layer_norm_forward(&L->norm2, x) : x;
     ag_tensor *q = ag_linear(h, ag_narrow(ca->in_proj_weight, 0, 0, E),
                              ca->in_proj_bias ? ag_narrow(ca->in_proj_bias, 0, 0, E) : NULL);
@@ -246,7 +246,7 @@ static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_t *L, ag
     return cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm3, ag_add_(y, x));
 }
 
-ag_tensor *ag_decoder_step(const ag_transformer_decoder_t *m, ag_decoder_cache *c, ag_tensor *x) {
+ag_tensor *ag_decoder_step(const ag_transformer_decoder_module *m, ag_decoder_cache *c, ag_tensor *x) {
     const char *op = "ag_decoder_step";
     char b[128];
     if (!m || !c || !ag__check_float(op, x)) return NULL;

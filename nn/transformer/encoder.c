@@ -10,9 +10,9 @@
 #include "transformer_internal.h"
 
 /* Modules are registered in torch's __init__ order, which is the state_dict order. */
-ag_transformer_encoder_layer_t ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
+ag_transformer_encoder_layer_module ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
                                                                 const ag_transformer_config *cfg, ag_rng *rng) {
-    ag_transformer_encoder_layer_t m;
+    ag_transformer_encoder_layer_module m;
     memset(&m, 0, sizeof m);
     if (!ag__tf_check_config("ag_transformer_encoder_layer_new", prefix, cfg)) return m;
     m.cfg = *cfg;
@@ -51,7 +51,7 @@ static bool enc_prepare(const char *op, const ag_transformer_config *c, ag_tenso
 }
 
 /* self_attn and feed-forward blocks of an encoder layer on x (e's rows) */
-static ag_tensor *enc_layer_run(const ag_transformer_encoder_layer_t *m, ag_tensor *x, const enc_call *e,
+static ag_tensor *enc_layer_run(const ag_transformer_encoder_layer_module *m, ag_tensor *x, const enc_call *e,
                                 const ag_transformer_args *a) {
     const ag_transformer_config *c = &m->cfg;
     ag__tf_block sa = {.attn = &m->self_attn, .mask = a->src_mask, .kpm = e->kpm, .causal = a->src_is_causal,
@@ -61,7 +61,7 @@ static ag_tensor *enc_layer_run(const ag_transformer_encoder_layer_t *m, ag_tens
     return ag__tf_residual(x, &m->norm2, &ff, c, a);
 }
 
-ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
+ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_module *m, ag_tensor *src,
                                                 const ag_transformer_args *args) {
     const char *op = "ag_transformer_encoder_layer_forward";
     if (!m || !m->self_attn.in_proj_weight) {
@@ -83,14 +83,14 @@ ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_lay
 
 static bool new_encoder_layer(void *layers, int l, ag_params *p, const char *name, const ag_transformer_config *cfg,
                               ag_rng *rng) {
-    ag_transformer_encoder_layer_t *m = (ag_transformer_encoder_layer_t *)layers + l;
+    ag_transformer_encoder_layer_module *m = (ag_transformer_encoder_layer_module *)layers + l;
     *m = ag_transformer_encoder_layer_new(p, name, cfg, rng);
     return m->self_attn.in_proj_weight != NULL;
 }
 
-ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+ag_transformer_encoder_module ag_transformer_encoder_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
                                                     int num_layers, bool final_norm, ag_rng *rng) {
-    ag_transformer_encoder_t m;
+    ag_transformer_encoder_module m;
     memset(&m, 0, sizeof m);
     if (!ag__tf_stack_new("ag_transformer_encoder_new", p, prefix, cfg, num_layers, rng, new_encoder_layer, m.layers)) {
         memset(&m, 0, sizeof m);
@@ -103,7 +103,7 @@ ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *pr
 
 /* A stack checks its input once and, with skip_padding, takes the rows once: its layers and
  * final norm run on them, and only the result is put back in the padded layout. */
-ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_tensor *src,
+ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_module *m, ag_tensor *src,
                                           const ag_transformer_args *args) {
     const char *op = "ag_transformer_encoder_forward";
     if (!m || m->num_layers < 1) {

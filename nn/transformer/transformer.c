@@ -35,7 +35,7 @@ bool ag__tf_check_config(const char *op, const char *prefix, const ag_transforme
     return true;
 }
 
-ag_mha_t ag__tf_attn_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c,
+ag_mha_module ag__tf_attn_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c,
                          ag_rng *rng) {
     char b[256];
     ag_mha_config mc = ag_mha_defaults(c->d_model, c->nhead);
@@ -44,13 +44,13 @@ ag_mha_t ag__tf_attn_new(ag_params *p, const char *prefix, const char *name, con
     return ag_mha_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, name), &mc, rng);
 }
 
-ag_linear_t ag__tf_linear_new(ag_params *p, const char *prefix, const char *name, int64_t in, int64_t out,
+ag_linear_module ag__tf_linear_new(ag_params *p, const char *prefix, const char *name, int64_t in, int64_t out,
                               ag_rng *rng) {
     char b[256];
     return ag_linear_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, name), in, out, true, rng);
 }
 
-ag_layer_norm_t ag__tf_norm_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c) {
+ag_layer_norm_module ag__tf_norm_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c) {
     char b[256];
     return ag_layer_norm_new(p, ag__param_name(b, sizeof b, "ag_transformer", prefix, name), c->d_model,
                              c->layer_norm_eps, true);
@@ -114,7 +114,7 @@ bool ag__tf_check_masks(const char *op, const char *mask_name, ag_tensor *am, co
 
 /* What an attention block reads besides its inputs: kept by ag_recompute for backward. */
 typedef struct {
-    const ag_mha_t *attn;
+    const ag_mha_module *attn;
     ag_mha_args ma;
     double p;
     bool self_attn;      /* in = {x} (q = k = v: one packed projection GEMM), else {q, kv} */
@@ -146,7 +146,7 @@ static ag_tensor *attn_run(void *ctx, ag_tensor *const *in) {
     return ag__dropout_placed(y, c->p, c->ma.training, c->ma.rng, true, false, &m);
 }
 
-static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
+static ag_tensor *attn_block(const ag_mha_module *attn, ag_tensor *q, ag_tensor *kv, ag_tensor *mask, ag_tensor *kpm,
                              bool causal, const ag_transformer_config *cfg, const ag_transformer_args *a,
                              ag_tensor **weights, const ag__rowset *qr, const ag__rowset *kr) {
     attn_ctx c = {.attn = attn,
@@ -165,7 +165,7 @@ static ag_tensor *attn_block(const ag_mha_t *attn, ag_tensor *q, ag_tensor *kv, 
  * (N,L,ff) activation packed for backward (ag_feed_forward), unless keep_ff_activation asks for
  * the composed ops when backward will run; gelu (exact or tanh): composed, its dropout in place
  * (gelu's backward reads gelu's input). The last dropout is in place (linear's output). */
-ag_tensor *ag__tf_ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
+ag_tensor *ag__tf_ff_block(const ag_linear_module *l1, const ag_linear_module *l2, const ag_transformer_config *c, ag_tensor *x,
                            const ag__rowset *r, const ag_transformer_args *a) {
     ag_tensor *h;
     bool gelu = c->activation == AG_ACTIVATION_GELU || c->activation == AG_ACTIVATION_GELU_TANH;
@@ -192,7 +192,7 @@ static ag_tensor *block_run(const ag__tf_block *b, ag_tensor *h, const ag_transf
 /* post-norm: norm(x + block(x));  norm_first: x + block(norm(x)).
  * The sum is made in the block's output (x + y == y + x exactly): the blocks end in dropout_,
  * whose backward reads its mask, and x may be saved (by norm_first's LayerNorm, by linear1). */
-ag_tensor *ag__tf_residual(ag_tensor *x, const ag_layer_norm_t *norm, const ag__tf_block *b,
+ag_tensor *ag__tf_residual(ag_tensor *x, const ag_layer_norm_module *norm, const ag__tf_block *b,
                            const ag_transformer_config *c, const ag_transformer_args *a) {
     if (c->norm_first) {
         ag_tensor *h = ag_layer_norm_forward(norm, x);
@@ -267,9 +267,9 @@ bool ag__tf_stack_new(const char *op, ag_params *p, const char *prefix, const ag
 
 /* ---- nn.Transformer ------------------------------------------------------------------------ */
 
-ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+ag_transformer_module ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
                                     int num_encoder_layers, int num_decoder_layers, ag_rng *rng) {
-    ag_transformer_t m;
+    ag_transformer_module m;
     memset(&m, 0, sizeof m);
     char b[256];
     int first = p ? p->count : 0;
@@ -293,7 +293,7 @@ ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_t
     return m;
 }
 
-ag_tensor *ag_transformer_forward(const ag_transformer_t *m, ag_tensor *src, ag_tensor *tgt,
+ag_tensor *ag_transformer_forward(const ag_transformer_module *m, ag_tensor *src, ag_tensor *tgt,
                                   const ag_transformer_args *args) {
     const char *op = "ag_transformer_forward";
     if (!m || m->encoder.num_layers < 1 || m->decoder.num_layers < 1) {

@@ -87,32 +87,32 @@ typedef struct {
 /* ---- layers ------------------------------------------------------------------------------- */
 typedef struct {
     ag_transformer_config cfg;
-    ag_mha_t self_attn;                /* "self_attn.in_proj_weight", ... */
-    ag_linear_t linear1, linear2;      /* (ff,E) (ff), (E,ff) (E) */
-    ag_layer_norm_t norm1, norm2;      /* (E) weight and bias each */
-} ag_transformer_encoder_layer_t;
+    ag_mha_module self_attn;                /* "self_attn.in_proj_weight", ... */
+    ag_linear_module linear1, linear2;      /* (ff,E) (ff), (E,ff) (E) */
+    ag_layer_norm_module norm1, norm2;      /* (E) weight and bias each */
+} ag_transformer_encoder_layer_module;
 
 typedef struct {
     ag_transformer_config cfg;
-    ag_mha_t self_attn, multihead_attn; /* "self_attn.*", "multihead_attn.*" (cross-attention) */
-    ag_linear_t linear1, linear2;
-    ag_layer_norm_t norm1, norm2, norm3;
-} ag_transformer_decoder_layer_t;
+    ag_mha_module self_attn, multihead_attn; /* "self_attn.*", "multihead_attn.*" (cross-attention) */
+    ag_linear_module linear1, linear2;
+    ag_layer_norm_module norm1, norm2, norm3;
+} ag_transformer_decoder_layer_module;
 
 /* Add the layer's parameters under prefix ("" for none; e.g. "encoder.layers.0") in torch's
  * order, initialised as torch (MultiheadAttention, Linear, LayerNorm defaults). Misuse (d_model
  * not divisible by nhead, dropout outside [0,1], ...) is reported; then self_attn.in_proj_weight
  * is NULL. */
-AG_API ag_transformer_encoder_layer_t ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
+AG_API ag_transformer_encoder_layer_module ag_transformer_encoder_layer_new(ag_params *p, const char *prefix,
                                                                        const ag_transformer_config *cfg, ag_rng *rng);
-AG_API ag_transformer_decoder_layer_t ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
+AG_API ag_transformer_decoder_layer_module ag_transformer_decoder_layer_new(ag_params *p, const char *prefix,
                                                                        const ag_transformer_config *cfg, ag_rng *rng);
 
 /* src (S,N,E), or (N,S,E) with batch_first, or (S,E) unbatched  ->  same shape */
-AG_API ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_t *m, ag_tensor *src,
+AG_API ag_tensor *ag_transformer_encoder_layer_forward(const ag_transformer_encoder_layer_module *m, ag_tensor *src,
                                                        const ag_transformer_args *args);
 /* tgt (T,N,E) / (N,T,E) / (T,E), memory (S,N,E) / (N,S,E) / (S,E)  ->  tgt's shape */
-AG_API ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_t *m, ag_tensor *tgt,
+AG_API ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_decoder_layer_module *m, ag_tensor *tgt,
                                                        ag_tensor *memory, const ag_transformer_args *args);
 
 /* ---- stacks ------------------------------------------------------------------------------- */
@@ -120,29 +120,29 @@ AG_API ag_tensor *ag_transformer_decoder_layer_forward(const ag_transformer_deco
 
 typedef struct {
     int num_layers;
-    ag_transformer_encoder_layer_t layers[AG_TRANSFORMER_MAX_LAYERS]; /* "layers.N.*" */
-    ag_layer_norm_t norm;                                             /* "norm.*"; weight NULL if none */
-} ag_transformer_encoder_t;
+    ag_transformer_encoder_layer_module layers[AG_TRANSFORMER_MAX_LAYERS]; /* "layers.N.*" */
+    ag_layer_norm_module norm;                                             /* "norm.*"; weight NULL if none */
+} ag_transformer_encoder_module;
 
 typedef struct {
     int num_layers;
-    ag_transformer_decoder_layer_t layers[AG_TRANSFORMER_MAX_LAYERS];
-    ag_layer_norm_t norm;
-} ag_transformer_decoder_t;
+    ag_transformer_decoder_layer_module layers[AG_TRANSFORMER_MAX_LAYERS];
+    ag_layer_norm_module norm;
+} ag_transformer_decoder_module;
 
 /* nn.TransformerEncoder(layer, num_layers, norm): layers "<prefix>.layers.N" and, with
  * final_norm, a LayerNorm(d_model, layer_norm_eps) "<prefix>.norm". As torch's _get_clones
  * deep-copies one layer, every layer starts with the same values (layer 0's). */
-AG_API ag_transformer_encoder_t ag_transformer_encoder_new(ag_params *p, const char *prefix,
+AG_API ag_transformer_encoder_module ag_transformer_encoder_new(ag_params *p, const char *prefix,
                                                            const ag_transformer_config *cfg,
                                                            int num_layers, bool final_norm, ag_rng *rng);
-AG_API ag_transformer_decoder_t ag_transformer_decoder_new(ag_params *p, const char *prefix,
+AG_API ag_transformer_decoder_module ag_transformer_decoder_new(ag_params *p, const char *prefix,
                                                            const ag_transformer_config *cfg,
                                                            int num_layers, bool final_norm, ag_rng *rng);
 /* shapes as the layers' */
-AG_API ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_t *m, ag_tensor *src,
+AG_API ag_tensor *ag_transformer_encoder_forward(const ag_transformer_encoder_module *m, ag_tensor *src,
                                                  const ag_transformer_args *args);
-AG_API ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_t *m, ag_tensor *tgt, ag_tensor *memory,
+AG_API ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_module *m, ag_tensor *tgt, ag_tensor *memory,
                                                  const ag_transformer_args *args);
 
 /* ---- incremental decoding ------------------------------------------------------------------- */
@@ -157,11 +157,11 @@ typedef struct ag_decoder_cache ag_decoder_cache;
 /* A cache for up to max_len positions, in the current arena (it lives as long as the arena's
  * contents; rewinding to a mark taken after this call keeps it). memory_key_padding_mask (N,S)
  * bool or float, or NULL. */
-AG_API ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_t *m, ag_tensor *memory,
+AG_API ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_module *m, ag_tensor *memory,
                                               ag_tensor *memory_key_padding_mask, int64_t max_len);
 /* x (N,E): the embedded target token at the next position  ->  (N,E), after the stack's final
  * norm if it has one. Reports (and returns NULL) with grad mode on or past max_len. */
-AG_API ag_tensor *ag_decoder_step(const ag_transformer_decoder_t *m, ag_decoder_cache *c, ag_tensor *x);
+AG_API ag_tensor *ag_decoder_step(const ag_transformer_decoder_module *m, ag_decoder_cache *c, ag_tensor *x);
 /* Row r of the cache becomes row rows[r] of it (beam search keeping, copying or dropping beams);
  * rows (N) i64. The positions fed so far stay. */
 AG_API void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows);
@@ -170,17 +170,17 @@ AG_API int64_t ag_decoder_cache_len(const ag_decoder_cache *c);
 
 /* ---- nn.Transformer ------------------------------------------------------------------------ */
 typedef struct {
-    ag_transformer_encoder_t encoder; /* "encoder.layers.N.*", "encoder.norm.*" */
-    ag_transformer_decoder_t decoder; /* "decoder.layers.N.*", "decoder.norm.*" */
-} ag_transformer_t;
+    ag_transformer_encoder_module encoder; /* "encoder.layers.N.*", "encoder.norm.*" */
+    ag_transformer_decoder_module decoder; /* "decoder.layers.N.*", "decoder.norm.*" */
+} ag_transformer_module;
 
 /* Encoder and decoder with final norms, then, as torch's _reset_parameters, every parameter
  * with more than one dim re-drawn xavier-uniform (so stacked layers no longer share values). */
-AG_API ag_transformer_t ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
+AG_API ag_transformer_module ag_transformer_new(ag_params *p, const char *prefix, const ag_transformer_config *cfg,
                                            int num_encoder_layers, int num_decoder_layers, ag_rng *rng);
 /* src (S,N,E), tgt (T,N,E) (batch-first or unbatched likewise)  ->  (T,N,E): decoder(tgt,
  * encoder(src)) */
-AG_API ag_tensor *ag_transformer_forward(const ag_transformer_t *m, ag_tensor *src, ag_tensor *tgt,
+AG_API ag_tensor *ag_transformer_forward(const ag_transformer_module *m, ag_tensor *src, ag_tensor *tgt,
                                          const ag_transformer_args *args);
 
 #ifdef __cplusplus

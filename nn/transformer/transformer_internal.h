@@ -16,11 +16,11 @@ typedef struct {
 
 bool ag__tf_check_config(const char *op, const char *prefix, const ag_transformer_config *c);
 /* the modules of a layer, named "<prefix>.<name>" */
-ag_mha_t ag__tf_attn_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c,
+ag_mha_module ag__tf_attn_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c,
                          ag_rng *rng);
-ag_linear_t ag__tf_linear_new(ag_params *p, const char *prefix, const char *name, int64_t in, int64_t out,
+ag_linear_module ag__tf_linear_new(ag_params *p, const char *prefix, const char *name, int64_t in, int64_t out,
                               ag_rng *rng);
-ag_layer_norm_t ag__tf_norm_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c);
+ag_layer_norm_module ag__tf_norm_new(ag_params *p, const char *prefix, const char *name, const ag_transformer_config *c);
 /* t as a batched sequence (see seq), else reported through op naming it what */
 bool ag__tf_check_seq(const char *op, const char *what, ag_tensor *t, const ag_transformer_config *c, seq *s);
 /* attn_mask (L,S) or (N*H,L,S); key padding mask (N,S), or (S) when the input was unbatched
@@ -29,20 +29,20 @@ bool ag__tf_check_masks(const char *op, const char *mask_name, ag_tensor *am, co
                         bool unbatched, int64_t N, int64_t H, int64_t L, int64_t S);
 /* dropout(linear2(dropout(activation(linear1(x))))): torch's _ff_block; x is the packed rows r
  * with skip_padding, else r is NULL */
-ag_tensor *ag__tf_ff_block(const ag_linear_t *l1, const ag_linear_t *l2, const ag_transformer_config *c, ag_tensor *x,
+ag_tensor *ag__tf_ff_block(const ag_linear_module *l1, const ag_linear_module *l2, const ag_transformer_config *c, ag_tensor *x,
                            const ag__rowset *r, const ag_transformer_args *a);
 /* A block of a layer: an attention block (attn set) or the feed-forward block (l1, l2). */
 typedef struct {
-    const ag_mha_t *attn;
+    const ag_mha_module *attn;
     ag_tensor *kv;               /* keys and values; NULL: self-attention on the block's input */
     ag_tensor *mask, *kpm;
     bool causal;
     ag_tensor **weights;         /* the attention weights wanted, or NULL */
     const ag__rowset *qr, *kr;   /* skip_padding's rows (the input's, the keys'), or NULL */
-    const ag_linear_t *l1, *l2;
+    const ag_linear_module *l1, *l2;
 } ag__tf_block;
 /* x through block b with its residual connection and norm (post-norm or norm_first) */
-ag_tensor *ag__tf_residual(ag_tensor *x, const ag_layer_norm_t *norm, const ag__tf_block *b,
+ag_tensor *ag__tf_residual(ag_tensor *x, const ag_layer_norm_module *norm, const ag__tf_block *b,
                            const ag_transformer_config *c, const ag_transformer_args *a);
 /* y, or (inference without weights handed out) y alone kept of what was allocated since mark */
 ag_tensor *ag__tf_layer_result(ag_arena_mark mark, ag_tensor *y, bool keep_all);

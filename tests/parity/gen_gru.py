@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class AdditiveAttention(nn.Module):
-    """Bahdanau: score(s, h_j) = v^T tanh(W1 h_j + W2 s); attograd's ag_additive_attention_t"""
+    """Bahdanau: score(s, h_j) = v^T tanh(W1 h_j + W2 s); attograd's ag_additive_attention_module"""
 
     def __init__(self, query_size, key_size, attn_size):
         super().__init__()
@@ -33,7 +33,7 @@ class AdditiveAttention(nn.Module):
 
 
 class DotAttention(nn.Module):
-    """Luong: score = s^T h_j, or s^T W h_j (general); attograd's ag_dot_attention_t"""
+    """Luong: score = s^T h_j, or s^T W h_j (general); attograd's ag_dot_attention_module"""
 
     def __init__(self, query_size, key_size, general):
         super().__init__()

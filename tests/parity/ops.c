@@ -86,7 +86,7 @@ static ag_loss_config loss_config(parity_case *c) {
 
 static int linear(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
-    ag_linear_t m = ag_linear_new(pc_params(c), "", pc_int(c, "in_features", 0), pc_int(c, "out_features", 0),
+    ag_linear_module m = ag_linear_new(pc_params(c), "", pc_int(c, "in_features", 0), pc_int(c, "out_features", 0),
                                   pc_bool(c, "bias", true), &r);
     if (!pc_load_params(c)) return -1;
     out[0] = ag_linear_forward(&m, pc_in(c, 0));
@@ -94,7 +94,7 @@ static int linear(parity_case *c, ag_tensor **out) {
 }
 
 static int layer_norm(parity_case *c, ag_tensor **out) {
-    ag_layer_norm_t m = ag_layer_norm_new(pc_params(c), "", pc_int(c, "normalized_shape", 0), pc_double(c, "eps", 1e-5),
+    ag_layer_norm_module m = ag_layer_norm_new(pc_params(c), "", pc_int(c, "normalized_shape", 0), pc_double(c, "eps", 1e-5),
                                           pc_bool(c, "elementwise_affine", true));
     if (!pc_load_params(c)) return -1;
     out[0] = ag_layer_norm_forward(&m, pc_in(c, 0));
@@ -103,7 +103,7 @@ static int layer_norm(parity_case *c, ag_tensor **out) {
 
 static int embedding(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
-    ag_embedding_t m = ag_embedding_new(pc_params(c), "", pc_int(c, "num_embeddings", 0),
+    ag_embedding_module m = ag_embedding_new(pc_params(c), "", pc_int(c, "num_embeddings", 0),
                                         pc_int(c, "embedding_dim", 0), pc_int(c, "padding_idx", -1), &r);
     if (!pc_load_params(c)) return -1;
     out[0] = ag_embedding_forward(&m, pc_in(c, 0));
@@ -166,7 +166,7 @@ static int mha(parity_case *c, ag_tensor **out) {
     cfg.vdim = pc_int(c, "vdim", 0);
     cfg.batch_first = pc_bool(c, "batch_first", false);
     ag_rng r = ag_rng_new(0);
-    ag_mha_t m = ag_mha_new(pc_params(c), "", &cfg, &r);
+    ag_mha_module m = ag_mha_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
     ag_tensor *q = pc_in(c, 0), *k = c->nin > 1 ? c->in[1] : NULL, *v = c->nin > 2 ? c->in[2] : NULL;
     if (!k) k = q;

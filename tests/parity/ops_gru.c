@@ -4,7 +4,7 @@
 /* in0 input, in1 hx (may be absent); attrs input_size, hidden_size, bias */
 static int gru_cell(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
-    ag_gru_cell_t m = ag_gru_cell_new(pc_params(c), "", pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0),
+    ag_gru_cell_module m = ag_gru_cell_new(pc_params(c), "", pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0),
                                       pc_bool(c, "bias", true), &r);
     if (!pc_load_params(c)) return -1;
     out[0] = ag_gru_cell_forward(&m, pc_in(c, 0), c->nin > 1 ? c->in[1] : NULL);
@@ -19,7 +19,7 @@ static int gru(parity_case *c, ag_tensor **out) {
     cfg.batch_first = pc_bool(c, "batch_first", false);
     cfg.bidirectional = pc_bool(c, "bidirectional", false);
     ag_rng r = ag_rng_new(0);
-    ag_gru_t m = ag_gru_new(pc_params(c), "", &cfg, &r);
+    ag_gru_module m = ag_gru_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
     ag_gru_args a = {.h0 = c->nin > 1 ? c->in[1] : NULL, .lengths = c->nin > 2 ? c->in[2] : NULL};
     out[0] = ag_gru_forward(&m, pc_in(c, 0), &a, &out[1]);
@@ -29,7 +29,7 @@ static int gru(parity_case *c, ag_tensor **out) {
 /* in0 query, in1 keys, in2 key_padding_mask (may be absent); outputs context, weights */
 static int additive_attention(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
-    ag_additive_attention_t m = ag_additive_attention_new(pc_params(c), "", pc_int(c, "query_size", 0),
+    ag_additive_attention_module m = ag_additive_attention_new(pc_params(c), "", pc_int(c, "query_size", 0),
                                                           pc_int(c, "key_size", 0), pc_int(c, "attn_size", 0), &r);
     if (!pc_load_params(c)) return -1;
     out[0] = ag_additive_attention_forward(&m, pc_in(c, 0), pc_in(c, 1), NULL, c->nin > 2 ? c->in[2] : NULL, &out[1]);
@@ -38,7 +38,7 @@ static int additive_attention(parity_case *c, ag_tensor **out) {
 
 static int dot_attention(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
-    ag_dot_attention_t m = ag_dot_attention_new(pc_params(c), "", pc_int(c, "query_size", 0), pc_int(c, "key_size", 0),
+    ag_dot_attention_module m = ag_dot_attention_new(pc_params(c), "", pc_int(c, "query_size", 0), pc_int(c, "key_size", 0),
                                                 pc_bool(c, "general", false), &r);
     if (!pc_load_params(c)) return -1;
     out[0] = ag_dot_attention_forward(&m, pc_in(c, 0), pc_in(c, 1), c->nin > 2 ? c->in[2] : NULL, &out[1]);

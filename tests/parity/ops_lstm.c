@@ -8,7 +8,7 @@ static ag_tensor *opt_in(parity_case *c, int k) { return c->nin > k ? c->in[k] :
  * outputs h', c' */
 static int lstm_cell(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
-    ag_lstm_cell_t m = ag_lstm_cell_new(pc_params(c), "", pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0),
+    ag_lstm_cell_module m = ag_lstm_cell_new(pc_params(c), "", pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0),
                                         pc_bool(c, "bias", true), &r);
     if (!pc_load_params(c)) return -1;
     out[0] = ag_lstm_cell_forward(&m, pc_in(c, 0), opt_in(c, 1), opt_in(c, 2), &out[1]);
@@ -18,7 +18,7 @@ static int lstm_cell(parity_case *c, ag_tensor **out) {
 /* in0 input, in1 hx (may be absent); attrs as lstm_cell and nonlinearity (1 = relu) */
 static int rnn_cell(parity_case *c, ag_tensor **out) {
     ag_rng r = ag_rng_new(0);
-    ag_rnn_cell_t m = ag_rnn_cell_new(pc_params(c), "", pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0),
+    ag_rnn_cell_module m = ag_rnn_cell_new(pc_params(c), "", pc_int(c, "input_size", 0), pc_int(c, "hidden_size", 0),
                                       pc_bool(c, "bias", true), pc_bool(c, "nonlinearity", false) ? AG_RNN_RELU : AG_RNN_TANH,
                                       &r);
     if (!pc_load_params(c)) return -1;
@@ -41,7 +41,7 @@ static ag_recurrent_config layers_config(parity_case *c) {
 static int lstm(parity_case *c, ag_tensor **out) {
     ag_lstm_config cfg = layers_config(c);
     ag_rng r = ag_rng_new(0);
-    ag_lstm_t m = ag_lstm_new(pc_params(c), "", &cfg, &r);
+    ag_lstm_module m = ag_lstm_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
     ag_lstm_args a = {.h0 = opt_in(c, 1), .c0 = opt_in(c, 2), .lengths = opt_in(c, 3)};
     out[0] = ag_lstm_forward(&m, pc_in(c, 0), &a, &out[1], &out[2]);
@@ -52,7 +52,7 @@ static int lstm(parity_case *c, ag_tensor **out) {
 static int rnn(parity_case *c, ag_tensor **out) {
     ag_rnn_config cfg = {layers_config(c), pc_bool(c, "nonlinearity", false) ? AG_RNN_RELU : AG_RNN_TANH};
     ag_rng r = ag_rng_new(0);
-    ag_rnn_t m = ag_rnn_new(pc_params(c), "", &cfg, &r);
+    ag_rnn_module m = ag_rnn_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
     ag_rnn_args a = {.h0 = opt_in(c, 1), .lengths = opt_in(c, 2)};
     out[0] = ag_rnn_forward(&m, pc_in(c, 0), &a, &out[1]);

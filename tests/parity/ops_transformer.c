@@ -41,7 +41,7 @@ static ag_transformer_args decoder_args(parity_case *c) {
 static int encoder_layer(parity_case *c, ag_tensor **out) {
     ag_transformer_config cfg = config(c);
     ag_rng r = ag_rng_new(0);
-    ag_transformer_encoder_layer_t m = ag_transformer_encoder_layer_new(pc_params(c), "", &cfg, &r);
+    ag_transformer_encoder_layer_module m = ag_transformer_encoder_layer_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
     ag_transformer_args a = encoder_args(c);
     out[0] = ag_transformer_encoder_layer_forward(&m, pc_in(c, 0), &a);
@@ -51,7 +51,7 @@ static int encoder_layer(parity_case *c, ag_tensor **out) {
 static int decoder_layer(parity_case *c, ag_tensor **out) {
     ag_transformer_config cfg = config(c);
     ag_rng r = ag_rng_new(0);
-    ag_transformer_decoder_layer_t m = ag_transformer_decoder_layer_new(pc_params(c), "", &cfg, &r);
+    ag_transformer_decoder_layer_module m = ag_transformer_decoder_layer_new(pc_params(c), "", &cfg, &r);
     if (!pc_load_params(c)) return -1;
     ag_transformer_args a = decoder_args(c);
     out[0] = ag_transformer_decoder_layer_forward(&m, pc_in(c, 0), pc_in(c, 1), &a);
@@ -60,7 +60,7 @@ static int decoder_layer(parity_case *c, ag_tensor **out) {
 
 /* the stacks are large structs: static, as the runner runs one case at a time */
 static int encoder(parity_case *c, ag_tensor **out) {
-    static ag_transformer_encoder_t m;
+    static ag_transformer_encoder_module m;
     ag_transformer_config cfg = config(c);
     ag_rng r = ag_rng_new(0);
     m = ag_transformer_encoder_new(pc_params(c), "", &cfg, (int)pc_int(c, "num_layers", 1), pc_bool(c, "norm", false),
@@ -72,7 +72,7 @@ static int encoder(parity_case *c, ag_tensor **out) {
 }
 
 static int decoder(parity_case *c, ag_tensor **out) {
-    static ag_transformer_decoder_t m;
+    static ag_transformer_decoder_module m;
     ag_transformer_config cfg = config(c);
     ag_rng r = ag_rng_new(0);
     m = ag_transformer_decoder_new(pc_params(c), "", &cfg, (int)pc_int(c, "num_layers", 1), pc_bool(c, "norm", false),
@@ -86,7 +86,7 @@ static int decoder(parity_case *c, ag_tensor **out) {
 /* in0 src, in1 tgt, in2 src_mask, in3 tgt_mask, in4 memory_mask, in5 src_key_padding_mask,
  * in6 tgt_key_padding_mask, in7 memory_key_padding_mask */
 static int transformer(parity_case *c, ag_tensor **out) {
-    static ag_transformer_t m;
+    static ag_transformer_module m;
     ag_transformer_config cfg = config(c);
     ag_rng r = ag_rng_new(0);
     m = ag_transformer_new(pc_params(c), "", &cfg, (int)pc_int(c, "num_encoder_layers", 1),
