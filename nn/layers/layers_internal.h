@@ -42,7 +42,7 @@ char *ag__grad_ptr(ag_tensor *t);
 bool ag__check_p(const char *op, const ag_tensor *x, double p);
 /* y = dropout(x) (relu first when asked) for elements e0 .. e0+n-1 of a mask placed by m, drawn
  * from r at its counter (dropout.c) */
-void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
+__attribute__((visibility("hidden"))) void ag__drop_apply(ag_dtype dt, const char *x, char *y, int64_t n, int64_t e0, double p, bool relu,
                     const ag__mask_place *m, const ag_rng *r, uint8_t *bits);
 /* the generator's counter moves past the whole batch's mask (none when nothing is drawn) */
 void ag__drop_advance(ag_rng *r, const ag__mask_place *m, double p);
