@@ -9,8 +9,9 @@ GCC's -aux-info, which writes out every function the unit declares, with the fil
 the declaration: the functions declared in the installed headers (static inline ones aside) are
 the declared API; extern variables are read from the headers' code. The exported names are
 `nm -D --defined-only` of the libraries (the linker's own _init, _fini, _edata, _end,
-__bss_start aside, and the NAME.resolver that GCC 12 exports for every target_clones function
-whatever its visibility: a name with a dot, which no C program can call; NAME itself is checked). Fails, naming them, on an exported name no installed header declares (an
+__bss_start aside, and names with a dot, which no C program can name: the NAME.resolver that
+GCC 12 exports for every target_clones function whatever its visibility, and AddressSanitizer's
+__odr_asan.NAME beside an exported variable; NAME itself is checked). Fails, naming them, on an exported name no installed header declares (an
 internal that escaped the hidden default visibility) and on a declared name no library exports
 (a declaration without AG_API, which a program would fail to link). Exit 77 (skipped) when the
 compiler is not GCC-compatible enough for -aux-info or nm is missing.
@@ -82,7 +83,7 @@ def exported(libs):
         out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
             parts = line.split()
-            if len(parts) >= 3 and not parts[2].split("@")[0].endswith(".resolver"):
+            if len(parts) >= 3 and "." not in parts[2].split("@")[0]:
                 names.add(parts[2].split("@")[0])
     return names - LINKER_NAMES
 

@@ -197,6 +197,7 @@ int cmd_eval(int argc, char **argv) {
                                  rn < MAXT ? rn : MAXT, c.tgt[at + i]);
         }
     }
+    free(hyp);
     /* the loss on the pairs the model was trained to read (at most max_len tokens a side), as
      * train's evaluations compute it */
     tr_dataset d = {0};
