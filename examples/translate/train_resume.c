@@ -58,13 +58,12 @@ static void *field_of(const run_settings *s, int k) {
     return (char *)s->o + ((const char *)s->defs[k].value - (const char *)s->given);
 }
 
-/* a field's value as text, for messages */
-static tr_text value_text(opt_type type, const void *f) {
-    tr_text t;
-    if (type == OPT_INT) snprintf(t.s, sizeof t.s, "%lld", (long long)*(const int64_t *)f);
-    else if (type == OPT_DOUBLE) t = tr_num_text(*(const double *)f);
-    else snprintf(t.s, sizeof t.s, "%.39s", *(const char *const *)f ? *(const char *const *)f : "(none)");
-    return t;
+/* a field's value as text, for messages: into buf, which is returned */
+static const char *value_text(opt_type type, const void *f, char *buf, size_t n) {
+    if (type == OPT_INT) snprintf(buf, n, "%lld", (long long)*(const int64_t *)f);
+    else if (type == OPT_DOUBLE) snprintf(buf, n, "%s", tr_num_text(*(const double *)f).s);
+    else snprintf(buf, n, "%s", *(const char *const *)f ? *(const char *const *)f : "(none)");
+    return buf;
 }
 
 /* One recorded setting into s->o: false after reporting a conflict with the checkpoint's value */
@@ -78,27 +77,28 @@ static bool restore_option(const run_settings *s, const ag_train_state *st, size
         double d;
         const char *s;
     } was = {0};
+    char now[4200], then[4200];
     bool have = type == OPT_INT      ? ag_config_get_int(st, key, &was.i)
                 : type == OPT_DOUBLE ? ag_config_get_double(st, key, &was.d)
                                      : (was.s = ag_config_get_string(st, key)) != NULL;
     if (!have) { /* a checkpoint of an earlier attograd-translate, or a path the run did not have */
         if (type != OPT_STRING && !s->flagged[k])
             fprintf(stderr, "attograd-translate: note: %s does not record %s: using %s\n", s->from, flag,
-                    value_text(type, f).s);
+                    value_text(type, f, now, sizeof now));
         return true;
     }
     bool differs = type == OPT_INT      ? *(int64_t *)f != was.i
                    : type == OPT_DOUBLE ? *(double *)f != was.d
                                         : !*(const char **)f || strcmp(*(const char **)f, was.s) != 0;
     if (s->flagged[k] && differs && SETTINGS[i].how >= CHANGE) {
-        fprintf(stderr, "attograd-translate: note: %s %s replaces the run's %s\n", flag, value_text(type, f).s,
-                value_text(type, &was).s);
+        fprintf(stderr, "attograd-translate: note: %s %s replaces the run's %s\n", flag,
+                value_text(type, f, now, sizeof now), value_text(type, &was, then, sizeof then));
         return true;
     }
     if (s->flagged[k] && differs) {
         fprintf(stderr, "attograd-translate: cannot resume: %s %s differs from the checkpoint's %s (a resumed run "
                         "continues with the settings it was trained with: leave %s out)\n",
-                flag, value_text(type, f).s, value_text(type, &was).s, flag);
+                flag, value_text(type, f, now, sizeof now), value_text(type, &was, then, sizeof then), flag);
         return false;
     }
     memcpy(f, &was, type == OPT_INT ? sizeof(int64_t) : type == OPT_DOUBLE ? sizeof(double) : sizeof(char *));
