@@ -10,10 +10,12 @@
  * MODEL  decides the model: must agree when given again; recorded by config_store;
  * AGREE  decides the data order, the updates or the dev pairs the best is chosen on: must agree
  *        when given again; recorded here;
- * CHANGE safe to change on resume (how long, how often to evaluate or save, when to stop, the
- *        corpus files, which are checked by content): a value given again replaces the recorded
- *        one; recorded here, except the corpora's paths (corpora_record). */
-enum { MODEL, AGREE, CHANGE, CHANGE_CORPUS };
+ * CHANGE safe to change on resume (how often to evaluate or save, when to stop, the test file):
+ *        a value given again replaces the recorded one, with a note; recorded here;
+ * STEPS  --steps, the usual reason to resume: replaced without a note; recorded here;
+ * CORPUS the corpus paths: replaced without a note (corpora_record says when their pairs
+ *        differ, and records them). */
+enum { MODEL, AGREE, CHANGE, STEPS, CORPUS };
 static const struct {
     const char *flag, *key;
     int how;
@@ -35,15 +37,15 @@ static const struct {
     {"--clip", "clip", AGREE},
     {"--teacher-forcing", "teacher_forcing", AGREE},
     {"--max-eval", "max_eval", AGREE},
-    {"--steps", "steps", CHANGE},
+    {"--steps", "steps", STEPS},
     {"--eval-every", "eval_every", CHANGE},
     {"--save-every", "save_every", CHANGE},
     {"--samples", "samples", CHANGE},
     {"--stop-at", "stop_at", CHANGE},
     {"--patience", "patience", CHANGE},
     {"--test", "test_file", CHANGE},
-    {"--train", "train_file", CHANGE_CORPUS},
-    {"--dev", "dev_file", CHANGE_CORPUS},
+    {"--train", "train_file", CORPUS},
+    {"--dev", "dev_file", CORPUS},
 };
 #define NSETTINGS (sizeof SETTINGS / sizeof *SETTINGS)
 
@@ -91,8 +93,9 @@ static bool restore_option(const run_settings *s, const ag_train_state *st, size
                    : type == OPT_DOUBLE ? *(double *)f != was.d
                                         : !*(const char **)f || strcmp(*(const char **)f, was.s) != 0;
     if (s->flagged[k] && differs && SETTINGS[i].how >= CHANGE) {
-        fprintf(stderr, "attograd-translate: note: %s %s replaces the run's %s\n", flag,
-                value_text(type, f, now, sizeof now), value_text(type, &was, then, sizeof then));
+        if (SETTINGS[i].how == CHANGE)
+            fprintf(stderr, "attograd-translate: note: %s %s replaces the run's %s\n", flag,
+                    value_text(type, f, now, sizeof now), value_text(type, &was, then, sizeof then));
         return true;
     }
     if (s->flagged[k] && differs) {
@@ -148,7 +151,7 @@ bool settings_resume(const run_settings *s, trained *resumed) {
 bool settings_store(const run_settings *s, ag_train_state *st) {
     bool ok = true;
     for (size_t i = 0; i < NSETTINGS; i++) {
-        if (SETTINGS[i].how == MODEL || SETTINGS[i].how == CHANGE_CORPUS) continue;
+        if (SETTINGS[i].how == MODEL || SETTINGS[i].how == CORPUS) continue;
         int k = def_index(s, SETTINGS[i].flag);
         const void *f = field_of(s, k);
         const char *key = SETTINGS[i].key;
