@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checkpoint_util.h"
+
 /* ---- mismatches ---- */
 
 static void test_strict_load_reports_every_missing_unexpected_and_misshapen_name_together(void **state) {

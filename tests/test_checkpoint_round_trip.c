@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "checkpoint_util.h"
+
 /* ---- round trips ---- */
 
 static void fill_special(ag_params *p, void *slab, uint64_t seed) {

@@ -18,6 +18,7 @@
 #include "checkpoint_child.c"
 
 extern char **environ;
+
 /* ---- the layout, read with the raw HDF5 API ---- */
 
 static int64_t h5_attr_i64(hid_t loc, const char *name) {

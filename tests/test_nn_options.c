@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "test_util.h"
+
 /* ==== Adam's amsgrad ========================================================================= */
 
 /* hand-worked, one parameter, lr 1, betas (0, 0.5), eps 0: gradients 2 then 0.

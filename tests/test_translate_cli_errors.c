@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "translate_cli_util.h"
 #include "translate_run.h"
+
 /* The text of stderr (usage errors): one line "attograd-translate CMD: ..." with the problem,
  * then the pointer to CMD's --help (CMD from usage_start, "usage: attograd-translate CMD "),
  * and not the whole usage. */

@@ -16,6 +16,7 @@
 #include "test_util.h"
 #include "translate_cli_util.h"
 #include "translate_run.h"
+
 static void copy_file(const char *from, const char *to) {
     size_t len;
     char *s = tt_read_file(from, &len);

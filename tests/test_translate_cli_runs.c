@@ -15,6 +15,7 @@
 #include "translate_run.h"
 
 static char *unk_run_stdout; /* what the run of unk_run() printed */
+
 /* ---- checking what the program wrote ---- */
 
 /* Well-formed XML in the small form the SVG writer uses: one root element, tags that nest and
