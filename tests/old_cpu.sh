@@ -6,7 +6,7 @@
 # OpenBLAS chooses its own kernels, and OPENBLAS_CORETYPE in the environment (Haswell, say)
 # overrides its detection: the test sets it to Nehalem, on both sides. Exit 77 (skipped) without
 # qemu-x86_64.
-# usage: old_cpu.sh CPU_ISA README_EXAMPLE TEST_MATMUL TEST_NN_ATTENTION TRANSLATE CORPUS_DIR
+# usage: old_cpu.sh CPU_ISA README_EXAMPLE TEST_MATMUL TEST_NN_ATTENTION_KERNELS TRANSLATE CORPUS_DIR
 set -euo pipefail
 cpu_isa=$1 example=$2 test_matmul=$3 test_attention=$4 translate=$5 corpus=$6
 qemu=$(command -v qemu-x86_64) || { echo "qemu-x86_64 is missing (Debian: qemu-user): skipped"; exit 77; }

@@ -9,6 +9,7 @@
 #include "../nn/nn_internal.h"
 #include "../tensor/internal.h"
 #include "test_util.h"
+
 /* ==== Dropout =============================================================================== */
 
 static void test_dropout_same_seed_same_mask_and_rng_advances(void **s) {

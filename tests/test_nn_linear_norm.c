@@ -9,6 +9,7 @@
 #include "../nn/nn_internal.h"
 #include "../tensor/internal.h"
 #include "test_util.h"
+
 /* ==== Linear ================================================================================ */
 
 /* torch (float32): x=[[1,2,3],[-1,.5,2]]; w=[[.1,.2,.3],[-.4,.5,-.6],[.7,.8,.9],[1,-1,.5]];
@@ -412,7 +413,6 @@ static void test_layer_norm_reports_weight_shape_mismatch(void **s) {
     assert_null(ag_layer_norm(ag_ones(AG_F32, AG_SHAPE(2, 4)), ag_ones(AG_F32, AG_SHAPE(3)), NULL, 1e-5));
     tu_assert_error("ag_layer_norm", "(2,4)", "(3)");
 }
-
 
 /* torch (float64): pe[pos,j] = sin/cos(pos / 10000**((j - j%2)/D)); equal to 1e-16 to the
  * tutorial's exp(arange(0,D,2) * -log(10000)/D) form */

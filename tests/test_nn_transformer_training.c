@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "nn_transformer_util.h"
+
 /* ==== dropout ================================================================================= */
 
 static ag_tensor *encode(const ag_transformer_encoder_layer_module *m, ag_tensor *x, bool training, ag_rng *r) {
