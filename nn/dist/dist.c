@@ -200,6 +200,7 @@ struct ag_dist {
     int *ready, nready;   /* the order buckets became ready in (tests) */
     bool counting;        /* expect calls of a pass are arriving */
     bool in_flight;       /* some started bucket may not be done */
+    bool local;           /* ag_dist_accumulate: passes add to the local gradients only */
 };
 
 static ag_dist *active;
@@ -233,6 +234,7 @@ static void start_ready(ag_dist *d) {
 
 static void on_expect(void *user, ag_tensor *leaf) {
     ag_dist *d = user;
+    if (d->local) return;
     if (!d->counting) { /* a new pass */
         if (d->next > 0)
             ag_error("ag_dist", "a second backward pass before ag_dist_sync_grads: its gradients would change "
@@ -257,6 +259,7 @@ static void progress(ag_dist *d) {
 
 static void on_done(void *user, ag_tensor *leaf) {
     ag_dist *d = user;
+    if (d->local) return;
     d->counting = false;
     int i = param_index(d, leaf);
     if (i >= 0 && d->uses[i] > 0 && --d->uses[i] == 0) {
@@ -337,6 +340,10 @@ void ag_dist_sync_grads(ag_dist *d) {
     d->counting = false;
     d->in_flight = false;
     if (size_ > 1) ag_mul_scalar_(d->p->flat_grad, 1.0 / size_);
+}
+
+void ag_dist_accumulate(ag_dist *d, bool on) {
+    if (d) d->local = on;
 }
 
 void ag_dist_broadcast_params(ag_dist *d) {
