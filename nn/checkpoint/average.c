@@ -6,16 +6,15 @@
 
 #include "checkpoint_internal.h"
 
-/* mean += (x - mean) / k over the slab (k from 1): n copies of one value give that value back
- * exactly (x - mean is 0 from the second on), and the double mean carries no more error than
- * a few units of its last place before the one rounding to the parameters' dtype */
+/* mean += (x - mean) / k over the slab (k from 1), skipped where x equals the mean: n copies
+ * of one value give that value back exactly, -0 included (-0 + 0 would be +0), and the double
+ * mean carries no more error than a few units of its last place before the one rounding to
+ * the parameters' dtype */
 static void running_mean(double *mean, const char *slab, ag_dtype dt, int64_t n, int k) {
-    if (dt == AG_F32) {
-        const float *x = (const float *)slab;
-        for (int64_t i = 0; i < n; i++) mean[i] = k == 1 ? (double)x[i] : mean[i] + ((double)x[i] - mean[i]) / k;
-    } else {
-        const double *x = (const double *)slab;
-        for (int64_t i = 0; i < n; i++) mean[i] = k == 1 ? x[i] : mean[i] + (x[i] - mean[i]) / k;
+    for (int64_t i = 0; i < n; i++) {
+        double x = dt == AG_F32 ? (double)((const float *)slab)[i] : ((const double *)slab)[i];
+        if (k == 1) mean[i] = x;
+        else if (x != mean[i]) mean[i] += (x - mean[i]) / k;
     }
 }
 

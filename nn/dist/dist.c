@@ -201,6 +201,7 @@ struct ag_dist {
     bool counting;        /* expect calls of a pass are arriving */
     bool in_flight;       /* some started bucket may not be done */
     bool local;           /* ag_dist_accumulate: passes add to the local gradients only */
+    bool passed;          /* a pass has counted its uses since the last sync */
 };
 
 static ag_dist *active;
@@ -243,6 +244,7 @@ static void on_expect(void *user, ag_tensor *leaf) {
         memset(d->uses, 0, sizeof *d->uses * (size_t)d->p->count);
         d->nready = 0;
         d->counting = true;
+        d->passed = true;
     }
     int i = param_index(d, leaf);
     if (i >= 0 && d->uses[i]++ == 0) d->b[d->bucket_of[i]].params++;
@@ -330,8 +332,9 @@ void ag_dist_free(ag_dist *d) {
 
 void ag_dist_sync_grads(ag_dist *d) {
     if (!d) return;
+    if (!d->passed) d->nready = 0; /* no pass since the last sync: every bucket starts here */
     while (d->next < d->nb) { /* buckets no pass completed (or no pass at all) */
-        if (d->b[d->next].params > 0) d->ready[d->nready++] = -1;
+        if (d->b[d->next].params > 0 || !d->passed) d->ready[d->nready++] = -1;
         d->b[d->next].params = 0;
         start_bucket(d, d->next++);
     }
@@ -339,6 +342,7 @@ void ag_dist_sync_grads(ag_dist *d) {
     d->next = 0;
     d->counting = false;
     d->in_flight = false;
+    d->passed = false;
     if (size_ > 1) ag_mul_scalar_(d->p->flat_grad, 1.0 / size_);
 }
 
