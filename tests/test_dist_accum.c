@@ -7,19 +7,10 @@
 #include <stdlib.h>
 
 #include "attograd.h"
+#include "dist_check.h"
 #include "nn/dist/dist.h"
 
 static int rank, size;
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, #cond);                 \
-            fprintf(stderr, __VA_ARGS__);                                                                             \
-            fprintf(stderr, "\n");                                                                                    \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
 
 enum { N = 12 }; /* three parameters of 4, each its own bucket */
 
