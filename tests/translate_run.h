@@ -1,4 +1,4 @@
-/* What the attograd-translate test programs share (test_translate_cli, _tool and _spm): the
+/* What the attograd-translate test programs share (test_translate_cli_*, _tool and _spm): the
  * program under test, a temporary directory for the files of their runs, running the program as
  * a user does (a child process with its stdout and stderr kept) and checks on what it printed.
  * A cmocka group setup calls tt_begin, its teardown tt_end. */

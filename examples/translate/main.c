@@ -450,6 +450,7 @@ static const char *MAIN_USAGE =
     "  translate   translate sentences given as arguments, or one per line on stdin\n"
     "  attention   draw the cross-attention of one sentence as an SVG heatmap\n"
     "  score       sacreBLEU's BLEU and chrF and exact match of a hypothesis file against references\n"
+    "  average     average the parameters of checkpoints of one model into a new checkpoint\n"
     "`attograd-translate COMMAND --help` lists a command's options; --version prints the version.";
 
 int main(int argc, char **argv) {
@@ -463,6 +464,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "translate") == 0) return cmd_translate(argc, argv);
     if (strcmp(cmd, "attention") == 0) return cmd_attention(argc, argv);
     if (strcmp(cmd, "score") == 0) return cmd_score(argc, argv);
+    if (strcmp(cmd, "average") == 0) return cmd_average(argc, argv);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         printf("%s\n", MAIN_USAGE);
         return 0;
@@ -471,8 +473,8 @@ int main(int argc, char **argv) {
         printf("attograd-translate %s\n", AG_TRANSLATE_VERSION);
         return 0;
     }
-    const char *commands[] = {"train", "eval", "translate", "attention", "score", "--help", "--version"};
-    const char *near = opts_nearest(cmd, strlen(cmd), commands, 7);
+    const char *commands[] = {"train", "eval", "translate", "attention", "score", "average", "--help", "--version"};
+    const char *near = opts_nearest(cmd, strlen(cmd), commands, 8);
     if (near) return opts_error(argv, 1, "unknown command '%s' (did you mean %s?)", cmd, near);
     return opts_error(argv, 1, "unknown command '%s'", cmd);
 }

@@ -3,7 +3,6 @@
  * Ctrl-C saves and exits, curves as SVG. */
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,20 +29,6 @@ static double lr_at(const train_opts *o, int64_t step) {
 static bool interrupted; /* Ctrl-C or SIGTERM on some rank, agreed by all after a step (train_dist.h) */
 
 /* ---- checkpoints ---- */
-
-static bool save(const char *path, model *m, ag_optim *opt, ag_train_state *st) {
-    char msg[1024];
-    /* between steps the training arena is idle: its pages make room for HDF5's buffers, so a
-     * save does not add its memory to a step's (the run's peak RSS was a save's) */
-    ag_arena_trim(ag_arena_current());
-    ag_checkpoint_status s = ag_checkpoint_save(path, model_params(m), opt, st, NULL, msg, sizeof msg);
-#ifdef __GLIBC__
-    /* the freed buffers of HDF5 (6-9 MiB) go back to the system, not into the run's peak */
-    malloc_trim(0);
-#endif
-    if (s != AG_CHECKPOINT_OK) fprintf(stderr, "attograd-translate: saving %s failed: %s\n", path, msg);
-    return s == AG_CHECKPOINT_OK;
-}
 
 static char *join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
@@ -202,7 +187,7 @@ static bool run_setup(run *r, const train_opts *given) {
     if (!load_corpora(&r->c, o, r->resuming ? &r->resumed : NULL) || !setup_model(r)) return false;
 
     char err[TR_ERR_SIZE];
-    if (tr_batcher_init(&r->b, &r->c.train, (int)o->batch, (uint64_t)o->seed, true, err, sizeof err) ||
+    if (tr_batcher_init(&r->b, &r->c.train, (int)(o->batch * o->accum), (uint64_t)o->seed, true, err, sizeof err) ||
         tr_batch_alloc(&r->bt, &r->b, err, sizeof err)) {
         fprintf(stderr, "attograd-translate: %s\n", err);
         return false;
@@ -256,22 +241,7 @@ static void run_step(run *r) {
     }
     tr_batch *bt = &r->bt;
     tr_batcher_get(&r->b, &r->c.train, st->data_position, bt);
-    /* under mpirun this rank's rows of the batch (train_dist.h), else all of them */
-    int64_t first, rows;
-    double scale, l = 0;
-    tr_dist_rows(bt, &r->rng, &first, &rows, &scale);
-    ag_params_zero_grad(model_params(r->m));
-    if (rows > 0) {
-        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Ls), (char *)(bt->src + first * bt->Ls));
-        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Lt), (char *)(bt->tgt_in + first * bt->Lt));
-        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Lt), (char *)(bt->tgt_out + first * bt->Lt));
-        ag_tensor *loss =
-            model_loss(model_forward(r->m, src, tin, true, o->teacher_forcing, &r->rng), tout, o->label_smoothing);
-        ag_backward(scale == 1.0 ? loss : ag_mul_scalar(loss, scale), NULL);
-        l = ag_item(loss);
-    }
-    tr_dist_sync();
-    l = tr_dist_batch_loss(l, bt, first, rows);
+    double l = train_batch_grads(r->m, bt, o, &r->rng, r->arena); /* --accum micro-batches, all ranks */
     if (!isfinite(l)) r->diverged = true, r->bad_loss = l, r->bad_what = "loss"; /* the same sum on every rank */
     if (o->clip > 0) ag_clip_grad_norm(model_params(r->m), o->clip);
     r->opt->lr = lr_at(o, st->global_step + 1);
@@ -346,7 +316,7 @@ static void run_evaluate_and_save(run *r) {
     if (eval && stopper_better(&r->stopper, st, st->global_step, e.exact, e.loss)) {
         ag_state_set_rng(st, "train", &r->rng);
         tr_progress_clear(&r->prog);
-        r->save_failed |= !save(r->best_path, r->m, r->opt, st);
+        r->save_failed |= !train_save(r->best_path, r->m, r->opt, st);
     }
     if (eval && o->stop_at > 0 && e.exact >= o->stop_at) {
         tr_progress_message(&r->prog, "dev exact match reached %.2f%%: stopping", 100 * e.exact);
@@ -355,10 +325,13 @@ static void run_evaluate_and_save(run *r) {
         tr_progress_message(&r->prog, "%s", why);
         r->stop = true;
     }
-    if (!r->save_failed && (st->global_step % o->save_every == 0 || last || r->stop || interrupted)) {
+    bool save_last = st->global_step % o->save_every == 0 || last || r->stop || interrupted;
+    if (!r->save_failed && (save_last || (eval && o->keep_last > 0))) {
         tr_progress_clear(&r->prog); /* a failed save's message starts a line of its own */
         ag_state_set_rng(st, "train", &r->rng);
-        r->save_failed |= !save(r->last_path, r->m, r->opt, st);
+        if (save_last) r->save_failed |= !train_save(r->last_path, r->m, r->opt, st);
+        if (o->keep_last > 0 && !r->save_failed)
+            r->save_failed |= !train_keep_step(o->out, o->keep_last, r->m, r->opt, st);
     }
     r->stop |= r->save_failed; /* steps after a lost save would be lost too */
 }
@@ -467,10 +440,10 @@ static bool train_same_run(run *r) {
     const model_config *c = model_cfg(r->m);
     char config[512]; /* the doubles in hexadecimal: exact, so settings differing in the last bit differ */
     snprintf(config, sizeof config, "%s d%lld h%lld ff%lld hidden%lld enc%lld dec%lld batch%lld seed%lld steps%lld "
-             "lr%a warmup%lld dropout%a ls%a clip%a tf%a", o->model, (long long)c->d_model, (long long)c->nhead,
-             (long long)c->ff, (long long)c->hidden, (long long)c->enc_layers, (long long)c->dec_layers,
-             (long long)o->batch, (long long)o->seed, (long long)o->steps, o->lr, (long long)o->warmup, o->dropout,
-             o->label_smoothing, o->clip, o->teacher_forcing);
+             "lr%a warmup%lld dropout%a ls%a clip%a tf%a accum%lld", o->model, (long long)c->d_model,
+             (long long)c->nhead, (long long)c->ff, (long long)c->hidden, (long long)c->enc_layers,
+             (long long)c->dec_layers, (long long)o->batch, (long long)o->seed, (long long)o->steps, o->lr,
+             (long long)o->warmup, o->dropout, o->label_smoothing, o->clip, o->teacher_forcing, (long long)o->accum);
     return tr_dist_same_run(&r->c.train, &r->c.src, &r->c.tgt, model_params(r->m), config);
 }
 
@@ -520,7 +493,7 @@ int cmd_train(int argc, char **argv) {
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
                     .eval_every = 250, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
                     .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
-                    .heldout = 0.05, .teacher_forcing = 1.0};
+                    .heldout = 0.05, .teacher_forcing = 1.0, .accum = 1};
     o.patience = TRAIN_DEFAULT_PATIENCE;
     const opt_def defs[] = {
         {"--train", OPT_STRING, &o.train, "FILE  training corpus (TSV)"},
@@ -531,6 +504,7 @@ int cmd_train(int argc, char **argv) {
         {"--model", OPT_STRING, &o.model, "NAME  transformer, gru, lstm or rnn (transformer)"},
         {"--steps", OPT_INT, &o.steps, "N     optimizer steps (4000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
+        {"--accum", OPT_INT, &o.accum, "N     batches per optimizer step (gradient accumulation: a step sees N x --batch pairs; 1)"},
         {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
         {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (400)"},
         {"--d-model", OPT_INT, &o.d_model, "N     embedding / model size (128)"},
@@ -553,6 +527,7 @@ int cmd_train(int argc, char **argv) {
         {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (250)"},
         {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs (a fixed random subset) decoded per evaluation (1000; 0 = all)"},
         {"--save-every", OPT_INT, &o.save_every, "N     write OUT/last.h5 every N steps (500)"},
+        {"--keep-last", OPT_INT, &o.keep_last, "N     also keep OUT/step-S.h5 of the last N evaluations and saves (0)"},
         {"--samples", OPT_INT, &o.samples, "N     sample translations shown per evaluation (3)"},
         {"--stop-at", OPT_DOUBLE, &o.stop_at, "A     stop once dev exact match reaches A (off)"},
         {"--patience", OPT_INT, &o.patience, "N     stop after N evaluations without a better dev exact match ("

@@ -21,6 +21,7 @@ typedef struct {
     int64_t vocab_size;
     int64_t steps, batch, d_model, heads, layers, ff, hidden, max_len, min_count, eval_every, save_every, warmup,
         seed, threads, samples, beam, max_eval, patience;
+    int64_t accum, keep_last; /* micro-batches per step (train_accum.c); step files kept (train_keep.c) */
     double lr, dropout, label_smoothing, clip, heldout, teacher_forcing, stop_at;
     bool chars, strict, resume, recompute_attention, keep_ff_activation, help;
 } train_opts;
@@ -38,6 +39,18 @@ bool train_model_checks(const model_config *cfg, const train_opts *o, const corp
 /* Whether every value of p is finite: checked before a save, so that a run whose update went
  * to NaN or Inf never writes such weights over a good checkpoint */
 bool params_finite(const ag_params *p);
+
+/* ---- a step's gradient, checkpoints (train_accum.c, train_keep.c) ---- */
+/* Zero m's gradients and fill them with the gradient of the mean loss over bt's target tokens,
+ * in o->accum micro-batches (fewer when bt has fewer pairs), averaged over the ranks under
+ * mpirun; the arena is reset between micro-batches. Returns the batch's mean loss. */
+double train_batch_grads(model *m, const tr_batch *bt, const train_opts *o, ag_rng *rng, ag_arena *arena);
+/* Save a checkpoint of m, opt and st at path (atomically); false after saying why on stderr */
+bool train_save(const char *path, model *m, ag_optim *opt, ag_train_state *st);
+/* --keep-last: save OUT/step-<step>.h5, then delete the step files of out older than the
+ * keep newest up to this step (files of later steps, from before a resume, are left to be
+ * overwritten). A failed save deletes nothing. False after saying why on stderr. */
+bool train_keep_step(const char *out, int64_t keep, model *m, ag_optim *opt, ag_train_state *st);
 
 /* ---- the corpora (train_data.c) ---- */
 struct corpora {

@@ -10,7 +10,8 @@
  * MODEL  decides the model: must agree when given again; recorded by config_store;
  * AGREE  decides the data order, the updates or the dev pairs the best is chosen on: must agree
  *        when given again; recorded here;
- * CHANGE safe to change on resume (how often to evaluate or save, when to stop, the test file):
+ * CHANGE safe to change on resume (how often to evaluate or save, the step files kept, when to
+ *        stop, the test file):
  *        a value given again replaces the recorded one, with a note; recorded here;
  * STEPS  --steps, the usual reason to resume: replaced without a note; recorded here;
  * CORPUS the corpus paths: replaced without a note (corpora_record says when their pairs
@@ -37,9 +38,11 @@ static const struct {
     {"--clip", "clip", AGREE},
     {"--teacher-forcing", "teacher_forcing", AGREE},
     {"--max-eval", "max_eval", AGREE},
+    {"--accum", "accum", AGREE},
     {"--steps", "steps", STEPS},
     {"--eval-every", "eval_every", CHANGE},
     {"--save-every", "save_every", CHANGE},
+    {"--keep-last", "keep_last", CHANGE},
     {"--samples", "samples", CHANGE},
     {"--stop-at", "stop_at", CHANGE},
     {"--patience", "patience", CHANGE},

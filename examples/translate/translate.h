@@ -116,5 +116,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_translate(int argc, char **argv);
 int cmd_attention(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_average(int argc, char **argv);
 
 #endif
