@@ -35,6 +35,9 @@ int tt_open_in_dir(const char *name, int flags);
 char *tt_read_file(const char *path, size_t *len);
 /* occurrences of needle in hay */
 int tt_count(const char *hay, const char *needle);
+/* the points of svg's index-th <polyline> (up to 4096): *n x and y coordinates, malloc'd;
+ * fails the test when there is no such polyline */
+void tt_polyline(const char *svg, int index, double **x, double **y, int *n);
 /* seconds on the monotonic clock */
 double tt_now(void);
 
