@@ -248,7 +248,7 @@ static void test_each_option_error_is_one_line_and_a_pointer_to_help(void **stat
     assert_string_equal(tt.err, "attograd-translate: unknown command 'trian' (did you mean train?)\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
     assert_status(RUN("--verison"), 2);
-    assert_string_equal(tt.err, "attograd-translate: unknown command '--verison' (did you mean --version?)\n"
+    assert_string_equal(tt.err, "attograd-translate: unknown option '--verison' (did you mean --version?)\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
     assert_status(RUN("frobnicate"), 2);
     assert_string_equal(tt.err, "attograd-translate: unknown command 'frobnicate'\n"

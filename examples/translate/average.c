@@ -118,7 +118,7 @@ int cmd_average(int argc, char **argv) {
     }
     int npos, status;
     if (!opts_parse_checked(argc, argv, 2, defs, NULL, pos, argc, &npos, NULL)) status = 2;
-    else if (help || (npos > 0 && strcmp(pos[0], "-h") == 0)) status = (opts_usage(stdout, AVERAGE_USAGE, defs), 0);
+    else if (help) status = (opts_usage(stdout, AVERAGE_USAGE, defs, NULL), 0);
     else if (!out) status = opts_error(argv, 2, "--out FILE is required (where the average goes)");
     else if (npos == 0) status = opts_error(argv, 2, "no checkpoints to average (give one or more after --out FILE)");
     else status = average(pos, npos, out);

@@ -151,7 +151,7 @@ int cmd_eval(int argc, char **argv) {
     const opt_def defs[] = {
         {"--checkpoint", OPT_STRING, &ckpt, "FILE  a checkpoint written by train"},
         {"--data", OPT_STRING, &data, "FILE  TSV corpus to evaluate on"},
-        {"--beam", OPT_INT, &beam, "K     beam size (1: greedy)"},
+        {"--beam", OPT_INT, &beam, "K     beam size (1, the default: greedy)"},
         {"--strict", OPT_FLAG, &strict, "      stop at the first bad line instead of skipping it"},
         {"--help", OPT_FLAG, &help, "      this text"},
         {NULL, 0, NULL, NULL},
@@ -159,7 +159,7 @@ int cmd_eval(int argc, char **argv) {
     int npos;
     if (!opts_parse_checked(argc, argv, 2, defs, DECODE_RANGES, NULL, 0, &npos, NULL)) return 2;
     if (help) {
-        opts_usage(stdout, EVAL_USAGE, defs);
+        opts_usage(stdout, EVAL_USAGE, defs, DECODE_RANGES);
         return stdout_ok() ? 0 : 1;
     }
     if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
@@ -229,10 +229,11 @@ int cmd_eval(int argc, char **argv) {
 
 static const char *TRANSLATE_USAGE =
     "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [--max-input-tokens N]\n"
-    "       [SENTENCE ...]\n"
+    "       [--] [SENTENCE ... | -]\n"
     "Translates the sentences given as arguments, or else each line of stdin as soon as it is read,\n"
     "one line out per sentence. A word the model does not know is named on stderr and read as <unk>.\n"
-    "An empty line, and a line over the --max-input-tokens limit (said on stderr), get an empty line.";
+    "An empty line, and a line over the --max-input-tokens limit (said on stderr), get an empty line.\n"
+    "A sentence that begins with '-' goes after '--'; '-' alone reads stdin.";
 
 /* A line at most BYTES_PER_TOKEN * --max-input-tokens bytes long is held and tokenized; a longer
  * one is not read into memory at all (textio.h), so one huge line costs neither memory nor time.
@@ -347,7 +348,7 @@ int cmd_translate(int argc, char **argv) {
     bool help = false;
     const opt_def defs[] = {
         {"--checkpoint", OPT_STRING, &ckpt, "FILE  a checkpoint written by train"},
-        {"--beam", OPT_INT, &beam, "K     beam size (1: greedy)"},
+        {"--beam", OPT_INT, &beam, "K     beam size (1, the default: greedy)"},
         {"--length-penalty", OPT_DOUBLE, &alpha, "A     GNMT length penalty ((5+len)/6)^A for beams (0.6)"},
         {"--max-input-tokens", OPT_INT, &max_tokens,
          "N     longest line translated, in tokens (4096); 16 bytes a token at most"},
@@ -364,7 +365,7 @@ int cmd_translate(int argc, char **argv) {
     if (help || !ckpt) {
         free(pos);
         if (!help) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
-        opts_usage(stdout, TRANSLATE_USAGE, defs);
+        opts_usage(stdout, TRANSLATE_USAGE, defs, DECODE_RANGES);
         return stdout_ok() ? 0 : 1;
     }
     char msg[2048];
@@ -376,6 +377,7 @@ int cmd_translate(int argc, char **argv) {
     }
     translator x = {&t, (int)beam, alpha, max_tokens, (size_t)(BYTES_PER_TOKEN * max_tokens), "stdin:"};
     int status = 0;
+    if (npos == 1 && strcmp(pos[0], "-") == 0) npos = 0; /* stdin, as cat reads it */
     if (npos > 0) {
         input_line *lines = calloc((size_t)npos, sizeof *lines);
         for (int i = 0; lines && i < npos; i++) lines[i] = (input_line){pos[i], strlen(pos[i]), i + 1};
@@ -407,7 +409,7 @@ int cmd_attention(int argc, char **argv) {
     int npos;
     if (!opts_parse(argc, argv, 2, defs, ATTENTION_USAGE, pos, 1, &npos)) return 2;
     if (help) {
-        opts_usage(stdout, ATTENTION_USAGE, defs);
+        opts_usage(stdout, ATTENTION_USAGE, defs, NULL);
         return stdout_ok() ? 0 : 1;
     }
     if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");

@@ -547,7 +547,7 @@ int cmd_train(int argc, char **argv) {
     bool flagged[sizeof defs / sizeof *defs] = {false};
     if (!opts_parse_checked(argc, argv, 2, defs, TRAIN_RANGES, pos, 0, &npos, flagged)) return 2;
     if (o.help) {
-        opts_usage(stdout, TRAIN_USAGE, defs);
+        opts_usage(stdout, TRAIN_USAGE, defs, TRAIN_RANGES);
         return 0;
     }
     model_kind kind = MODEL_TRANSFORMER;
