@@ -54,7 +54,7 @@ static const char *ckpt_path(const char *name) {
     static int k;
     k = (k + 1) % 4;
     if (!ckpt_dir[0]) {
-        snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/ag_nn_more_XXXXXX");
+        snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/ag_nn_options_XXXXXX");
         assert_non_null(mkdtemp(ckpt_dir));
     }
     snprintf(buf[k], sizeof buf[k], "%s/%s", ckpt_dir, name);
