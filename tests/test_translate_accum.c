@@ -154,6 +154,8 @@ static void test_resume_keeps_accum_and_refuses_another(void **state) {
     assert_status(RUN("train", TINY_ARGS, "--batch", "8", "--accum", "2", "--steps", "12", "--out", resumed,
                       "--resume"), 1);
     assert_contains(tt.err, "--accum 2 differs from the checkpoint's 3");
+    assert_status(RUN("train", "--train", corpus, "--batch", "1048576", "--accum", "2"), 2);
+    assert_contains(tt.err, "--batch x --accum must be at most 1048576 pairs a step");
     assert_status(RUN("train", TINY_ARGS, "--batch", "8", "--steps", "12", "--eval-every", "6", "--out", resumed,
                       "--resume"), 0);
     assert_contains(tt.err, "at step 6");

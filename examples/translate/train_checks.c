@@ -55,8 +55,8 @@ const char *train_opts_problem(const train_opts *o) {
         return "sizes, counts and intervals must be positive";
     if (o->batch > TR_MAX_SIZE || o->max_len > TR_MAX_LEN || o->samples > I32 || o->min_count > I32)
         return "--batch, --max-len, --samples or --min-count is beyond its range (see --help)";
-    if (o->accum < 1 || o->keep_last < 0 || o->batch * o->accum > TR_MAX_SIZE)
-        return "--accum must be at least 1, --keep-last at least 0, and --batch x --accum at most 1048576 pairs";
+    if (o->accum < 1 || o->keep_last < 0) return "--accum must be at least 1 and --keep-last at least 0";
+    if (o->batch * o->accum > TR_MAX_SIZE) return "--batch x --accum must be at most 1048576 pairs a step";
     if (o->d_model % o->heads != 0) return "--d-model must be a multiple of --heads";
     if (strcmp(o->tokenizer, "spm") != 0 && strcmp(o->tokenizer, "word") != 0 && strcmp(o->tokenizer, "char") != 0)
         return "--tokenizer is spm, word or char";
