@@ -103,29 +103,41 @@ static bool search_init(ag__search *s, const ag_decode_model *m, ag_tensor *src,
     return true;
 }
 
-/* the slots live at step t in order, and the rows of the last step they continue: the rows the
- * model is to have; *n their count */
-static void live_rows(ag__search *s, int64_t t, int64_t *rows, int64_t *n) {
-    *n = 0;
-    for (int64_t j = 0; j < s->B * s->K; j++) {
-        const ag__hyp *h = &s->h[j];
-        if (h->done || !(h->score > -INFINITY) || t > s->limit[j / s->K]) continue;
-        rows[(*n)++] = s->row[j];
-    }
+static bool fed(const ag__search *s, int64_t j, int64_t t) {
+    const ag__hyp *h = &s->h[j];
+    return !h->done && h->score > -INFINITY && t <= s->limit[j / s->K];
 }
 
-/* reorder the model to rows (n) unless they are its rows as they stand (nrows); then the live
- * slots' rows are 0..n-1 */
-static void set_rows(ag__search *s, const ag_decode_model *m, int64_t t, const int64_t *rows, int64_t n,
-                     int64_t nrows) {
-    bool same = n == nrows;
-    for (int64_t i = 0; same && i < n; i++) same = rows[i] == i;
-    if (!same) m->reorder(m->self, ag_from_buffer(AG_I64, AG_SHAPE(n), rows));
-    for (int64_t j = 0, i = 0; j < s->B * s->K; j++) {
-        const ag__hyp *h = &s->h[j];
-        bool fed = !h->done && h->score > -INFINITY && t <= s->limit[j / s->K];
-        s->row[j] = fed ? i++ : -1;
+/* The model's rows for step t: a row for each slot live then, continuing the row of the last
+ * step its hypothesis came from. A slot stays in that row when no other has taken it and it
+ * is within the new count, so a beam that continues itself costs no move; the other slots
+ * fill the rows left free. The model is reordered unless every row stays; s->row then holds
+ * each live slot's row. Returns the count. */
+static int64_t set_rows(ag__search *s, const ag_decode_model *m, int64_t t, int64_t nrows, int64_t *rows, bool *taken) {
+    int64_t N = s->B * s->K, n = 0;
+    for (int64_t j = 0; j < N; j++) n += fed(s, j, t);
+    if (n == 0) return 0;
+    memset(taken, 0, sizeof(bool) * (size_t)N);
+    for (int64_t j = 0; j < N; j++) { /* slots that keep their row */
+        int64_t p = s->row[j];
+        bool keep = fed(s, j, t) && p < n && !taken[p];
+        if (keep) taken[p] = true, rows[p] = p;
+        s->nrow[j] = keep ? p : -1;
     }
+    bool same = n == nrows;
+    for (int64_t j = 0, i = 0; j < N; j++) { /* the others, into the rows left */
+        if (!fed(s, j, t)) s->row[j] = -1;
+        if (!fed(s, j, t) || s->nrow[j] >= 0) continue;
+        while (taken[i]) i++;
+        taken[i] = true;
+        rows[i] = s->row[j];
+        s->nrow[j] = i;
+        same = false;
+    }
+    for (int64_t j = 0; j < N; j++)
+        if (fed(s, j, t)) s->row[j] = s->nrow[j];
+    if (!same) m->reorder(m->self, ag_from_buffer(AG_I64, AG_SHAPE(n), rows));
+    return n;
 }
 
 /* one step's scores (n,V) as log-probabilities into *lp (grown as needed); false on a bad step */
@@ -171,9 +183,10 @@ static bool run(ag__search *s, const ag_decode_model *m, int64_t *last) {
                                                             : ag__search_greedy;
     int64_t N = s->B * s->K, nrows = s->B, n = 0;
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)N), *ids = malloc(sizeof(int64_t) * (size_t)N);
+    bool *taken = malloc(sizeof(bool) * (size_t)N);
     double *lp = NULL;
     size_t cap = 0;
-    bool ok = rows && ids;
+    bool ok = rows && ids && taken;
     ag_arena *arena = ag_arena_current();
     ag_arena_mark mark = ag_arena_get_mark(arena);
     *last = 0;
@@ -181,9 +194,8 @@ static bool run(ag__search *s, const ag_decode_model *m, int64_t *last) {
         bool any = false;
         for (int64_t j = 0; j < N; j++) any |= !s->h[j].done && s->h[j].score > -INFINITY;
         if (!any) break;
-        live_rows(s, t, rows, &n);
+        n = set_rows(s, m, t, nrows, rows, taken);
         if (n > 0) {
-            set_rows(s, m, t, rows, n, nrows);
             nrows = n;
             for (int64_t j = 0; j < N; j++)
                 if (s->row[j] >= 0) ids[s->row[j]] = s->tok[(t - 1) * N + j];
@@ -203,6 +215,7 @@ static bool run(ag__search *s, const ag_decode_model *m, int64_t *last) {
     }
     free(rows);
     free(ids);
+    free(taken);
     free(lp);
     return ok;
 }

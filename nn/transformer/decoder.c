@@ -150,13 +150,14 @@ ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_module *m
 struct ag_decoder_cache {
     int64_t N, S, E, H, max_len, t;
     int64_t cap, B;     /* rows the buffers hold; memory rows */
-    int64_t *src_row;   /* (cap): the memory row each row reads */
-    bool gathered;      /* rows read mk/mv/mask (gathered), else the memory's rows directly */
+    int64_t *src_row;   /* (cap): the memory row each row holds the keys and values of */
     int layers;
     ag_tensor *k[AG_TRANSFORMER_MAX_LAYERS], *v[AG_TRANSFORMER_MAX_LAYERS];   /* (cap,H,max_len,Dh) */
-    ag_tensor *mk0[AG_TRANSFORMER_MAX_LAYERS], *mv0[AG_TRANSFORMER_MAX_LAYERS]; /* (B,H,S,Dh) */
-    ag_tensor *mk[AG_TRANSFORMER_MAX_LAYERS], *mv[AG_TRANSFORMER_MAX_LAYERS]; /* (cap,H,S,Dh), or NULL */
-    ag_tensor *mask0, *mask;                                                  /* (B|cap,1,1,S) or NULL */
+    ag_tensor *mk[AG_TRANSFORMER_MAX_LAYERS], *mv[AG_TRANSFORMER_MAX_LAYERS]; /* (cap,H,S,Dh) per row */
+    ag_tensor *mask;                                                          /* (cap,1,1,S) or NULL */
+    /* with cap > B: the memory's own (B,...), where a row that changes memory row reads from;
+     * else the same tensors as the per-row ones */
+    ag_tensor *mk0[AG_TRANSFORMER_MAX_LAYERS], *mv0[AG_TRANSFORMER_MAX_LAYERS], *mask0;
 };
 
 /* (N,L,E) rows as (N,H,L,Dh) heads, contiguous */
@@ -174,6 +175,16 @@ static bool step_supported(const char *op, const ag_mha_module *a) {
     if (a->in_proj_weight && !a->bias_k && !a->cfg.add_zero_attn) return true;
     ag_error(op, "attention with separate q/k/v projections, bias_k/bias_v or add_zero_attn is not supported");
     return false;
+}
+
+/* x (N,...) contiguous into the first N of cap rows of a new tensor */
+static ag_tensor *rows_copy(ag_tensor *x, int64_t cap) {
+    int64_t shape[AG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[0] = cap;
+    ag_tensor *y = ag_empty(x->dtype, x->ndim, shape);
+    if (y) ag_copy_(ag_narrow(y, 0, 0, x->shape[0]), x);
+    return y;
 }
 
 ag_decoder_cache *ag_decoder_cache_new_rows(const ag_transformer_decoder_module *m, ag_tensor *memory,
@@ -201,8 +212,8 @@ ag_decoder_cache *ag_decoder_cache_new_rows(const ag_transformer_decoder_module 
     for (int64_t i = 0; i < N; i++) src_row[i] = i;
     if (memory_key_padding_mask) {
         TRY(c->mask0 = ag_attention_mask(NULL, memory_key_padding_mask, N, H));
-        c->mask0 = ag_clone(c->mask0); /* the cache's own */
-        if (cap > N) TRY(c->mask = ag_empty(c->mask0->dtype, AG_SHAPE(cap, 1, 1, S)));
+        c->mask0 = c->mask = ag_clone(c->mask0); /* the cache's own */
+        if (cap > N) TRY(c->mask = rows_copy(c->mask0, cap));
     }
     for (int l = 0; l < m->num_layers; l++) {
         const ag_mha_module *ca = &m->layers[l].multihead_attn;
@@ -213,11 +224,11 @@ ag_decoder_cache *ag_decoder_cache_new_rows(const ag_transformer_decoder_module 
         ag_tensor *bkv = ca->in_proj_bias ? ag_narrow(ca->in_proj_bias, 0, E, 2 * E) : NULL;
         ag_tensor *kv = ag_linear(memory, ag_narrow(ca->in_proj_weight, 0, E, 2 * E), bkv); /* (N,S,2E) */
         TRY(kv);
-        c->mk0[l] = split_heads(ag_narrow(kv, 2, 0, E), N, S, H);
-        c->mv0[l] = split_heads(ag_narrow(kv, 2, E, E), N, S, H);
+        c->mk0[l] = c->mk[l] = split_heads(ag_narrow(kv, 2, 0, E), N, S, H);
+        c->mv0[l] = c->mv[l] = split_heads(ag_narrow(kv, 2, E, E), N, S, H);
         if (cap > N) {
-            TRY(c->mk[l] = ag_empty(memory->dtype, AG_SHAPE(cap, H, S, Dh)));
-            TRY(c->mv[l] = ag_empty(memory->dtype, AG_SHAPE(cap, H, S, Dh)));
+            TRY(c->mk[l] = rows_copy(c->mk0[l], cap));
+            TRY(c->mv[l] = rows_copy(c->mv0[l], cap));
         }
     }
     return c;
@@ -260,9 +271,8 @@ static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_module *
     ag_tensor *q = ag_linear(h, ag_narrow(ca->in_proj_weight, 0, 0, E),
                              ca->in_proj_bias ? ag_narrow(ca->in_proj_bias, 0, 0, E) : NULL);
     TRY(q);
-    ag_tensor *mk = rows_of(c->gathered ? c->mk[l] : c->mk0[l], N), *mv = rows_of(c->gathered ? c->mv[l] : c->mv0[l], N);
-    ag_tensor *mask = rows_of(c->gathered ? c->mask : c->mask0, N);
-    TRY(y = ag_linear_forward(&ca->out_proj, attend_one(q, mk, mv, mask, N, H)));
+    TRY(y = ag_linear_forward(&ca->out_proj, attend_one(q, rows_of(c->mk[l], N), rows_of(c->mv[l], N),
+                                                       rows_of(c->mask, N), N, H)));
     x = cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm2, ag_add_(y, x));
     /* feed-forward */
     h = cf->norm_first ? ag_layer_norm_forward(&L->norm3, x) : x;
@@ -288,19 +298,38 @@ ag_tensor *ag_decoder_step(const ag_transformer_decoder_module *m, ag_decoder_ca
     return ag_arena_rewind_keep(ag_arena_current(), mark, x);
 }
 
-/* the memory rows the rows read after a reorder by rows (n): false (reported) for an index out of range */
-static bool new_src_rows(const char *op, const ag_decoder_cache *c, ag_tensor *rows, int64_t *out) {
+/* Rows i of x (contiguous, row-major) whose rows[i] != i take row rows[i]'s values: blocks
+ * of len elements at pitch elements apart in each row (the fed positions of every head), read
+ * into scratch first so that a row both read and written moves right. */
+static void move_rows(ag_tensor *x, const int64_t *rows, int64_t M, int64_t blocks, int64_t pitch, int64_t len,
+                      char *scratch) {
+    size_t es = ag_dtype_size(x->dtype), row = (size_t)(x->stride[0]) * es, bytes = (size_t)len * es;
+    char *base = x->data + (size_t)x->offset * es, *at = scratch;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t b = 0; b < blocks && rows[i] != i; b++, at += bytes)
+            memcpy(at, base + (size_t)rows[i] * row + (size_t)(b * pitch) * es, bytes);
+    at = scratch;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t b = 0; b < blocks && rows[i] != i; b++, at += bytes)
+            memcpy(base + (size_t)i * row + (size_t)(b * pitch) * es, at, bytes);
+}
+
+/* row i of x (per row) gets row src of x0 (per memory row) */
+static void copy_row(ag_tensor *x, int64_t i, const ag_tensor *x0, int64_t src) {
+    size_t es = ag_dtype_size(x->dtype), row = (size_t)x->stride[0] * es;
+    memcpy(x->data + (size_t)x->offset * es + (size_t)i * row, x0->data + (size_t)x0->offset * es + (size_t)src * row, row);
+}
+
+/* rows (M) as int64 into out, each a row of the cache's N: false (reported) otherwise */
+static bool read_rows(const char *op, const ag_decoder_cache *c, ag_tensor *rows, int64_t *out) {
     int64_t n = rows->shape[0];
     ag_to_buffer(rows, AG_I64, out);
-    for (int64_t j = 0; j < n; j++) {
-        int64_t r = out[j];
-        if (r < 0 || r >= c->N) {
-            ag_error(op, "rows[%lld] = %lld: expected a row of the cache's %lld", (long long)j, (long long)r,
+    for (int64_t j = 0; j < n; j++)
+        if (out[j] < 0 || out[j] >= c->N) {
+            ag_error(op, "rows[%lld] = %lld: expected a row of the cache's %lld", (long long)j, (long long)out[j],
                      (long long)c->N);
             return false;
         }
-        out[j] = c->src_row[r];
-    }
     return true;
 }
 
@@ -313,48 +342,41 @@ void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows) {
                  ag_dtype_name(rows->dtype), (long long)c->cap);
         return;
     }
-    int64_t M = rows->shape[0], N = c->N;
+    int64_t M = rows->shape[0], Dh = c->E / c->H, t = c->t;
     ag_arena *a = ag_arena_current();
-    ag_arena_mark mark = ag_arena_get_mark(a); /* the gathered copies are scratch */
-    int64_t *src = ag_arena_alloc(a, sizeof(int64_t) * (size_t)M);
-    if (!src || !new_src_rows(op, c, rows, src)) {
+    ag_arena_mark mark = ag_arena_get_mark(a); /* scratch */
+    int64_t *idx = ag_arena_alloc(a, sizeof(int64_t) * (size_t)M);
+    size_t es = ag_dtype_size(c->k[0]->dtype), per_row = (size_t)(c->H * (t > c->S ? t : c->S) * Dh) + 1;
+    char *scratch = ag_arena_alloc(a, (size_t)M * per_row * (es > 1 ? es : 1) + 64);
+    if (!idx || !scratch || !read_rows(op, c, rows, idx)) {
+        if (!idx || !scratch) ag_error(op, "out of memory for the scratch of %lld rows", (long long)M);
         ag_arena_rewind(a, mark);
         return;
     }
-    for (int l = 0; l < c->layers && c->t > 0; l++) {
-        ag_tensor *kv[2] = {c->k[l], c->v[l]};
-        for (int i = 0; i < 2; i++)
-            ag_copy_(ag_narrow(rows_of(kv[i], M), 2, 0, c->t),
-                     ag_index_select(ag_narrow(rows_of(kv[i], N), 2, 0, c->t), 0, rows));
+    /* only the rows that change move: a beam that continues in its own row costs nothing */
+    for (int l = 0; l < c->layers && t > 0; l++) {
+        move_rows(c->k[l], idx, M, c->H, c->max_len * Dh, t * Dh, scratch);
+        move_rows(c->v[l], idx, M, c->H, c->max_len * Dh, t * Dh, scratch);
     }
-    if (!c->mk[0]) { /* no room beside the memory's rows (ag_decoder_cache_new): they move themselves */
-        for (int l = 0; l < c->layers; l++) {
-            ag_copy_(rows_of(c->mk0[l], M), ag_index_select(rows_of(c->mk0[l], N), 0, rows));
-            ag_copy_(rows_of(c->mv0[l], M), ag_index_select(rows_of(c->mv0[l], N), 0, rows));
+    bool shared = c->mk[0] == c->mk0[0]; /* no memory rows of their own: the rows move */
+    for (int l = 0; l < c->layers && shared; l++) {
+        move_rows(c->mk[l], idx, M, 1, 0, c->mk[l]->stride[0], scratch);
+        move_rows(c->mv[l], idx, M, 1, 0, c->mv[l]->stride[0], scratch);
+    }
+    if (shared && c->mask) move_rows(c->mask, idx, M, 1, 0, c->mask->stride[0], scratch);
+    for (int64_t i = 0; i < M; i++) {
+        int64_t src = c->src_row[idx[i]];
+        if (!shared && src != c->src_row[i]) { /* beams of one sentence share the memory's keys and values */
+            for (int l = 0; l < c->layers; l++) {
+                copy_row(c->mk[l], i, c->mk0[l], src);
+                copy_row(c->mv[l], i, c->mv0[l], src);
+            }
+            if (c->mask) copy_row(c->mask, i, c->mask0, src);
         }
-        if (c->mask0) ag_copy_(rows_of(c->mask0, M), ag_index_select(rows_of(c->mask0, N), 0, rows));
-        c->N = M;
-        ag_arena_rewind(a, mark);
-        return;
+        idx[i] = src;
     }
-    /* the memory's keys, values and mask change only when rows change memory rows (beams of one
-     * sentence share them): then they are gathered from the memory's own rows */
-    bool same = M == N, identity = M <= c->B;
-    for (int64_t j = 0; j < M; j++) {
-        same &= src[j] == c->src_row[j];
-        identity &= src[j] == j;
-    }
-    memcpy(c->src_row, src, sizeof(int64_t) * (size_t)M);
+    memcpy(c->src_row, idx, sizeof(int64_t) * (size_t)M);
     c->N = M;
-    if (!same && !identity) {
-        ag_tensor *idx = ag_wrap(AG_I64, AG_SHAPE(M), src);
-        for (int l = 0; l < c->layers; l++) {
-            ag_copy_(rows_of(c->mk[l], M), ag_index_select(c->mk0[l], 0, idx));
-            ag_copy_(rows_of(c->mv[l], M), ag_index_select(c->mv0[l], 0, idx));
-        }
-        if (c->mask) ag_copy_(rows_of(c->mask, M), ag_index_select(c->mask0, 0, idx));
-    }
-    if (!same) c->gathered = !identity;
     ag_arena_rewind(a, mark);
 }
 
