@@ -51,9 +51,10 @@ static bool check_config(const char *op, const ag_decode_config *c) {
 }
 
 /* each sentence's limit: floor(a·n + b) for its n ids that are not padding, within the caps */
-static void sentence_limits(ag_tensor *src, const ag_decode_config *c, int64_t model_max, int64_t *limit) {
+static bool sentence_limits(ag_tensor *src, const ag_decode_config *c, int64_t model_max, int64_t *limit) {
     int64_t B = src->shape[0], S = src->shape[1];
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)(B * S));
+    if (!ids) return false;
     ag_to_buffer(src, AG_I64, ids);
     int64_t cap = model_max > 0 && model_max < c->max_len ? model_max : c->max_len;
     for (int64_t b = 0; b < B; b++) {
@@ -63,6 +64,7 @@ static void sentence_limits(ag_tensor *src, const ag_decode_config *c, int64_t m
         limit[b] = l < 0 ? 0 : l > (double)cap ? cap : (int64_t)l;
     }
     free(ids);
+    return true;
 }
 
 static void search_free(ag__search *s) {
@@ -80,8 +82,7 @@ static bool search_init(ag__search *s, const ag_decode_model *m, ag_tensor *src,
     int64_t B = src->shape[0], K = c->method == AG_DECODE_BEAM ? c->beam_size : 1, n = B * K;
     *s = (ag__search){.cfg = c, .B = B, .K = K};
     s->limit = malloc(sizeof(int64_t) * (size_t)B);
-    if (!s->limit) return false;
-    sentence_limits(src, c, m->max_len, s->limit);
+    if (!s->limit || !sentence_limits(src, c, m->max_len, s->limit)) return false;
     for (int64_t b = 0; b < B; b++)
         if (s->limit[b] > s->steps) s->steps = s->limit[b];
     size_t hist = sizeof(int64_t) * (size_t)((s->steps + 2) * n);
@@ -296,8 +297,8 @@ bool ag_decode(const ag_decode_model *m, ag_tensor *src, const ag_decode_config 
     ag__search s;
     bool ok = search_init(&s, m, src, cfg);
     if (!ok) ag_error(op, "out of memory for the hypotheses of %lld sentences", (long long)src->shape[0]);
-    ok = ok && m->start(m->self, src, s.B * s.K, s.steps > 0 ? s.steps : 1);
     bool started = ok;
+    ok = ok && m->start(m->self, src, s.B * s.K, s.steps > 0 ? s.steps : 1);
     int64_t last = 0;
     ok = ok && run(&s, m, &last);
     if (started && m->end) m->end(m->self);

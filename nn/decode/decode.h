@@ -31,12 +31,14 @@ typedef struct {
      * current arena. NULL after reporting. Grad mode is off. */
     ag_tensor *(*step)(void *self, ag_tensor *ids);
     /* Row r continues row rows[r] of the last step; rows (M) i64, M >= 1, may differ from the
-     * previous row count (beams copied, finished rows dropped). Called between steps, after the
-     * step's scores are read; then the arena is rewound to where it was before the step: state
-     * kept from step to step must live before that point (made in start) or outside the arena
-     * (ag_decode_state). Not called when the rows stay as they are. */
+     * previous row count (beams copied, finished rows dropped). Called between steps. After each
+     * step, once its scores are read, the arena is rewound to where it was before the step:
+     * state kept from step to step must live before that point (made in start, as the
+     * Transformer's ag_decoder_cache) or outside the arena (ag_decode_state). Not called when
+     * the rows stay as they are. */
     void (*reorder)(void *self, ag_tensor *rows);
-    /* Release what start made outside the arena; may be NULL. Called once start has succeeded. */
+    /* Release what start made outside the arena; may be NULL. Called once after start, whether
+     * start succeeded or not. */
     void (*end)(void *self);
     int64_t max_len; /* the longest output the model can produce (positions), 0: no limit */
 } ag_decode_model;
