@@ -376,6 +376,19 @@ static void test_misuse_is_reported(void **s) {
     assert_false(ag_decode(&dm, src, &c, &r));
     tu_assert_error("ag_decode", "(6,6) f64 scores for 5 rows");
     assert_int_equal(ag_arena_used(ag_arena_current()), used); /* the arena as it was */
+    bool grad = ag_set_grad_enabled(false);
+    ag_tensor *mem = ag_zeros(AG_F64, AG_SHAPE(2, 3, E));
+    assert_null(ag_decoder_cache_new_rows(&m->tf.decoder, mem, NULL, 4, 1));
+    tu_assert_error("ag_decoder_cache_new", "max_rows 1", "max_rows >= N");
+    ag_decoder_cache *cache = ag_decoder_cache_new_rows(&m->tf.decoder, mem, NULL, 4, 3);
+    ag_decoder_cache_reorder(cache, tu_tensor(AG_I64, AG_SHAPE(4), 0, 1, 1, 0));
+    tu_assert_error("ag_decoder_cache_reorder", "1 <= M <= 3");
+    ag_decoder_cache_reorder(cache, tu_tensor(AG_I64, AG_SHAPE(3), 0, 1, 2));
+    tu_assert_error("ag_decoder_cache_reorder", "rows[2] = 2", "of the cache's 2");
+    ag_decoder_cache_reorder(cache, tu_tensor(AG_I64, AG_SHAPE(3), 0, 1, 1));
+    assert_int_equal(tu_error_count(), 0);
+    tu_assert_shape(ag_decoder_step(&m->tf.decoder, cache, ag_zeros(AG_F64, AG_SHAPE(3, E))), 3, E);
+    ag_set_grad_enabled(grad);
     ag_decode_state *st = ag_decode_state_new(2, 4);
     assert_false(ag_decode_state_set(st, 0, ag_zeros(AG_F64, AG_SHAPE(3, 2)), false));
     tu_assert_error("ag_decode_state_set", "expected 2 rows");
