@@ -7,6 +7,12 @@
 #include "textio.h"
 #include "translate.h"
 
+ag_arena *translate_arena(void) {
+    static ag_arena *arena;
+    if (!arena) arena = ag_arena_new(1 << 20);
+    return arena;
+}
+
 ag_tensor *translate_source(const trained *t, const char *const *in, int B) {
     /* the longest sentence as the model reads it (at most max_len - 1 ids and <eos>) sizes the
      * batch, not max_len: a model of a large --max-len reads short sentences cheaply */
@@ -40,7 +46,7 @@ bool translate_texts(trained *t, const char *const *in, int n, const ag_decode_c
                      double *score) {
     int64_t nb = dc->n_best;
     bool ok = true;
-    ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
+    ag_arena *arena = translate_arena(), *prev = ag_arena_use(arena);
     for (int at = 0; ok && at < n; at += batch) {
         int B = n - at < batch ? n - at : batch;
         ag_decode_result r;
@@ -55,7 +61,6 @@ bool translate_texts(trained *t, const char *const *in, int n, const ag_decode_c
         ag_arena_reset(arena);
     }
     ag_arena_use(prev);
-    ag_arena_free(arena);
     return ok;
 }
 

@@ -399,7 +399,7 @@ int64_t translate_width(const trained *t) { return 2 * t->max_len + 8; }
 void translate_ids(trained *t, const char *const *in, int n, int beam, double length_penalty, int64_t *hyp) {
     enum { CHUNK = 64 };
     int64_t W = translate_width(t);
-    ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
+    ag_arena *arena = translate_arena(), *prev = ag_arena_use(arena);
     for (int at = 0; at < n; at += CHUNK) {
         int B = n - at < CHUNK ? n - at : CHUNK;
         ag_tensor *s = translate_source(t, in + at, B);
@@ -407,7 +407,6 @@ void translate_ids(trained *t, const char *const *in, int n, int beam, double le
         ag_arena_reset(arena);
     }
     ag_arena_use(prev);
-    ag_arena_free(arena);
 }
 
 static const char *MAIN_USAGE =

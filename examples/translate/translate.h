@@ -106,6 +106,9 @@ bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src
  * normalised score. False when memory ran out (entries left NULL). decode_out.c */
 bool translate_texts(trained *t, const char *const *in, int n, const ag_decode_config *dc, int batch, char **text,
                      double *score);
+/* The arena translating decodes in, kept for the process: its pages stay mapped from one batch
+ * of sentences to the next (reset after each) */
+ag_arena *translate_arena(void);
 /* The sentences in[0..B) as the model reads them: (B,S) ids, each at most max_len - 1 of them
  * and <eos>, padded; in the current arena */
 ag_tensor *translate_source(const trained *t, const char *const *in, int B);
