@@ -16,6 +16,7 @@
 #include "layers/layers.h"
 #include "attention/attention.h"
 #include "attention/mha.h"
+#include "attention/seq2seq_attention.h"
 #include "transformer/transformer.h"
 #include "recurrent/gru.h"
 #include "recurrent/lstm.h"

@@ -109,6 +109,10 @@ ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, 
 ag_tensor *ag__mha_forward_rows(const ag_mha_module *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
                                 const ag__rowset *kr, const ag_mha_args *a);
 
+/* ts[i] (may be NULL) of ref's dtype, else reported through op naming names[i]
+ * (recurrent/recurrent.c; the recurrent layers and the seq2seq attention check with it) */
+bool ag__same_dtype(const char *op, const ag_tensor *ref, int n, ag_tensor *const *ts, const char *const *names);
+
 /* NULL, bool, or a float mask of the scores' dtype, broadcastable to ndim/shape (the scores'
  * shape, whose name the message gives as what): returns the mask kind (tensor/op.h's
  * ag__softmax_mask_kind), -1 after reporting. For the masked softmax and the attention. */

@@ -1,4 +1,4 @@
-/* The second process of the checkpoint tests (tests/test_checkpoint.c runs it through
+/* The second process of the checkpoint tests (tests/test_checkpoint_trainer.c runs it through
  * AG_CHECKPOINT_CHILD; scripts/checkpoint_torch.py check runs it too):
  *
  *   resume <ckpt> <steps> <out> [forget-optim|forget-rng]
@@ -11,7 +11,7 @@
  *   mlp-init <ckpt> <f32|f64> <seed>     save a fresh Linear-ReLU-Linear MLP with its config
  *   mlp-forward <ckpt> <batch>           load it by its config, print input and output
  *
- * test_checkpoint.c includes this file with CHECKPOINT_CHILD_NO_MAIN defined to share the
+ * test_checkpoint_trainer.c includes this file with CHECKPOINT_CHILD_NO_MAIN defined to share the
  * trainer and the two kill-test versions, so the parent and child run the same code. */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@
 
 #include "attograd.h"
 
-/* used by test_checkpoint.c, which includes this file, but not by the child itself */
+/* used by test_checkpoint_trainer.c, which includes this file, but not by the child itself */
 #define SHARED __attribute__((unused))
 
 /* ---- the resume trainer: Linear-ReLU-Dropout-Linear (nn.Sequential names 0.*, 3.*), Adam,

@@ -31,6 +31,11 @@ mpi "$bin" train $tiny --steps 6 --out "$tmp/two" >"$tmp/two.out" 2>"$tmp/two.lo
 echo "ok 2 ranks = 1 process: $(losses "$tmp/two.log" | tail -1)"
 [ "$(grep -c 'train loss' "$tmp/two.log")" = 2 ] || fail "rank 1 printed too: $(cat "$tmp/two.log")"
 echo "ok only rank 0 reports"
+# the start line counts the processes and threads; rank 0 alone writes log.jsonl (evaluations
+# at steps 0, 3 and 6, once each)
+grep -q '; 2 processes × 1 thread$' "$tmp/two.log" || fail "no '2 processes × 1 thread': $(cat "$tmp/two.log")"
+[ "$(grep -c '"kind":"eval"' "$tmp/two/log.jsonl")" = 3 ] || fail "log.jsonl: $(cat "$tmp/two/log.jsonl")"
+echo "ok the start line says 2 processes × 1 thread; one log.jsonl line per evaluation"
 "$bin" train $tiny --dropout 0 --steps 6 --out "$tmp/nodrop" >/dev/null 2>"$tmp/nodrop.log" || fail "no dropout"
 [ "$(losses "$tmp/nodrop.log")" != "$(losses "$tmp/one.log")" ] || fail "dropout 0.3 changed nothing"
 

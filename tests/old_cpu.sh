@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The default build runs on an x86-64 without AVX: a few programs under qemu-user emulating a
 # Nehalem (SSE4.2, no AVX), where the run-time dispatch must pick the portable C kernels, the
-# README example, two unit tests and a short translation run must pass, and the example's output
+# README example, three unit tests and a short translation run must pass, and the example's output
 # and the run's losses must be those of the same code paths run natively (AG_ISA=generic).
 # OpenBLAS chooses its own kernels, and OPENBLAS_CORETYPE in the environment (Haswell, say)
 # overrides its detection: the test sets it to Nehalem, on both sides. Exit 77 (skipped) without
 # qemu-x86_64.
-# usage: old_cpu.sh CPU_ISA README_EXAMPLE TEST_MATMUL TEST_NN_ATTENTION TRANSLATE CORPUS_DIR
+# usage: old_cpu.sh CPU_ISA README_EXAMPLE TEST_MATMUL TEST_NN_ATTENTION_KERNELS TRANSLATE CORPUS_DIR [MORE_TESTS...]
 set -euo pipefail
 cpu_isa=$1 example=$2 test_matmul=$3 test_attention=$4 translate=$5 corpus=$6
+shift 6
 qemu=$(command -v qemu-x86_64) || { echo "qemu-x86_64 is missing (Debian: qemu-user): skipped"; exit 77; }
 export OPENBLAS_CORETYPE=Nehalem
 unset AG_ISA
@@ -23,7 +24,7 @@ old "$example" >"$tmp/example.old" || { echo "readme_example failed on a Nehalem
 env AG_ISA=generic "$example" >"$tmp/example.native"
 cmp -s "$tmp/example.old" "$tmp/example.native" || { echo "readme_example's output differs:"; diff "$tmp/example.native" "$tmp/example.old"; exit 1; }
 
-for t in "$test_matmul" "$test_attention"; do
+for t in "$test_matmul" "$test_attention" "$@"; do
   old "$t" >"$tmp/unit.log" 2>&1 || { echo "$(basename "$t") failed on a Nehalem:"; tail -30 "$tmp/unit.log"; exit 1; }
 done
 

@@ -9,19 +9,10 @@
 #include <time.h>
 
 #include "attograd.h"
+#include "dist_check.h"
 #include "nn/dist/dist.h"
 
 static int rank, size;
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, #cond);                 \
-            fprintf(stderr, __VA_ARGS__);                                                                             \
-            fprintf(stderr, "\n");                                                                                    \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
 
 /* ---- a two-layer perceptron: fc1 (in -> hidden), tanh, fc2 (hidden -> classes) ---- */
 enum { IN = 32, HIDDEN = 64, CLASSES = 8, BATCH = 16 };

@@ -1,4 +1,5 @@
-/* GRUCell, GRU and additive / dot-product attention (nn/recurrent/gru.h).
+/* GRUCell, GRU (nn/recurrent/gru.h) and additive / dot-product attention
+ * (nn/attention/seq2seq_attention.h).
  *
  * Expected values were computed with PyTorch 1.13 (/usr/bin/python3) in float64 and pasted as
  * literals. Inputs are tu_seq(shape, a, c)[i] = sin(a*i + c) in row-major order; parameter k (in

@@ -248,7 +248,7 @@ static void test_each_option_error_is_one_line_and_a_pointer_to_help(void **stat
     assert_string_equal(tt.err, "attograd-translate: unknown command 'trian' (did you mean train?)\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
     assert_status(RUN("--verison"), 2);
-    assert_string_equal(tt.err, "attograd-translate: unknown command '--verison' (did you mean --version?)\n"
+    assert_string_equal(tt.err, "attograd-translate: unknown option '--verison' (did you mean --version?)\n"
                                   "Run 'attograd-translate --help' for the commands.\n");
     assert_status(RUN("frobnicate"), 2);
     assert_string_equal(tt.err, "attograd-translate: unknown command 'frobnicate'\n"
@@ -287,8 +287,8 @@ static void test_eval_prints_the_loss_its_help_promises_as_train_computes_it(voi
     assert_int_equal(tt_count(want, "|nrefs:1|case:mixed|"), 2);
     const char *bleu_head = "  BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:";
     assert_true(strncmp(sacre, bleu_head, strlen(bleu_head)) == 0);
-    /* training says once, at its first evaluation, whose BLEU its lines print */
-    assert_int_equal(tt_count(tiny_log[1], "step 3: evaluating on 2 dev pairs; BLEU and chrF2 are sacreBLEU "), 1);
+    /* training says once, at its first evaluation (the untrained model's), whose BLEU its lines print */
+    assert_int_equal(tt_count(tiny_log[1], "step 0: evaluating on 2 dev pairs; BLEU and chrF2 are sacreBLEU "), 1);
     assert_int_equal(tt_count(tiny_log[1], "sacreBLEU"), 1);
     assert_true(train_loss > 0.5 && train_loss < 5); /* 6 steps: far from ln(10) = 2.3 is not learnt yet */
     /* the loss changes with the data: one pair alone */
@@ -391,7 +391,7 @@ static void test_the_progress_bar_is_cleared_before_evaluation_lines(void **stat
             if (strncmp(l, "  ", 2) != 0) fail_msg("screen line %d: '%s'", i, l);
         }
     }
-    assert_int_equal(evals, 3);
+    assert_int_equal(evals, 4); /* steps 0, 3, 6 and 9 */
     assert_true(samples >= 3);
     assert_int_equal(bars, 1); /* the final status line, once the run is over */
     assert_contains(text, "\033[K"); /* the bar was redrawn in place: the terminal mode */
@@ -404,23 +404,9 @@ static void test_the_progress_bar_is_cleared_before_evaluation_lines(void **stat
 
 /* the points of the index-th <polyline> of svg as x coordinates (*n of them, malloc'd) */
 static double *polyline_x(const char *svg, int index, int *n) {
-    const char *p = svg;
-    for (int k = 0; k <= index; k++) {
-        p = strstr(p, "<polyline");
-        if (!p) fail_msg("no polyline %d", index);
-        p++;
-    }
-    p = strstr(p, "points=\"") + strlen("points=\"");
-    const char *end = strchr(p, '"');
-    double *x = malloc(sizeof(double) * 4096);
-    *n = 0;
-    while (p < end && *n < 4096) {
-        double a, b;
-        int used;
-        if (sscanf(p, "%lf,%lf %n", &a, &b, &used) != 2) break;
-        x[(*n)++] = a;
-        p += used;
-    }
+    double *x, *y;
+    tt_polyline(svg, index, &x, &y, n);
+    free(y);
     return x;
 }
 
@@ -451,10 +437,11 @@ static void test_curves_plot_the_train_loss_at_every_logged_step_from_step_0(voi
             fail_msg("train loss point %d is at x = %.1f, expected step %.0f at %.1f", i, x[i], want[i], px);
     }
     free(x);
-    /* the dev loss: the two evaluations */
+    /* the dev loss: the untrained model's at step 0 and the two evaluations */
     x = polyline_x(svg, 1, &n);
-    assert_int_equal(n, 2);
-    assert_true(fabs(x[0] - (78 + 125.0 / 250 * 658)) < 0.051);
+    assert_int_equal(n, 3);
+    assert_true(fabs(x[0] - 78) < 0.051);
+    assert_true(fabs(x[1] - (78 + 125.0 / 250 * 658)) < 0.051);
     free(x);
     /* the axis starts at 0, at the plot's left edge */
     assert_contains(svg, "<text x=\"78.0\" y=\"");

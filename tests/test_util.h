@@ -48,6 +48,10 @@ ag_tensor *tu_tensor_(ag_dtype dt, int ndim, const int64_t *shape, const double 
 /* A tensor of the given shape whose element i is sin(a*i + c): deterministic, non-trivial. */
 ag_tensor *tu_seq(ag_dtype dt, int ndim, const int64_t *shape, double a, double c);
 
+/* t's first element: its data at its offset */
+static inline const void *tu_raw(const ag_tensor *t) {
+    return t->data + t->offset * (int64_t)ag_dtype_size(t->dtype);
+}
 /* t, marked as requiring grad */
 ag_tensor *tu_leaf(ag_tensor *t);
 /* Parameter k of p (in its order) := tu_seq(its shape, 0.3 + 0.1k, 0.1k) * 0.5, what

@@ -94,6 +94,26 @@ int tt_count(const char *hay, const char *needle) {
     return n;
 }
 
+void tt_polyline(const char *svg, int index, double **x, double **y, int *n) {
+    const char *p = svg;
+    for (int k = 0; k <= index; k++) {
+        p = strstr(p, "<polyline");
+        if (!p) fail_msg("no polyline %d", index);
+        p++;
+    }
+    p = strstr(p, "points=\"") + strlen("points=\"");
+    const char *end = strchr(p, '"');
+    *x = malloc(sizeof(double) * 4096);
+    *y = malloc(sizeof(double) * 4096);
+    *n = 0;
+    while (p < end && *n < 4096) {
+        int used;
+        if (sscanf(p, "%lf,%lf %n", &(*x)[*n], &(*y)[*n], &used) != 2) break;
+        ++*n;
+        p += used;
+    }
+}
+
 double tt_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

@@ -1,4 +1,4 @@
-/* What the attograd-translate test programs share (test_translate_cli, _tool and _spm): the
+/* What the attograd-translate test programs share (test_translate_cli_*, _tool and _spm): the
  * program under test, a temporary directory for the files of their runs, running the program as
  * a user does (a child process with its stdout and stderr kept) and checks on what it printed.
  * A cmocka group setup calls tt_begin, its teardown tt_end. */
@@ -35,6 +35,9 @@ int tt_open_in_dir(const char *name, int flags);
 char *tt_read_file(const char *path, size_t *len);
 /* occurrences of needle in hay */
 int tt_count(const char *hay, const char *needle);
+/* the points of svg's index-th <polyline> (up to 4096): *n x and y coordinates, malloc'd;
+ * fails the test when there is no such polyline */
+void tt_polyline(const char *svg, int index, double **x, double **y, int *n);
 /* seconds on the monotonic clock */
 double tt_now(void);
 

@@ -67,7 +67,7 @@ class Seq2Seq(nn.Module):
 
 
 def toy_corpus(path, lines=40, seed=12345):
-    """source letters a-f, target the same reversed in capitals (tests/test_translate_cli.c's)"""
+    """source letters a-f, target the same reversed in capitals (tests/test_util.c's tu_write_toy_corpus)"""
     x, rows = seed, []
     for _ in range(lines):
         x = (x * 1664525 + 1013904223) % 2**32

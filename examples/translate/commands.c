@@ -154,7 +154,7 @@ int cmd_eval(int argc, char **argv) {
     const opt_def defs[] = {
         {"--checkpoint", OPT_STRING, &ckpt, "FILE  a checkpoint written by train"},
         {"--data", OPT_STRING, &data, "FILE  TSV corpus to evaluate on"},
-        {"--beam", OPT_INT, &beam, "K     beam size (1: greedy)"},
+        {"--beam", OPT_INT, &beam, "K     beam size (1, the default: greedy)"},
         {"--strict", OPT_FLAG, &strict, "      stop at the first bad line instead of skipping it"},
         {"--help", OPT_FLAG, &help, "      this text"},
         {NULL, 0, NULL, NULL},
@@ -162,7 +162,7 @@ int cmd_eval(int argc, char **argv) {
     int npos;
     if (!opts_parse_checked(argc, argv, 2, defs, DECODE_RANGES, NULL, 0, &npos, NULL)) return 2;
     if (help) {
-        opts_usage(stdout, EVAL_USAGE, defs);
+        opts_usage(stdout, EVAL_USAGE, defs, DECODE_RANGES);
         return stdout_ok() ? 0 : 1;
     }
     if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
@@ -232,10 +232,11 @@ int cmd_eval(int argc, char **argv) {
 
 static const char *TRANSLATE_USAGE =
     "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [--max-input-tokens N]\n"
-    "       [--n-best N] [--scores] [--max-len-ratio R] [--batch N] [SENTENCE ...]\n"
+    "       [--n-best N] [--scores] [--max-len-ratio R] [--batch N] [--] [SENTENCE ... | -]\n"
     "Translates the sentences given as arguments, or else each line of stdin as soon as it is read,\n"
     "one line out per sentence. A word the model does not know is named on stderr and read as <unk>.\n"
-    "An empty line, and a line over the --max-input-tokens limit (said on stderr), get an empty line.";
+    "An empty line, and a line over the --max-input-tokens limit (said on stderr), get an empty line.\n"
+    "A sentence that begins with '-' goes after '--'; '-' alone reads stdin.";
 
 /* A line at most BYTES_PER_TOKEN * --max-input-tokens bytes long is held and tokenized; a longer
  * one is not read into memory at all (textio.h), so one huge line costs neither memory nor time.
@@ -362,7 +363,7 @@ int cmd_translate(int argc, char **argv) {
     bool help = false, scores = false;
     const opt_def defs[] = {
         {"--checkpoint", OPT_STRING, &ckpt, "FILE  a checkpoint written by train"},
-        {"--beam", OPT_INT, &beam, "K     beam size (1: greedy)"},
+        {"--beam", OPT_INT, &beam, "K     beam size (1, the default: greedy)"},
         {"--length-penalty", OPT_DOUBLE, &alpha, "A     length penalty exponent for beams (0.6)"},
         {"--length-norm", OPT_STRING, &norm, "NAME  gnmt: score / ((5+len)/6)^A (default); marian: score / len^A"},
         {"--n-best", OPT_INT, &n_best, "N     the N best translations of each sentence (a beam of at least N): 'id ||| text ||| score'"},
@@ -384,7 +385,7 @@ int cmd_translate(int argc, char **argv) {
     if (help || !ckpt) {
         free(pos);
         if (!help) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");
-        opts_usage(stdout, TRANSLATE_USAGE, defs);
+        opts_usage(stdout, TRANSLATE_USAGE, defs, DECODE_RANGES);
         return stdout_ok() ? 0 : 1;
     }
     char msg[2048];
@@ -401,6 +402,7 @@ int cmd_translate(int argc, char **argv) {
     }
     translator x = {&t, dc, (int)batch, n_best > 0, scores, max_tokens, (size_t)(BYTES_PER_TOKEN * max_tokens), "stdin:"};
     int status = 0;
+    if (npos == 1 && strcmp(pos[0], "-") == 0) npos = 0; /* stdin, as cat reads it */
     if (npos > 0) {
         input_line *lines = calloc((size_t)npos, sizeof *lines);
         for (int i = 0; lines && i < npos; i++) lines[i] = (input_line){pos[i], strlen(pos[i]), i + 1};
@@ -432,7 +434,7 @@ int cmd_attention(int argc, char **argv) {
     int npos;
     if (!opts_parse(argc, argv, 2, defs, ATTENTION_USAGE, pos, 1, &npos)) return 2;
     if (help) {
-        opts_usage(stdout, ATTENTION_USAGE, defs);
+        opts_usage(stdout, ATTENTION_USAGE, defs, NULL);
         return stdout_ok() ? 0 : 1;
     }
     if (!ckpt) return opts_error(argv, 2, "--checkpoint FILE is required (a checkpoint written by train)");

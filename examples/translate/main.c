@@ -21,12 +21,44 @@
 #include "translate.h"
 #include "translate_version.h" /* AG_TRANSLATE_VERSION, made by meson from the project's version */
 
-/* ---- options ---- */
+/* ---- options ----
+ * Conventions as getopt_long's: "--name value" or "--name=value"; "-x value" or "-xvalue" for an
+ * option with a short name, "-xy" for two short flags; "--" ends the options (what follows is
+ * positional, a sentence that begins with '-' too); a lone "-" is positional (stdin). Anything
+ * else that begins with '-' is an option, and an unknown one is an error. A value is the next
+ * argument whatever it is ("--length-penalty -0.5"). Unlike getopt_long, an abbreviated long
+ * name is refused (with "did you mean"): an abbreviation that works today would stop working
+ * when a longer option that shares it is added. --help stops the parse where it stands. */
 
-void opts_usage(FILE *f, const char *usage, const opt_def *defs) {
-    fprintf(f, "%s\n", usage);
-    if (defs && defs[0].name) fprintf(f, "options:\n");
-    for (const opt_def *d = defs; d && d->name; d++) fprintf(f, "  %-20s %s\n", d->name, d->help);
+/* The short names: one letter for an option several commands share, after Marian's
+ * (marian-decoder -m models, -b beam-size, -n normalize, -i input, -o output; marian -t
+ * train-sets) and sacreBLEU's (-i input, -w width). A letter stands for the same long option
+ * in every command that has that option. */
+static const struct {
+    char letter;
+    const char *name;
+} SHORT_NAMES[] = {{'h', "--help"}, {'m', "--checkpoint"}, {'b', "--beam"}, {'n', "--length-penalty"},
+                   {'o', "--out"},  {'t', "--train"},      {'i', "--hyp"},  {'r', "--ref"},
+                   {'w', "--width"}};
+
+/* the short name of d ('b' for --beam), or 0 */
+static char short_of(const opt_def *d) {
+    for (size_t k = 0; k < sizeof SHORT_NAMES / sizeof *SHORT_NAMES; k++)
+        if (strcmp(SHORT_NAMES[k].name, d->name) == 0) return SHORT_NAMES[k].letter;
+    return 0;
+}
+
+static const opt_def *find_short(const opt_def *defs, char letter) {
+    for (const opt_def *k = defs; k->name; k++)
+        if (short_of(k) == letter) return k;
+    return NULL;
+}
+
+/* the option named by the len bytes at name, or NULL */
+static const opt_def *find_long(const opt_def *defs, const char *name, size_t len) {
+    for (const opt_def *k = defs; k->name; k++)
+        if (strlen(k->name) == len && strncmp(k->name, name, len) == 0) return k;
+    return NULL;
 }
 
 /* the subcommand of argv ("train"), or "" before it */
@@ -103,6 +135,17 @@ static const opt_range *range_of(const opt_def *d, const opt_range *ranges) {
     return NULL;
 }
 
+void opts_usage(FILE *f, const char *usage, const opt_def *defs, const opt_range *ranges) {
+    fprintf(f, "%s\n", usage);
+    if (defs && defs[0].name) fprintf(f, "options:\n");
+    for (const opt_def *d = defs; d && d->name; d++) {
+        char letter = short_of(d), values[160] = "";
+        if (d->type == OPT_INT || d->type == OPT_DOUBLE) expectation(d, range_of(d, ranges), values, sizeof values);
+        fprintf(f, "  %c%c%c %-21s %s%s%s%s\n", letter ? '-' : ' ', letter ? letter : ' ', letter ? ',' : ' ',
+                d->name, d->help, *values ? " [" : "", values, *values ? "]" : "");
+    }
+}
+
 /* v parsed into d's value: a whole number or a finite number, nothing after it, within r */
 static bool parse_value(const opt_def *d, const opt_range *r, const char *v) {
     char *end;
@@ -127,6 +170,114 @@ static bool parse_value(const opt_def *d, const opt_range *r, const char *v) {
     return true;
 }
 
+/* one command line being parsed */
+typedef struct {
+    int argc, first;
+    char **argv;
+    const opt_def *defs;
+    const opt_range *ranges;
+    bool *given;      /* may be NULL */
+    bool positionals; /* whether the command takes any */
+    bool help;        /* --help seen: the parse stops */
+} opts_parser;
+
+static const char *nearest_option(const opt_def *defs, const char *word, size_t len) {
+    const char *names[128];
+    int n = 0;
+    for (const opt_def *k = defs; k->name && n < 128; k++) names[n++] = k->name;
+    return opts_nearest(word, len, names, n);
+}
+
+/* "unknown option" for the len bytes at word, with the option it is a near miss of; a command
+ * that takes positional arguments says how to give one that begins with '-' */
+static void report_unknown(const opts_parser *p, const char *word, size_t len) {
+    const char *near = nearest_option(p->defs, word, len);
+    if (near) opts_error(p->argv, p->first, "unknown option '%.*s' (did you mean %s?)", (int)len, word, near);
+    else if (p->positionals)
+        opts_error(p->argv, p->first, "unknown option '%.*s' (an argument that begins with '-' goes after '--')",
+                   (int)len, word);
+    else opts_error(p->argv, p->first, "unknown option '%.*s'", (int)len, word);
+}
+
+/* d given (shown as the user wrote it: "--beam" or "-b (--beam)") with the value v (NULL when the
+ * command line ends first); false after reporting a missing or bad value */
+static bool take(opts_parser *p, const opt_def *d, const char *shown, const char *v) {
+    if (p->given) p->given[d - p->defs] = true;
+    if (d->type == OPT_FLAG) {
+        *(bool *)d->value = true;
+        if (strcmp(d->name, "--help") == 0) p->help = true;
+        return true;
+    }
+    const opt_range *r = range_of(d, p->ranges);
+    char expect[160];
+    expectation(d, r, expect, sizeof expect);
+    if (!v) {
+        /* a string's value as its help says: "FILE, a checkpoint written by train" */
+        const char *h = d->help, *rest = h + strcspn(h, " ");
+        if (d->type == OPT_STRING)
+            opts_error(p->argv, p->first, "%s needs a value: %.*s, %s", shown, (int)(rest - h), h,
+                       rest + strspn(rest, " "));
+        else opts_error(p->argv, p->first, "%s needs a value: %s", shown, expect);
+        return false;
+    }
+    if (!parse_value(d, r, v)) {
+        opts_error(p->argv, p->first, "%s expects %s, got '%s'", shown, expect, v);
+        return false;
+    }
+    return true;
+}
+
+/* argv[i], "--name" or "--name=value"; the index of the last argument used, or -1 after an error */
+static int long_option(opts_parser *p, int i) {
+    const char *a = p->argv[i], *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const opt_def *d = find_long(p->defs, a, len);
+    if (!d) {
+        report_unknown(p, a, len);
+        return -1;
+    }
+    if (d->type == OPT_FLAG && eq) {
+        opts_error(p->argv, p->first, "%s takes no value, got '%s'", d->name, eq + 1);
+        return -1;
+    }
+    const char *v = d->type == OPT_FLAG ? NULL : eq ? eq + 1 : i + 1 < p->argc ? p->argv[++i] : NULL;
+    return take(p, d, d->name, v) ? i : -1;
+}
+
+/* argv[i], short options: "-b 4", "-b4", "-h"; the index of the last argument used, or -1 */
+static int short_options(opts_parser *p, int i) {
+    const char *a = p->argv[i];
+    /* a long name with one dash ("-beam") is refused, not read as -b with the value "eam" */
+    char dashed[72] = "";
+    if (strlen(a) > 2 && strlen(a) < 64) snprintf(dashed, sizeof dashed, "-%s", a);
+    if (*dashed && find_long(p->defs, dashed, strlen(dashed))) {
+        opts_error(p->argv, p->first, "unknown option '%s' (did you mean %s?)", a, dashed);
+        return -1;
+    }
+    for (const char *c = a + 1; *c; c++) {
+        const opt_def *d = find_short(p->defs, *c);
+        if (!d) {
+            /* the whole argument named when its first letter is unknown ("-checkpint", with the
+             * long option it is a near miss of; "-5 degrees"), else the letter ("-x" of "-hx") */
+            const char *near = c == a + 1 && *dashed ? nearest_option(p->defs, dashed, strlen(dashed)) : NULL;
+            char letter[3] = {'-', *c, 0};
+            if (near) opts_error(p->argv, p->first, "unknown option '%s' (did you mean %s?)", a, near);
+            else report_unknown(p, c == a + 1 ? a : letter, c == a + 1 ? strlen(a) : 2);
+            return -1;
+        }
+        char shown[64];
+        snprintf(shown, sizeof shown, "-%c (%s)", *c, d->name);
+        if (d->type == OPT_FLAG) {
+            if (!take(p, d, shown, NULL)) return -1;
+            if (p->help) return i;
+            continue;
+        }
+        const char *v = c[1] ? c + 1 : i + 1 < p->argc ? p->argv[++i] : NULL;
+        return take(p, d, shown, v) ? i : -1;
+    }
+    return i;
+}
+
 bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                 int maxpos, int *npos) {
     return opts_parse_checked(argc, argv, first, defs, NULL, pos, maxpos, npos, NULL);
@@ -139,70 +290,24 @@ bool opts_parse_given(int argc, char **argv, int first, const opt_def *defs, con
 
 bool opts_parse_checked(int argc, char **argv, int first, const opt_def *defs, const opt_range *ranges,
                         const char **pos, int maxpos, int *npos, bool *given) {
+    opts_parser p = {argc, first, argv, defs, ranges, given, maxpos > 0, false};
+    bool options = true; /* until "--" */
     *npos = 0;
-    const char *a;
-    for (int i = first; i < argc; i++) {
-        a = argv[i];
-        if (strcmp(a, "--") == 0) {
-            for (i++; i < argc; i++) {
-                if (*npos >= maxpos) {
-                    a = argv[i];
-                    goto too_many;
-                }
-                pos[(*npos)++] = argv[i];
-            }
-            break;
-        }
-        if (strncmp(a, "--", 2) != 0 || strlen(a) == 2) {
-            if (*npos >= maxpos) goto too_many;
+    for (int i = first; i < argc && !p.help; i++) {
+        const char *a = argv[i];
+        if (options && strcmp(a, "--") == 0) {
+            options = false;
+        } else if (options && a[0] == '-' && a[1]) {
+            i = a[1] == '-' ? long_option(&p, i) : short_options(&p, i);
+            if (i < 0) return false;
+        } else if (*npos < maxpos) {
             pos[(*npos)++] = a;
-            continue;
-        }
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        const opt_def *d = NULL;
-        for (const opt_def *k = defs; k->name; k++)
-            if (strlen(k->name) == len && strncmp(k->name, a, len) == 0) d = k;
-        if (!d) {
-            const char *names[128];
-            int n = 0;
-            for (const opt_def *k = defs; k->name && n < 128; k++) names[n++] = k->name;
-            const char *near = opts_nearest(a, len, names, n);
-            if (near) opts_error(argv, first, "unknown option '%.*s' (did you mean %s?)", (int)len, a, near);
-            else opts_error(argv, first, "unknown option '%.*s'", (int)len, a);
-            return false;
-        }
-        if (given) given[d - defs] = true;
-        if (d->type == OPT_FLAG) {
-            if (eq) {
-                opts_error(argv, first, "%s takes no value, got '%s'", d->name, eq + 1);
-                return false;
-            }
-            *(bool *)d->value = true;
-            continue;
-        }
-        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        const opt_range *r = range_of(d, ranges);
-        char expect[160];
-        expectation(d, r, expect, sizeof expect);
-        if (!v) {
-            /* a string's value as its help says: "FILE, a checkpoint written by train" */
-            const char *h = d->help, *rest = h + strcspn(h, " ");
-            if (d->type == OPT_STRING)
-                opts_error(argv, first, "%s needs a value: %.*s, %s", d->name, (int)(rest - h), h,
-                           rest + strspn(rest, " "));
-            else opts_error(argv, first, "%s needs a value: %s", d->name, expect);
-            return false;
-        }
-        if (!parse_value(d, r, v)) {
-            opts_error(argv, first, "%s expects %s, got '%s'", d->name, expect, v);
+        } else {
+            opts_error(argv, first, "unexpected argument '%s'", a);
             return false;
         }
     }
     return true;
-too_many:
-    opts_error(argv, first, "unexpected argument '%s'", a);
-    return false;
 }
 
 /* ---- the model configuration and vocabularies inside a checkpoint ----
@@ -417,7 +522,11 @@ static const char *MAIN_USAGE =
     "  translate   translate sentences given as arguments, or one per line on stdin\n"
     "  attention   draw the cross-attention of one sentence as an SVG heatmap\n"
     "  score       sacreBLEU's BLEU and chrF and exact match of a hypothesis file against references\n"
-    "`attograd-translate COMMAND --help` lists a command's options; --version prints the version.";
+    "  average     average the parameters of checkpoints of one model into a new checkpoint\n"
+    "`attograd-translate COMMAND --help` (or -h) lists a command's options.\n"
+    "options:\n"
+    "  -h, --help      this text\n"
+    "      --version   the version";
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -430,6 +539,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "translate") == 0) return cmd_translate(argc, argv);
     if (strcmp(cmd, "attention") == 0) return cmd_attention(argc, argv);
     if (strcmp(cmd, "score") == 0) return cmd_score(argc, argv);
+    if (strcmp(cmd, "average") == 0) return cmd_average(argc, argv);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         printf("%s\n", MAIN_USAGE);
         return 0;
@@ -438,8 +548,9 @@ int main(int argc, char **argv) {
         printf("attograd-translate %s\n", AG_TRANSLATE_VERSION);
         return 0;
     }
-    const char *commands[] = {"train", "eval", "translate", "attention", "score", "--help", "--version"};
-    const char *near = opts_nearest(cmd, strlen(cmd), commands, 7);
-    if (near) return opts_error(argv, 1, "unknown command '%s' (did you mean %s?)", cmd, near);
-    return opts_error(argv, 1, "unknown command '%s'", cmd);
+    const char *commands[] = {"train", "eval", "translate", "attention", "score", "average", "--help", "--version"};
+    const char *near = opts_nearest(cmd, strlen(cmd), commands, 8);
+    const char *what = cmd[0] == '-' && cmd[1] ? "option" : "command";
+    if (near) return opts_error(argv, 1, "unknown %s '%s' (did you mean %s?)", what, cmd, near);
+    return opts_error(argv, 1, "unknown %s '%s'", what, cmd);
 }

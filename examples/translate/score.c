@@ -100,7 +100,7 @@ static const char *SCORE_USAGE =
     "trailing whitespace). The hypotheses come from stdin when --hyp is absent or '-'.";
 
 int cmd_score(int argc, char **argv) {
-    const char *hyp_path = NULL, *ref_path = NULL, *pos[1];
+    const char *hyp_path = NULL, *ref_path = NULL;
     int64_t width = 1;
     bool help = false;
     const opt_def defs[] = {
@@ -112,12 +112,11 @@ int cmd_score(int argc, char **argv) {
     };
     static const opt_range ranges[] = {{"--width", 0, 10, false, false, NULL}, {NULL, 0, 0, false, false, NULL}};
     int npos;
-    if (!opts_parse_checked(argc, argv, 2, defs, ranges, pos, 1, &npos, NULL)) return 2;
-    if (help || (npos == 1 && strcmp(pos[0], "-h") == 0)) {
-        opts_usage(stdout, SCORE_USAGE, defs);
+    if (!opts_parse_checked(argc, argv, 2, defs, ranges, NULL, 0, &npos, NULL)) return 2;
+    if (help) {
+        opts_usage(stdout, SCORE_USAGE, defs, ranges);
         return 0;
     }
-    if (npos) return opts_error(argv, 2, "unexpected argument '%s'", pos[0]);
     if (!ref_path) return opts_error(argv, 2, "--ref FILE is required (the references, one a line)");
     lines h, r;
     if (!read_lines(&r, ref_path, "reference")) return 1;

@@ -194,14 +194,28 @@ static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"
 
 int tr_svg_curves(const char *path, const char *title, const char *xlabel, const char *ylabel_upper,
                   const char *ylabel_lower, int nseries, const tr_svg_series *s, char *err, size_t errsz) {
-    if (nseries < 1 || !s) return tr__fail(err, errsz, "%s: no series to plot", path);
-    double xlo = INFINITY, xhi = -INFINITY, ylo[2] = {INFINITY, INFINITY}, yhi[2] = {-INFINITY, -INFINITY};
     bool lower = false;
+    for (int k = 0; s && k < nseries; k++) {
+        if (s[k].panel < 0 || s[k].panel > 1)
+            return tr__fail(err, errsz, "%s: series %d ('%s'): bad point count, arrays or panel %d", path, k,
+                            s[k].label ? s[k].label : "", s[k].panel);
+        lower |= s[k].panel == 1;
+    }
+    const char *ylabels[2] = {ylabel_upper, ylabel_lower};
+    return tr_svg_panels(path, title, xlabel, lower ? 2 : 1, ylabels, nseries, s, err, errsz);
+}
+
+int tr_svg_panels(const char *path, const char *title, const char *xlabel, int npanels,
+                  const char *const *ylabels, int nseries, const tr_svg_series *s, char *err, size_t errsz) {
+    if (nseries < 1 || !s) return tr__fail(err, errsz, "%s: no series to plot", path);
+    if (npanels < 1 || npanels > TR_SVG_MAX_PANELS)
+        return tr__fail(err, errsz, "%s: %d panels, expected 1 to %d", path, npanels, TR_SVG_MAX_PANELS);
+    double xlo = INFINITY, xhi = -INFINITY, ylo[TR_SVG_MAX_PANELS], yhi[TR_SVG_MAX_PANELS];
+    for (int p = 0; p < npanels; p++) ylo[p] = INFINITY, yhi[p] = -INFINITY;
     for (int k = 0; k < nseries; k++) {
-        if (s[k].n < 0 || (s[k].n > 0 && (!s[k].x || !s[k].y)) || s[k].panel < 0 || s[k].panel > 1)
+        if (s[k].n < 0 || (s[k].n > 0 && (!s[k].x || !s[k].y)) || s[k].panel < 0 || s[k].panel >= npanels)
             return tr__fail(err, errsz, "%s: series %d ('%s'): bad point count, arrays or panel %d", path, k,
                         s[k].label ? s[k].label : "", s[k].panel);
-        lower |= s[k].panel == 1;
         for (int i = 0; i < s[k].n; i++) {
             if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) continue;
             xlo = fmin(xlo, s[k].x[i]);
@@ -212,8 +226,8 @@ int tr_svg_curves(const char *path, const char *title, const char *xlabel, const
     }
     if (!isfinite(xlo)) return tr__fail(err, errsz, "%s: no finite points to plot", path);
     if (xlo > 0) xlo = 0; /* x counts steps: a run starts at 0, before its first point */
-    int npanels = lower ? 2 : 1;
-    const double W = 760, left = 78, right = 24, ph = 250, gap = 56, top = title ? 44 : 18, bottom = 58;
+    const double W = 760, left = 78, right = 24, ph = npanels > 2 ? 190 : 250, gap = 56, top = title ? 44 : 18,
+                 bottom = 58;
     const double pw = W - left - right, H = top + npanels * ph + (npanels - 1) * gap + bottom;
     double xstep = nice_step(&xlo, &xhi);
     char *buf = NULL;
@@ -247,7 +261,7 @@ int tr_svg_curves(const char *path, const char *title, const char *xlabel, const
         }
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n", left,
                 y0, pw, ph);
-        const char *yl = p ? ylabel_lower : ylabel_upper;
+        const char *yl = ylabels ? ylabels[p] : NULL;
         if (yl) {
             fprintf(f, "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">",
                     y0 + ph / 2, y0 + ph / 2);

@@ -3,7 +3,6 @@
  * Ctrl-C saves and exits, curves as SVG. */
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,20 +29,6 @@ static double lr_at(const train_opts *o, int64_t step) {
 static bool interrupted; /* Ctrl-C or SIGTERM on some rank, agreed by all after a step (train_dist.h) */
 
 /* ---- checkpoints ---- */
-
-static bool save(const char *path, model *m, ag_optim *opt, ag_train_state *st) {
-    char msg[1024];
-    /* between steps the training arena is idle: its pages make room for HDF5's buffers, so a
-     * save does not add its memory to a step's (the run's peak RSS was a save's) */
-    ag_arena_trim(ag_arena_current());
-    ag_checkpoint_status s = ag_checkpoint_save(path, model_params(m), opt, st, NULL, msg, sizeof msg);
-#ifdef __GLIBC__
-    /* the freed buffers of HDF5 (6-9 MiB) go back to the system, not into the run's peak */
-    malloc_trim(0);
-#endif
-    if (s != AG_CHECKPOINT_OK) fprintf(stderr, "attograd-translate: saving %s failed: %s\n", path, msg);
-    return s == AG_CHECKPOINT_OK;
-}
 
 static char *join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
@@ -84,7 +69,7 @@ typedef struct {
     const train_opts *given;
     const opt_def *defs; /* the option table, fields of *given */
     const bool *flagged; /* flagged[k]: defs[k] was on the command line */
-    char *last_path, *best_path, *curves_path, *attn_path;
+    char *last_path, *best_path, *curves_path, *attn_path, *log_path;
     trained resumed;
     bool resuming;
     corpora c;
@@ -97,8 +82,12 @@ typedef struct {
     tr_batch bt;
     tr_progress prog;
     curves cv;
-    double best, window_loss, t0, curve_loss; /* curve_loss: the steps since the last train loss point */
-    int64_t window_n, curve_n;
+    train_log log;         /* OUT/log.jsonl (rank 0) */
+    train_stopper stopper; /* the best evaluation and the patience left */
+    double window_loss, t0, curve_loss; /* curve_loss: the steps since the last train loss point */
+    double elapsed0;                    /* training seconds before this invocation (train_log.c) */
+    int64_t window_n, curve_n, start_step;
+    bool noted; /* the metrics' note was printed */
     ag_arena *arena, *prev;
     bool stop, save_failed, write_failed; /* write_failed: curves.svg or attention.svg */
     bool diverged;                         /* a loss or a weight went to NaN or Inf: nothing more is saved */
@@ -107,98 +96,11 @@ typedef struct {
     enum { RUN_PATHS = 1, RUN_CORPORA, RUN_MODEL, RUN_LOOP } stage;
 } run;
 
-/* What a resumed run takes from its checkpoint's config (key): every option that decides the
- * data order, the model or the updates. Given again on resume, such an option must agree with
- * the checkpoint; not given, it takes the checkpoint's value. The model options only need to
- * agree: the model itself is rebuilt from the checkpoint. */
-static const struct {
-    const char *flag, *key;
-} RESTORED[] = {
-    {"--batch", "batch"},         {"--seed", "seed"},
-    {"--heldout", "heldout"},     {"--max-len", "max_len"},
-    {"--min-count", "min_count"}, {"--d-model", "d_model"},
-    {"--heads", "nhead"},         {"--layers", "encoder_layers"},
-    {"--ff", "dim_feedforward"},  {"--hidden", "hidden"},
-    {"--dropout", "dropout"},     {"--lr", "lr"},
-    {"--warmup", "warmup"},       {"--label-smoothing", "label_smoothing"},
-    {"--clip", "clip"},           {"--teacher-forcing", "teacher_forcing"},
-};
+/* what train_resume.c reads and writes of r's options */
+static run_settings settings_of(run *r) { return (run_settings){&r->o, r->given, r->defs, r->flagged, r->last_path}; }
 
-/* the field of r->o that defs[k] parses into (defs point into the caller's copy, *r->given) */
-static void *field_of(run *r, int k) { return (char *)&r->o + ((const char *)r->defs[k].value - (const char *)r->given); }
-
-static int def_index(const run *r, const char *flag) {
-    for (int k = 0; r->defs[k].name; k++)
-        if (strcmp(r->defs[k].name, flag) == 0) return k;
-    return -1;
-}
-
-/* One restored option: false after reporting a conflict with the checkpoint's value */
-static bool restore_option(run *r, const char *flag, const char *key) {
-    const ag_train_state *st = &r->resumed.state;
-    int k = def_index(r, flag);
-    void *f = field_of(r, k);
-    bool is_int = r->defs[k].type == OPT_INT, have;
-    int64_t iv = 0;
-    double dv = 0;
-    have = is_int ? ag_config_get_int(st, key, &iv) : ag_config_get_double(st, key, &dv);
-    if (!have) { /* a checkpoint of an earlier attograd-translate */
-        if (is_int) fprintf(stderr, "attograd-translate: note: %s does not record %s: using %lld\n", r->last_path,
-                            flag, (long long)*(int64_t *)f);
-        else fprintf(stderr, "attograd-translate: note: %s does not record %s: using %s\n", r->last_path, flag,
-                     tr_num_text(*(double *)f).s);
-        return true;
-    }
-    if (r->flagged[k] && (is_int ? *(int64_t *)f != iv : *(double *)f != dv)) {
-        if (is_int) fprintf(stderr, "attograd-translate: cannot resume: %s %lld differs from the checkpoint's %lld",
-                            flag, (long long)*(int64_t *)f, (long long)iv);
-        else fprintf(stderr, "attograd-translate: cannot resume: %s %s differs from the checkpoint's %s", flag,
-                     tr_num_text(*(double *)f).s, tr_num_text(dv).s);
-        fprintf(stderr, " (a resumed run continues with the settings it was trained with: leave %s out)\n", flag);
-        return false;
-    }
-    if (is_int) *(int64_t *)f = iv;
-    else *(double *)f = dv;
-    return true;
-}
-
-/* --resume: the checkpoint's settings (RESTORED, the model kind and the tokens), each refused by
- * name when a flag given now differs */
-static bool resume_options(run *r) {
-    char msg[2048];
-    if (!trained_load(&r->resumed, r->last_path, msg, sizeof msg)) {
-        fprintf(stderr, "attograd-translate: cannot resume: %s\n", msg);
-        return false;
-    }
-    r->resuming = true;
-    bool ok = true;
-    for (size_t i = 0; i < sizeof RESTORED / sizeof *RESTORED; i++)
-        ok &= restore_option(r, RESTORED[i].flag, RESTORED[i].key);
-    const char *kind = ag_config_get_string(&r->resumed.state, "model");
-    if (r->flagged[def_index(r, "--model")] && kind && strcmp(kind, r->o.model) != 0) {
-        fprintf(stderr, "attograd-translate: cannot resume: --model %s differs from the checkpoint's %s (leave "
-                        "--model out)\n", r->o.model, kind);
-        ok = false;
-    }
-    const char *reads[] = {"words", "characters", "SentencePiece subwords"};
-    if ((r->o.chars || r->flagged[def_index(r, "--tokenizer")]) && tok_mode(&r->o) != r->resumed.mode) {
-        fprintf(stderr, "attograd-translate: cannot resume: %s %s, but the checkpoint's model reads %s (leave it "
-                        "out)\n", r->o.chars ? "--chars" : "--tokenizer", r->o.chars ? "" : r->o.tokenizer,
-                reads[r->resumed.mode]);
-        ok = false;
-    }
-    for (int k = 0; k < 3; k++) {
-        const char *flag = (const char *[]){"--spm-model", "--spm-type", "--vocab-size"}[k];
-        if (r->flagged[def_index(r, flag)]) {
-            fprintf(stderr, "attograd-translate: cannot resume: %s: the vocabularies are the checkpoint's (leave it "
-                            "out)\n", flag);
-            ok = false;
-        }
-    }
-    const char *bad = ok ? train_opts_problem(&r->o) : NULL;
-    if (bad) fprintf(stderr, "attograd-translate: cannot resume: the checkpoint's settings are invalid: %s\n", bad);
-    return ok && !bad;
-}
+/* training seconds of the whole run, over every invocation */
+static double run_elapsed(const run *r) { return r->elapsed0 + train_clock() - r->t0; }
 
 /* The model, its optimizer and the training state: new, or the checkpoint's when resuming */
 static bool setup_model(run *r) {
@@ -240,23 +142,18 @@ static bool setup_model(run *r) {
         }
         fprintf(stderr, "attograd-translate: resuming %s at step %lld (epoch %lld)\n", r->last_path,
                 (long long)r->st.global_step, (long long)r->st.epoch);
-    } else if (!config_store(&r->st, &cfg, &r->c.src, &r->c.tgt, r->c.mode, o->max_len, msg, sizeof msg) ||
-               !ag_config_set_int(&r->st, "batch", o->batch) || !ag_config_set_int(&r->st, "seed", o->seed) ||
-               !ag_config_set_double(&r->st, "heldout", o->heldout) ||
-               !ag_config_set_int(&r->st, "min_count", o->min_count) || !ag_config_set_double(&r->st, "lr", o->lr) ||
-               !ag_config_set_int(&r->st, "warmup", o->warmup) ||
-               !ag_config_set_double(&r->st, "label_smoothing", o->label_smoothing) ||
-               !ag_config_set_double(&r->st, "clip", o->clip) ||
-               !ag_config_set_double(&r->st, "teacher_forcing", o->teacher_forcing)) {
+    } else if (!config_store(&r->st, &cfg, &r->c.src, &r->c.tgt, r->c.mode, o->max_len, msg, sizeof msg)) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         return false;
     }
-    if (!corpora_record(&r->st, &r->c, o, r->resuming)) return false;
+    run_settings set = settings_of(r);
+    if (!settings_store(&set, &r->st) || !corpora_record(&r->st, &r->c, o, r->resuming)) return false;
+    int np = tr_dist_size(), nt = ag_get_num_threads();
     fprintf(stderr, "attograd-translate: %s model, %lld parameters; %lld training pairs, %lld dev pairs; vocabularies "
-                    "%d and %d tokens\n",
+                    "%d and %d tokens; %d process%s \xc3\x97 %d thread%s\n",
             model_kind_name(cfg.kind), /* when resuming, what the checkpoint holds */
             (long long)model_params(r->m)->numel, (long long)r->c.train.n, (long long)r->c.dev.n, r->c.src.size,
-            r->c.tgt.size);
+            r->c.tgt.size, np, np == 1 ? "" : "es", nt, nt == 1 ? "" : "s");
     return true;
 }
 
@@ -272,23 +169,25 @@ static bool run_setup(run *r, const train_opts *given) {
             fprintf(stderr, "attograd-translate: cannot write checkpoints to %s: %s\n", o->out, strerror(errno));
         return false;
     }
+    r->last_path = join(o->out, "last.h5");
+    r->best_path = join(o->out, "best.h5");
+    r->curves_path = join(o->out, "curves.svg");
+    r->attn_path = join(o->out, "attention.svg");
+    r->log_path = join(o->out, "log.jsonl");
+    r->stage = RUN_PATHS;
+    run_settings set = settings_of(r);
+    if (o->resume && !(r->resuming = settings_resume(&set, &r->resumed))) return false;
     FILE *test = o->test ? fopen(o->test, "r") : NULL;
     if (o->test && !test) {
         fprintf(stderr, "attograd-translate: cannot read the test file %s: %s\n", o->test, strerror(errno));
         return false;
     }
     if (test) fclose(test);
-    r->last_path = join(o->out, "last.h5");
-    r->best_path = join(o->out, "best.h5");
-    r->curves_path = join(o->out, "curves.svg");
-    r->attn_path = join(o->out, "attention.svg");
-    r->stage = RUN_PATHS;
-    if (o->resume && !resume_options(r)) return false;
     r->stage = RUN_CORPORA;
     if (!load_corpora(&r->c, o, r->resuming ? &r->resumed : NULL) || !setup_model(r)) return false;
 
     char err[TR_ERR_SIZE];
-    if (tr_batcher_init(&r->b, &r->c.train, (int)o->batch, (uint64_t)o->seed, true, err, sizeof err) ||
+    if (tr_batcher_init(&r->b, &r->c.train, (int)(o->batch * o->accum), (uint64_t)o->seed, true, err, sizeof err) ||
         tr_batch_alloc(&r->bt, &r->b, err, sizeof err)) {
         fprintf(stderr, "attograd-translate: %s\n", err);
         return false;
@@ -303,18 +202,29 @@ static bool run_setup(run *r, const train_opts *given) {
                 (long long)o->warmup, (long long)o->steps, lr_at(o, o->steps), tr_num_text(o->lr).s,
                 (long long)(o->steps / 5 > 1 ? o->steps / 5 : 1));
     tr_progress_init(&r->prog, stderr, o->steps);
-    r->best = -1;
+    stopper_init(&r->stopper, o->patience, &r->st);
     r->t0 = train_clock();
-    ag_config_get_double(&r->st, "best_dev_exact", &r->best);
+    r->start_step = r->st.global_step;
     r->arena = ag_arena_new(1 << 22);
     r->prev = ag_arena_use(r->arena);
     r->stage = RUN_LOOP;
+    char why[256];
+    if (r->resuming && stopper_done(&r->stopper, why, sizeof why)) {
+        fprintf(stderr, "attograd-translate: not training on: the run %s; a larger --patience (0: off) trains on\n",
+                why);
+        r->stop = true;
+    }
+    if (tr_dist_rank() == 0 && !train_log_open(&r->log, r->log_path, r->resuming ? r->start_step : -1, &r->cv))
+        return false;
+    r->elapsed0 = r->log.elapsed;
     return true;
 }
 
 /* the curves' train loss at this step: the mean over the steps since the last point */
 static void train_point(run *r) {
-    curves_add_train(&r->cv, (double)r->st.global_step, r->curve_loss / (double)r->curve_n);
+    double loss = r->curve_loss / (double)r->curve_n;
+    curves_add_train(&r->cv, (double)r->st.global_step, loss, r->opt->lr);
+    train_log_train(&r->log, r->st.global_step, loss, r->opt->lr, run_elapsed(r));
     r->curve_loss = 0;
     r->curve_n = 0;
 }
@@ -323,6 +233,7 @@ static void train_point(run *r) {
 static void run_step(run *r) {
     const train_opts *o = &r->o;
     ag_train_state *st = &r->st;
+    double t = train_clock();
     if (st->data_position >= r->b.nbatches) {
         st->epoch++;
         st->data_position = 0;
@@ -330,28 +241,14 @@ static void run_step(run *r) {
     }
     tr_batch *bt = &r->bt;
     tr_batcher_get(&r->b, &r->c.train, st->data_position, bt);
-    /* under mpirun this rank's rows of the batch (train_dist.h), else all of them */
-    int64_t first, rows;
-    double scale, l = 0;
-    tr_dist_rows(bt, &r->rng, &first, &rows, &scale);
-    ag_params_zero_grad(model_params(r->m));
-    if (rows > 0) {
-        ag_tensor *src = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Ls), (char *)(bt->src + first * bt->Ls));
-        ag_tensor *tin = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Lt), (char *)(bt->tgt_in + first * bt->Lt));
-        ag_tensor *tout = ag_wrap(AG_I64, AG_SHAPE(rows, bt->Lt), (char *)(bt->tgt_out + first * bt->Lt));
-        ag_tensor *loss =
-            model_loss(model_forward(r->m, src, tin, true, o->teacher_forcing, &r->rng), tout, o->label_smoothing);
-        ag_backward(scale == 1.0 ? loss : ag_mul_scalar(loss, scale), NULL);
-        l = ag_item(loss);
-    }
-    tr_dist_sync();
-    l = tr_dist_batch_loss(l, bt, first, rows);
+    double l = train_batch_grads(r->m, bt, o, &r->rng, r->arena); /* --accum micro-batches, all ranks */
     if (!isfinite(l)) r->diverged = true, r->bad_loss = l, r->bad_what = "loss"; /* the same sum on every rank */
     if (o->clip > 0) ag_clip_grad_norm(model_params(r->m), o->clip);
     r->opt->lr = lr_at(o, st->global_step + 1);
     ag_optim_step(r->opt);
     st->global_step++;
     st->data_position++;
+    train_log_count(&r->log, bt->ntokens, train_clock() - t);
     r->window_loss += l;
     r->window_n++;
     r->curve_loss += l;
@@ -378,46 +275,63 @@ static bool run_diverged(run *r, bool saving) {
     return true;
 }
 
-/* After a step: every --eval-every steps (and after the last) evaluate on the dev pairs, draw
- * the curves, save best.h5 on a new best and stop at --stop-at; every --save-every steps (and
- * on the last, a stop or Ctrl-C) save last.h5. */
+/* Evaluate on the dev pairs (at step 0, the untrained model's numbers, without samples): printed,
+ * logged and plotted; false when the dev loss diverged */
+static bool run_eval(run *r, eval_result *e) {
+    const train_opts *o = &r->o;
+    int64_t step = r->st.global_step;
+    tr_progress_message(&r->prog, "step %lld: evaluating on %lld dev pairs%s%s", (long long)step,
+                        (long long)r->c.dev_eval.n, r->noted ? "" : "; ", r->noted ? "" : tr_metrics_note());
+    r->noted = true;
+    if (r->curve_n) train_point(r); /* logged with the time it was reached, before the evaluation's */
+    *e = evaluate(r->m, &r->c.dev_eval, NULL, &r->c.src, &r->c.tgt, r->c.mode, 1, 0, step ? (int)o->samples : 0,
+                  stderr);
+    char head[64] = "the untrained model (step 0): "; /* no train loss yet */
+    if (step)
+        snprintf(head, sizeof head, "step %lld: train loss %.4f, ", (long long)step,
+                 r->window_loss / (double)r->window_n);
+    tr_progress_message(&r->prog, "%sdev loss %.4f, dev exact match %.2f%%, BLEU %.2f, chrF2 %.2f, %.0f s", head,
+                        e->loss, 100 * e->exact, e->bleu, e->chrf, train_clock() - r->t0);
+    if (!isfinite(e->loss)) r->diverged = true, r->bad_loss = e->loss, r->bad_what = "dev loss";
+    if (run_diverged(r, false)) return false;
+    curves_add(&r->cv, (double)step, e->loss, 100 * e->exact, e->bleu, e->chrf);
+    train_log_eval(&r->log, step, e->loss, e->exact, e->bleu, e->chrf, r->c.dev_eval.n, run_elapsed(r));
+    r->write_failed |= !curves_write(&r->cv, r->curves_path);
+    r->window_loss = 0;
+    r->window_n = 0;
+    return true;
+}
+
+/* After a step: every --eval-every steps (and after the last) evaluate on the dev pairs, save
+ * best.h5 on a new best (train_stop.c), stop at --stop-at or when --patience evaluations bring
+ * none; every --save-every steps (and on the last, a stop or Ctrl-C) save last.h5. */
 static void run_evaluate_and_save(run *r) {
     const train_opts *o = &r->o;
     ag_train_state *st = &r->st;
     bool last = st->global_step == o->steps, eval = st->global_step % o->eval_every == 0 || last;
     if (run_diverged(r, eval || st->global_step % o->save_every == 0 || interrupted)) return;
-    if (eval) {
-        tr_progress_message(&r->prog, "step %lld: evaluating on %lld dev pairs%s%s", (long long)st->global_step,
-                            (long long)r->c.dev_eval.n, r->cv.n ? "" : "; ", r->cv.n ? "" : tr_metrics_note());
-        eval_result e = evaluate(r->m, &r->c.dev_eval, NULL, &r->c.src, &r->c.tgt, r->c.mode, 1, 0, (int)o->samples,
-                                 stderr);
-        double train_loss = r->window_loss / (double)r->window_n;
-        tr_progress_message(&r->prog, "step %lld: train loss %.4f, dev loss %.4f, dev exact match %.2f%%, BLEU %.2f, "
-                            "chrF2 %.2f, %.0f s", (long long)st->global_step, train_loss, e.loss, 100 * e.exact, e.bleu,
-                            e.chrf, train_clock() - r->t0);
-        if (!isfinite(e.loss)) r->diverged = true, r->bad_loss = e.loss, r->bad_what = "dev loss";
-        if (run_diverged(r, false)) return;
-        if (r->curve_n) train_point(r);
-        curves_add(&r->cv, (double)st->global_step, e.loss, e.exact);
-        r->write_failed |= !curves_write(&r->cv, r->curves_path);
-        r->window_loss = 0;
-        r->window_n = 0;
-        if (e.exact > r->best) {
-            r->best = e.exact;
-            ag_config_set_double(st, "best_dev_exact", r->best);
-            ag_state_set_rng(st, "train", &r->rng);
-            tr_progress_clear(&r->prog);
-            r->save_failed |= !save(r->best_path, r->m, r->opt, st);
-        }
-        if (o->stop_at > 0 && e.exact >= o->stop_at) {
-            tr_progress_message(&r->prog, "dev exact match reached %.2f%%: stopping", 100 * e.exact);
-            r->stop = true;
-        }
+    eval_result e;
+    if (eval && !run_eval(r, &e)) return;
+    char why[256];
+    if (eval && stopper_better(&r->stopper, st, st->global_step, e.exact, e.loss)) {
+        ag_state_set_rng(st, "train", &r->rng);
+        tr_progress_clear(&r->prog);
+        r->save_failed |= !train_save(r->best_path, r->m, r->opt, st);
     }
-    if (!r->save_failed && (st->global_step % o->save_every == 0 || last || r->stop || interrupted)) {
+    if (eval && o->stop_at > 0 && e.exact >= o->stop_at) {
+        tr_progress_message(&r->prog, "dev exact match reached %.2f%%: stopping", 100 * e.exact);
+        r->stop = true;
+    } else if (eval && stopper_done(&r->stopper, why, sizeof why)) {
+        tr_progress_message(&r->prog, "%s", why);
+        r->stop = true;
+    }
+    bool save_last = st->global_step % o->save_every == 0 || last || r->stop || interrupted;
+    if (!r->save_failed && (save_last || (eval && o->keep_last > 0))) {
         tr_progress_clear(&r->prog); /* a failed save's message starts a line of its own */
         ag_state_set_rng(st, "train", &r->rng);
-        r->save_failed |= !save(r->last_path, r->m, r->opt, st);
+        if (save_last) r->save_failed |= !train_save(r->last_path, r->m, r->opt, st);
+        if (o->keep_last > 0 && !r->save_failed)
+            r->save_failed |= !train_keep_step(o->out, o->keep_last, r->m, r->opt, st);
     }
     r->stop |= r->save_failed; /* steps after a lost save would be lost too */
 }
@@ -475,7 +389,11 @@ static int run_finish(run *r) {
                 (long long)r->st.global_step, r->last_path);
         return 130;
     }
-    fprintf(stderr, "attograd-translate: %lld steps in %.1f s\n", (long long)r->st.global_step, train_clock() - r->t0);
+    fprintf(stderr, "attograd-translate: %lld steps in %.1f s", (long long)(r->st.global_step - r->start_step),
+            train_clock() - r->t0);
+    if (r->resuming)
+        fprintf(stderr, " (resumed at step %lld, now at %lld)", (long long)r->start_step, (long long)r->st.global_step);
+    fputc('\n', stderr);
     char msg[2048];
     trained best;
     if (!trained_load(&best, r->best_path, msg, sizeof msg)) {
@@ -485,7 +403,7 @@ static int run_finish(run *r) {
     if (r->write_failed)
         fprintf(stderr, "attograd-translate: %s could not be written (above)\n", r->curves_path);
     int status = report_best(r, &best) && !r->write_failed ? 0 : 1;
-    printf("checkpoints: %s (best dev exact match %.2f%%), %s\ncurves: %s\n", r->best_path, 100 * r->best,
+    printf("checkpoints: %s (best dev exact match %.2f%%), %s\ncurves: %s\n", r->best_path, 100 * r->stopper.exact,
            r->last_path, r->curves_path);
     trained_free(&best);
     return status;
@@ -497,6 +415,7 @@ static void run_free(run *r) {
         ag_arena_use(r->prev);
         ag_arena_free(r->arena);
         curves_free(&r->cv);
+        train_log_close(&r->log);
         tr_batch_free(&r->bt);
         tr_batcher_free(&r->b);
     }
@@ -511,6 +430,7 @@ static void run_free(run *r) {
     free(r->best_path);
     free(r->curves_path);
     free(r->attn_path);
+    free(r->log_path);
     tr_unlock_out();
 }
 
@@ -520,10 +440,10 @@ static bool train_same_run(run *r) {
     const model_config *c = model_cfg(r->m);
     char config[512]; /* the doubles in hexadecimal: exact, so settings differing in the last bit differ */
     snprintf(config, sizeof config, "%s d%lld h%lld ff%lld hidden%lld enc%lld dec%lld batch%lld seed%lld steps%lld "
-             "lr%a warmup%lld dropout%a ls%a clip%a tf%a", o->model, (long long)c->d_model, (long long)c->nhead,
-             (long long)c->ff, (long long)c->hidden, (long long)c->enc_layers, (long long)c->dec_layers,
-             (long long)o->batch, (long long)o->seed, (long long)o->steps, o->lr, (long long)o->warmup, o->dropout,
-             o->label_smoothing, o->clip, o->teacher_forcing);
+             "lr%a warmup%lld dropout%a ls%a clip%a tf%a accum%lld", o->model, (long long)c->d_model,
+             (long long)c->nhead, (long long)c->ff, (long long)c->hidden, (long long)c->enc_layers,
+             (long long)c->dec_layers, (long long)o->batch, (long long)o->seed, (long long)o->steps, o->lr,
+             (long long)o->warmup, o->dropout, o->label_smoothing, o->clip, o->teacher_forcing, (long long)o->accum);
     return tr_dist_same_run(&r->c.train, &r->c.src, &r->c.tgt, model_params(r->m), config);
 }
 
@@ -540,6 +460,9 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
         tr_dist_attach(model_params(r.m));
         FILE *devnull = lead ? NULL : fopen("/dev/null", "w"); /* rank 0 alone shows progress */
         if (devnull) r.prog.out = devnull;
+        eval_result e0; /* the untrained model: the curves' and the log's step 0 */
+        if (lead && !r.resuming && !run_eval(&r, &e0)) r.stop = true;
+        r.stop = tr_dist_any(r.stop);
         while (r.st.global_step < r.o.steps && !interrupted && !r.stop) {
             run_step(&r);
             interrupted = tr_dist_step_done(&r.rng, &r.diverged);
@@ -560,8 +483,9 @@ static int train_run(const train_opts *given, const opt_def *defs, const bool *f
 
 static const char *TRAIN_USAGE =
     "usage: attograd-translate train --train FILE [--dev FILE | --heldout F] [--test FILE] [options]\n"
+    "       attograd-translate train --out DIR --resume [options]\n"
     "Trains with teacher forcing on a UTF-8 TSV corpus (source<TAB>target per line); writes\n"
-    "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/curves.svg and OUT/attention.svg.";
+    "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/log.jsonl, OUT/curves.svg and OUT/attention.svg.";
 
 int cmd_train(int argc, char **argv) {
     train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 4000, .batch = 64, .d_model = 128,
@@ -569,7 +493,8 @@ int cmd_train(int argc, char **argv) {
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
                     .eval_every = 250, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
                     .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
-                    .heldout = 0.05, .teacher_forcing = 1.0};
+                    .heldout = 0.05, .teacher_forcing = 1.0, .accum = 1};
+    o.patience = TRAIN_DEFAULT_PATIENCE;
     const opt_def defs[] = {
         {"--train", OPT_STRING, &o.train, "FILE  training corpus (TSV)"},
         {"--dev", OPT_STRING, &o.dev, "FILE  development corpus (default: --heldout of the training file)"},
@@ -579,6 +504,7 @@ int cmd_train(int argc, char **argv) {
         {"--model", OPT_STRING, &o.model, "NAME  transformer, gru, lstm or rnn (transformer)"},
         {"--steps", OPT_INT, &o.steps, "N     optimizer steps (4000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
+        {"--accum", OPT_INT, &o.accum, "N     batches per optimizer step (gradient accumulation: a step sees N x --batch pairs; 1)"},
         {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
         {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (400)"},
         {"--d-model", OPT_INT, &o.d_model, "N     embedding / model size (128)"},
@@ -601,8 +527,11 @@ int cmd_train(int argc, char **argv) {
         {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (250)"},
         {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs (a fixed random subset) decoded per evaluation (1000; 0 = all)"},
         {"--save-every", OPT_INT, &o.save_every, "N     write OUT/last.h5 every N steps (500)"},
+        {"--keep-last", OPT_INT, &o.keep_last, "N     also keep OUT/step-S.h5 of the last N evaluations and saves (0)"},
         {"--samples", OPT_INT, &o.samples, "N     sample translations shown per evaluation (3)"},
         {"--stop-at", OPT_DOUBLE, &o.stop_at, "A     stop once dev exact match reaches A (off)"},
+        {"--patience", OPT_INT, &o.patience, "N     stop after N evaluations without a better dev exact match ("
+                                             TRAIN_STR(TRAIN_DEFAULT_PATIENCE) "; 0 = off)"},
         {"--seed", OPT_INT, &o.seed, "N     (1)"},
         {"--threads", OPT_INT, &o.threads, "N     threads (1; the toy model gains little from more, and loses on a busy machine)"},
         {"--resume", OPT_FLAG, &o.resume, "      continue exactly from OUT/last.h5"},
@@ -618,11 +547,11 @@ int cmd_train(int argc, char **argv) {
     bool flagged[sizeof defs / sizeof *defs] = {false};
     if (!opts_parse_checked(argc, argv, 2, defs, TRAIN_RANGES, pos, 0, &npos, flagged)) return 2;
     if (o.help) {
-        opts_usage(stdout, TRAIN_USAGE, defs);
+        opts_usage(stdout, TRAIN_USAGE, defs, TRAIN_RANGES);
         return 0;
     }
     model_kind kind = MODEL_TRANSFORMER;
-    if (!o.train) return opts_error(argv, 2, "--train FILE is required (the training corpus)");
+    if (!o.train && !o.resume) return opts_error(argv, 2, "--train FILE is required (the training corpus)");
     if (!model_kind_parse(o.model, &kind))
         return opts_error(argv, 2, "--model expects transformer, gru, lstm or rnn, got '%s'", o.model);
     bool recurrent = model_kind_recurrent(kind);

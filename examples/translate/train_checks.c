@@ -18,6 +18,8 @@ const opt_range TRAIN_RANGES[] = {
     {"--heldout", 0, 1, false, true, "a fraction from 0 to 1 (1 excluded)"},
     {"--steps", 1, INFINITY, false, false, NULL},
     {"--batch", 1, TR_MAX_SIZE, false, false, NULL},
+    {"--accum", 1, TR_MAX_SIZE, false, false, NULL},
+    {"--keep-last", 0, I32, false, false, "an integer >= 0 (0: none)"},
     {"--lr", 0, INFINITY, true, false, NULL},
     {"--warmup", 1, INFINITY, false, false, NULL},
     {"--d-model", 1, TR_MAX_SIZE, false, false, NULL},
@@ -37,21 +39,24 @@ const opt_range TRAIN_RANGES[] = {
     {"--save-every", 1, INFINITY, false, false, NULL},
     {"--samples", 0, I32, false, false, NULL},
     {"--stop-at", 0, 1, false, false, "an exact match fraction from 0 to 1 (0: off)"},
+    {"--patience", 0, INFINITY, false, false, "an integer >= 0 (0: off)"},
     {"--seed", 0, INFINITY, false, false, NULL},
     {"--threads", 0, TR_MAX_THREADS, false, false, "an integer from 0 to 1024 (0: 1 thread)"},
     {NULL, 0, 0, false, false, NULL},
 };
 
 const char *train_opts_problem(const train_opts *o) {
-    if (!o->train) return "--train FILE is required";
+    if (!o->train && !o->resume) return "--train FILE is required";
     model_kind kind;
     if (!model_kind_parse(o->model, &kind)) return "--model is transformer, gru, lstm or rnn";
     if (o->steps < 1 || o->batch < 1 || o->d_model < 1 || o->heads < 1 || o->layers < 0 || o->ff < 1 ||
         o->hidden < 1 || o->max_len < 2 || o->min_count < 1 || o->eval_every < 1 || o->save_every < 1 ||
-        o->warmup < 1 || o->samples < 0 || o->threads < 0 || o->max_eval < 0)
+        o->warmup < 1 || o->samples < 0 || o->threads < 0 || o->max_eval < 0 || o->patience < 0)
         return "sizes, counts and intervals must be positive";
     if (o->batch > TR_MAX_SIZE || o->max_len > TR_MAX_LEN || o->samples > I32 || o->min_count > I32)
         return "--batch, --max-len, --samples or --min-count is beyond its range (see --help)";
+    if (o->accum < 1 || o->keep_last < 0 || o->batch * o->accum > TR_MAX_SIZE)
+        return "--accum must be at least 1, --keep-last at least 0, and --batch x --accum at most 1048576 pairs";
     if (o->d_model % o->heads != 0) return "--d-model must be a multiple of --heads";
     if (strcmp(o->tokenizer, "spm") != 0 && strcmp(o->tokenizer, "word") != 0 && strcmp(o->tokenizer, "char") != 0)
         return "--tokenizer is spm, word or char";

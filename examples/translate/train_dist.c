@@ -15,16 +15,17 @@ static int64_t tokens_of_rows(const tr_batch *bt, int64_t first, int64_t n) {
     return t;
 }
 
-void tr_dist_rows(const tr_batch *bt, ag_rng *rng, int64_t *first, int64_t *n, double *loss_scale) {
+void tr_dist_rows(const tr_batch *bt, int64_t lo, int64_t hi, ag_rng *rng, int64_t *first, int64_t *n,
+                  double *loss_scale) {
     int r = tr_dist_rank(), size = tr_dist_size();
-    if (size == 1) {
+    if (size == 1 && lo == 0 && hi == bt->B) { /* the whole batch in one process */
         *first = 0;
         *n = bt->B;
         *loss_scale = 1.0;
         return;
     }
-    *first = (int64_t)bt->B * r / size;
-    *n = (int64_t)bt->B * (r + 1) / size - *first;
+    *first = lo + (hi - lo) * r / size;
+    *n = lo + (hi - lo) * (r + 1) / size - *first;
     *loss_scale = bt->ntokens ? (double)size * (double)tokens_of_rows(bt, *first, *n) / (double)bt->ntokens : 0.0;
     if (*n > 0) ag_rng_share_batch(rng, *first, *n, bt->B);
 }
@@ -152,13 +153,11 @@ void tr_dist_detach(ag_rng *rng) {
     ag_rng_share_batch(rng, 0, 0, 0);
 }
 
+void tr_dist_accumulate(bool accumulate) { ag_dist_accumulate(dist, accumulate); }
+
 void tr_dist_sync(void) { ag_dist_sync_grads(dist); }
 
-double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n) {
-    if (!on) return local_loss;
-    double t = (double)tokens_of_rows(bt, first, n);
-    return bt->ntokens ? ag_dist_sum_f64(local_loss * t) / (double)bt->ntokens : 0.0;
-}
+double tr_dist_batch_loss(double local_share) { return on ? ag_dist_sum_f64(local_share) : local_share; }
 
 bool tr_dist_any(bool flag) { return on ? ag_dist_any(flag) : flag; }
 
@@ -176,7 +175,8 @@ bool tr_dist_same_run(const tr_dataset *train, const tr_vocab *src, const tr_voc
 void tr_dist_attach(ag_params *p) {}
 void tr_dist_detach(ag_rng *rng) {}
 bool tr_dist_step_done(ag_rng *rng, bool *diverged) { return signalled; }
+void tr_dist_accumulate(bool accumulate) {}
 void tr_dist_sync(void) {}
-double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n) { return local_loss; }
+double tr_dist_batch_loss(double local_share) { return local_share; }
 bool tr_dist_any(bool flag) { return flag; }
 #endif

@@ -33,16 +33,22 @@ void tr_dist_attach(ag_params *p);
  * shared over a global batch */
 void tr_dist_detach(ag_rng *rng);
 
-/* This rank's rows of a batch: first, n (n may be 0 when the batch has fewer pairs than there
- * are ranks), and the factor that makes the mean loss over its target tokens, averaged over the
- * ranks, the mean over the whole batch's tokens (size * local tokens / batch tokens). Every
- * rank draws from the run's rng, shared over the batch (ag_rng_share_batch): each pair gets the
- * dropout mask it gets in one process, whatever rank runs it. */
-void tr_dist_rows(const tr_batch *bt, ag_rng *rng, int64_t *first, int64_t *n, double *loss_scale);
+/* This rank's rows of rows lo .. hi-1 of a batch (a micro-batch under --accum; 0 and bt->B for
+ * the whole batch): first, n (n may be 0 when there are fewer rows than ranks), and the factor
+ * that makes the mean loss over its target tokens, summed over the micro-batches and averaged
+ * over the ranks, the mean over the whole batch's tokens (size * local tokens / batch tokens).
+ * Every rank draws from the run's rng, shared over the whole batch (ag_rng_share_batch): each
+ * pair gets the dropout mask it gets in one process, whatever rank and micro-batch run it. */
+void tr_dist_rows(const tr_batch *bt, int64_t lo, int64_t hi, ag_rng *rng, int64_t *first, int64_t *n,
+                  double *loss_scale);
+/* Backward passes from here on only add to this rank's gradients (on), or the next one, or
+ * tr_dist_sync, reduces them (off): one allreduce per optimizer step under --accum. */
+void tr_dist_accumulate(bool on);
 /* After backward (or instead of one, on a rank with no rows): the averaged gradient. */
 void tr_dist_sync(void);
-/* The batch's mean loss from this rank's (its mean over its tokens). Collective. */
-double tr_dist_batch_loss(double local_loss, const tr_batch *bt, int64_t first, int64_t n);
+/* The batch's mean loss from this rank's share of it: the sum of its micro-batches' mean
+ * losses, each times its loss_scale / size. Collective. */
+double tr_dist_batch_loss(double local_share);
 /* Whether flag is set on any rank. Collective (one rank: flag). */
 bool tr_dist_any(bool flag);
 /* SIGINT and SIGTERM (on) only set a flag that tr_dist_step_done reads, or (off) take their

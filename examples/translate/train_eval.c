@@ -217,35 +217,41 @@ void eval_report_test(model *m, const tr_dataset *d, const tr_corpus *text, cons
 
 int64_t curves_every(int64_t total) { return total / 100 < 1 ? 1 : total / 100 > 100 ? 100 : total / 100; }
 
-/* room for one more point in arrays of *n points and *cap capacity */
-static void grow(int n, int *cap, double **a, double **b, double **c) {
+/* room for one more point in the k arrays a[] of *n points and *cap capacity */
+static void grow(int n, int *cap, double **a[], int k) {
     if (n < *cap) return;
     *cap = *cap ? 2 * *cap : 64;
-    *a = realloc(*a, sizeof(double) * (size_t)*cap);
-    *b = realloc(*b, sizeof(double) * (size_t)*cap);
-    if (c) *c = realloc(*c, sizeof(double) * (size_t)*cap);
+    for (int i = 0; i < k; i++) *a[i] = realloc(*a[i], sizeof(double) * (size_t)*cap);
 }
 
-void curves_add_train(curves *c, double step, double loss) {
-    grow(c->n_train, &c->cap_train, &c->train_step, &c->train_loss, NULL);
+void curves_add_train(curves *c, double step, double loss, double lr) {
+    grow(c->n_train, &c->cap_train, (double **[]){&c->train_step, &c->train_loss, &c->train_lr}, 3);
     c->train_step[c->n_train] = step;
-    c->train_loss[c->n_train++] = loss;
+    c->train_loss[c->n_train] = loss;
+    c->train_lr[c->n_train++] = lr;
 }
 
-void curves_add(curves *c, double step, double dl, double acc) {
-    grow(c->n, &c->cap, &c->step, &c->dev_loss, &c->dev_exact);
+void curves_add(curves *c, double step, double dl, double exact, double bleu, double chrf) {
+    grow(c->n, &c->cap, (double **[]){&c->step, &c->dev_loss, &c->dev_exact, &c->bleu, &c->chrf}, 5);
     c->step[c->n] = step;
     c->dev_loss[c->n] = dl;
-    c->dev_exact[c->n] = acc;
+    c->dev_exact[c->n] = exact;
+    c->bleu[c->n] = bleu;
+    c->chrf[c->n] = chrf;
     c->n++;
 }
 
+/* four panels: the losses, dev exact match in percent, BLEU and chrF2, the learning rate */
 bool curves_write(const curves *c, const char *path) {
-    tr_svg_series s[3] = {{"train loss (label-smoothed, dropout)", c->train_step, c->train_loss, c->n_train, 0},
-                          {"dev loss", c->step, c->dev_loss, c->n, 0},
-                          {"dev exact match", c->step, c->dev_exact, c->n, 1}};
+    tr_svg_series s[] = {{"train loss (label-smoothed, dropout)", c->train_step, c->train_loss, c->n_train, 0},
+                         {"dev loss", c->step, c->dev_loss, c->n, 0},
+                         {"dev exact match", c->step, c->dev_exact, c->n, 1},
+                         {"dev BLEU", c->step, c->bleu, c->n, 2},
+                         {"dev chrF2", c->step, c->chrf, c->n, 2},
+                         {"learning rate", c->train_step, c->train_lr, c->n_train, 3}};
+    const char *ylabels[] = {"loss", "exact match (%)", "BLEU, chrF2", "learning rate"};
     char err[TR_ERR_SIZE];
-    if (tr_svg_curves(path, "attograd-translate training", "step", "loss", "exact match", 3, s, err, sizeof err) == 0)
+    if (tr_svg_panels(path, "attograd-translate training", "step", 4, ylabels, 6, s, err, sizeof err) == 0)
         return true;
     fprintf(stderr, "attograd-translate: %s\n", err);
     return false;
@@ -257,5 +263,8 @@ void curves_free(curves *c) {
     free(c->train_loss);
     free(c->dev_loss);
     free(c->dev_exact);
+    free(c->train_lr);
+    free(c->bleu);
+    free(c->chrf);
 }
 

@@ -15,16 +15,16 @@ typedef struct {
     const char *help;   /* "N  optimizer steps (default 3000)" */
 } opt_def;
 
-/* Parse argv[first..] against defs; positional arguments go to pos (up to maxpos, count in
- * *npos). On a bad option prints the problem to stderr (as opts_parse_checked) and returns
- * false. */
+/* Parse argv[first..] against defs as getopt_long would (main.c says how: "--name value",
+ * "--name=value", "-x value", "-xvalue", "--" ending the options, "-" positional); positional
+ * arguments go to pos (up to maxpos, count in *npos). On a bad option prints the problem to
+ * stderr (as opts_parse_checked) and returns false. --help ends the parse. */
 bool opts_parse(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                 int maxpos, int *npos);
 /* The same, and given[k] set when defs[k] appeared on the command line (given has an entry per
  * def, zeroed by the caller). */
 bool opts_parse_given(int argc, char **argv, int first, const opt_def *defs, const char *usage, const char **pos,
                       int maxpos, int *npos, bool *given);
-void opts_usage(FILE *f, const char *usage, const opt_def *defs);
 
 /* The values an option accepts, beyond its type: [min, max], either end excluded or infinite.
  * expect, if not NULL, replaces the generated "an integer >= 1" in messages. */
@@ -34,6 +34,10 @@ typedef struct {
     bool min_excluded, max_excluded;
     const char *expect;
 } opt_range;
+
+/* usage, then each option of defs: its short name if it has one (-b for --beam: main.c's
+ * SHORT_NAMES), its help and, for a number, the values ranges allows ("[an integer >= 1]") */
+void opts_usage(FILE *f, const char *usage, const opt_def *defs, const opt_range *ranges);
 
 /* opts_parse_given with ranges (NULL-name terminated, may be NULL). Every problem is reported
  * as one line naming the option and what it expects (with "did you mean --steps?" for a near
@@ -132,5 +136,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_translate(int argc, char **argv);
 int cmd_attention(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_average(int argc, char **argv);
 
 #endif

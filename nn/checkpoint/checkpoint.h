@@ -133,6 +133,17 @@ AG_API ag_checkpoint_status ag_checkpoint_save(const char *path, const ag_params
 AG_API ag_checkpoint_status ag_checkpoint_load(const char *path, ag_params *params, ag_optim *opt, ag_train_state *state,
                                          const ag_checkpoint_load_opts *opts, char *msg, size_t msgsize);
 
+/* Average the parameters of the n checkpoints at paths into params (checkpoint averaging, as
+ * fairseq's average_checkpoints.py and Marian's average.py do it): each file's /model is loaded
+ * as ag_checkpoint_load loads it, strictly (a name, shape or dtype that does not fit params is
+ * refused, naming the file), and params end up holding the element-wise mean, accumulated in
+ * double and rounded once to their dtype, so that n copies of one checkpoint give its values
+ * back bit for bit. Only parameters are read: optimizer and training state are the caller's to
+ * take from one of the files (fairseq and Marian keep the first's) or to leave out. On any
+ * status other than OK params are as they were and msg names the file and its problem. */
+AG_API ag_checkpoint_status ag_checkpoint_average(const char *const *paths, int n, ag_params *params, char *msg,
+                                                  size_t msgsize);
+
 /* What a load trusts, and the check it makes before trusting a file (docs/checkpoint.md):
  * - A file whose header (its first 512 bytes) gives its length and the CRC-32 of its contents
  *   is checked against them before libhdf5 reads a byte. If it is in the format attograd writes

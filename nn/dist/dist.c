@@ -200,6 +200,8 @@ struct ag_dist {
     int *ready, nready;   /* the order buckets became ready in (tests) */
     bool counting;        /* expect calls of a pass are arriving */
     bool in_flight;       /* some started bucket may not be done */
+    bool local;           /* ag_dist_accumulate: passes add to the local gradients only */
+    bool passed;          /* a pass has counted its uses since the last sync */
 };
 
 static ag_dist *active;
@@ -233,6 +235,7 @@ static void start_ready(ag_dist *d) {
 
 static void on_expect(void *user, ag_tensor *leaf) {
     ag_dist *d = user;
+    if (d->local) return;
     if (!d->counting) { /* a new pass */
         if (d->next > 0)
             ag_error("ag_dist", "a second backward pass before ag_dist_sync_grads: its gradients would change "
@@ -241,6 +244,7 @@ static void on_expect(void *user, ag_tensor *leaf) {
         memset(d->uses, 0, sizeof *d->uses * (size_t)d->p->count);
         d->nready = 0;
         d->counting = true;
+        d->passed = true;
     }
     int i = param_index(d, leaf);
     if (i >= 0 && d->uses[i]++ == 0) d->b[d->bucket_of[i]].params++;
@@ -257,6 +261,7 @@ static void progress(ag_dist *d) {
 
 static void on_done(void *user, ag_tensor *leaf) {
     ag_dist *d = user;
+    if (d->local) return;
     d->counting = false;
     int i = param_index(d, leaf);
     if (i >= 0 && d->uses[i] > 0 && --d->uses[i] == 0) {
@@ -327,8 +332,9 @@ void ag_dist_free(ag_dist *d) {
 
 void ag_dist_sync_grads(ag_dist *d) {
     if (!d) return;
+    if (!d->passed) d->nready = 0; /* no pass since the last sync: every bucket starts here */
     while (d->next < d->nb) { /* buckets no pass completed (or no pass at all) */
-        if (d->b[d->next].params > 0) d->ready[d->nready++] = -1;
+        if (d->b[d->next].params > 0 || !d->passed) d->ready[d->nready++] = -1;
         d->b[d->next].params = 0;
         start_bucket(d, d->next++);
     }
@@ -336,7 +342,12 @@ void ag_dist_sync_grads(ag_dist *d) {
     d->next = 0;
     d->counting = false;
     d->in_flight = false;
+    d->passed = false;
     if (size_ > 1) ag_mul_scalar_(d->p->flat_grad, 1.0 / size_);
+}
+
+void ag_dist_accumulate(ag_dist *d, bool on) {
+    if (d) d->local = on;
 }
 
 void ag_dist_broadcast_params(ag_dist *d) {

@@ -116,6 +116,11 @@ AG_API void ag_dist_free(ag_dist *d);
  * backward at all) and divide by the number of ranks: p's gradient slab is then the mean of
  * the ranks' gradients, the same bits on every rank. One call per ag_backward. */
 AG_API void ag_dist_sync_grads(ag_dist *d);
+/* Gradient accumulation over several backward passes per optimizer step (PyTorch DDP's
+ * no_sync): while on, a backward pass only adds to this rank's gradient slab and starts no
+ * reduction; the first pass after it is turned off, or ag_dist_sync_grads, reduces the sum of
+ * all the passes since the gradients were zeroed: one allreduce per step. */
+AG_API void ag_dist_accumulate(ag_dist *d, bool on);
 /* Broadcast p's values from rank 0 again (after loading a checkpoint on rank 0 only). */
 AG_API void ag_dist_broadcast_params(ag_dist *d);
 /* Whether every rank's parameters are bit-identical to rank 0's (a 64-bit hash of the slab). */

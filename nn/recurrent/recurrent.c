@@ -38,7 +38,7 @@ ag_recurrent_config ag_recurrent_defaults(int64_t input_size, int64_t hidden_siz
     return (ag_recurrent_config){.input_size = input_size, .hidden_size = hidden_size, .num_layers = 1, .bias = true};
 }
 
-bool ag__rnn_same_dtype(const char *op, const ag_tensor *ref, int n, ag_tensor *const *ts, const char *const *names) {
+bool ag__same_dtype(const char *op, const ag_tensor *ref, int n, ag_tensor *const *ts, const char *const *names) {
     for (int i = 0; i < n; i++)
         if (ts[i] && ts[i]->dtype != ref->dtype) {
             char b[128];
@@ -84,7 +84,7 @@ ag_tensor *ag__rnn_cell(const ag__rnn_kind *k, const char *op, ag_tensor *x, ag_
         (h && !ag__check_float(op, h)) || (c && !ag__check_float(op, c)) || (b_ih && !ag__check_float(op, b_ih)) ||
         (b_hh && !ag__check_float(op, b_hh)))
         return NULL;
-    if (!ag__rnn_same_dtype(op, x, 6, (ag_tensor *[]){h, c, w_ih, w_hh, b_ih, b_hh},
+    if (!ag__same_dtype(op, x, 6, (ag_tensor *[]){h, c, w_ih, w_hh, b_ih, b_hh},
                             (const char *[]){"hx", "cx", "weight_ih", "weight_hh", "bias_ih", "bias_hh"}))
         return NULL;
     char b1[128], b2[128], b3[128], b4[128], b5[128], b6[128], b7[128];
@@ -313,7 +313,7 @@ static bool check_inputs(const ag__rnn_kind *k, const char *op, const ag_recurre
     if (!ag__check_float(op, x)) return false;
     for (int i = 0; i < 2; i++)
         if (st[i] && !ag__check_float(op, st[i])) return false;
-    if (!ag__rnn_same_dtype(op, w0, 3, (ag_tensor *[]){x, st[0], st[1]}, (const char *[]){"input", "h0", "c0"}))
+    if (!ag__same_dtype(op, w0, 3, (ag_tensor *[]){x, st[0], st[1]}, (const char *[]){"input", "h0", "c0"}))
         return false;
     char b1[128], b2[128];
     bool unbatched = x->ndim == 2;

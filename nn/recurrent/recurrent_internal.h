@@ -45,9 +45,6 @@ void ag__rnn_seq_backward(ag_node *n);
 #define AG__RNN_CELL_SAVES (AG_SAVES_INPUT(0) | AG_SAVES_INPUT(1) | AG_SAVES_INPUT(3) | AG_SAVES_INPUT(4))
 #define AG__RNN_SEQ_SAVES AG_SAVES_INPUT(3)
 
-/* ts[i] (may be NULL) of ref's dtype, else reported through op naming names[i] */
-bool ag__rnn_same_dtype(const char *op, const ag_tensor *ref, int n, ag_tensor *const *ts, const char *const *names);
-
 /* One step as one op (the public cell functions): x (N,in) or (in); h, c like (N,H) or NULL
  * for zeros (c only for two states); w_ih (G·H,in), w_hh (G·H,H), b_ih, b_hh (G·H) or NULL.
  * Checked and reported through op. -> (S,N,H) or (S,H): h', then c'. */

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch parity cases for nn/recurrent/gru.h: GRUCell, GRU (layers, directions, batch_first, h0, padded
-lengths through pack_padded_sequence), additive (Bahdanau) and dot-product (Luong) attention.
+lengths through pack_padded_sequence), and for nn/attention/seq2seq_attention.h: additive (Bahdanau)
+and dot-product (Luong) attention.
 
 Run from the repository root: /usr/bin/python3 tests/parity/gen_gru.py  -> tests/parity/nn_gru.h5
 Schema: tests/parity/README.md."""

@@ -253,5 +253,5 @@ const parity_op parity_tensor_ops[] = {
 };
 
 const parity_op *const parity_tables[] = {parity_tensor_ops, parity_nn_ops, parity_transformer_ops, parity_gru_ops,
-                                          parity_more_ops, parity_nn_more_ops, parity_lstm_ops,
+                                          parity_math_select_ops, parity_nn_losses_options_ops, parity_lstm_ops,
                                           NULL};

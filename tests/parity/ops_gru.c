@@ -1,4 +1,5 @@
-/* Parity adapters for GRUCell, GRU and the attention modules of nn/recurrent/gru.h (cases: gen_gru.py). */
+/* Parity adapters for GRUCell, GRU (nn/recurrent/gru.h) and the attention modules of
+ * nn/attention/seq2seq_attention.h (cases: gen_gru.py). */
 #include "parity.h"
 
 /* in0 input, in1 hx (may be absent); attrs input_size, hidden_size, bias */

@@ -43,8 +43,8 @@ typedef struct {
 /* The registry: one table per family of ops (ops.c, ops_*.c), each ending with {NULL, NULL},
  * listed in parity_tables (ops.c). An op name appears once across all of them. */
 extern const parity_op parity_tensor_ops[], parity_nn_ops[], parity_transformer_ops[], parity_gru_ops[];
-extern const parity_op parity_more_ops[];
-extern const parity_op parity_nn_more_ops[];
+extern const parity_op parity_math_select_ops[];
+extern const parity_op parity_nn_losses_options_ops[];
 extern const parity_op parity_lstm_ops[];
 extern const parity_op *const parity_tables[];
 

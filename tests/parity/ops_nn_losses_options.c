@@ -1,5 +1,5 @@
 /* Parity adapters for the pointwise losses, amsgrad, unbatched MultiheadAttention and the tanh
- * GELU Transformer layers (cases: gen_nn_more.py). Class-weighted cross entropy and NLL run
+ * GELU Transformer layers (cases: gen_nn_losses_options.py). Class-weighted cross entropy and NLL run
  * through ops.c's cross_entropy and nll_loss (their third input is the weight). */
 #include <string.h>
 
@@ -51,7 +51,7 @@ static int kl_div(parity_case *c, ag_tensor **out) {
     return 1;
 }
 
-const parity_op parity_nn_more_ops[] = {
+const parity_op parity_nn_losses_options_ops[] = {
     {"binary_cross_entropy", binary_cross_entropy},
     {"binary_cross_entropy_with_logits", binary_cross_entropy_with_logits},
     {"l1_loss", l1_loss},

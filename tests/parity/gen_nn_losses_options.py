@@ -3,8 +3,9 @@
 F.smooth_l1_loss, F.kl_div), class weights in F.cross_entropy / F.nll_loss, Adam and AdamW with
 amsgrad, MultiheadAttention on unbatched input and the Transformer layers with the tanh GELU.
 
-Run from the repository root: /usr/bin/python3 tests/parity/gen_nn_more.py  -> tests/parity/nn_more.h5
-Schema: tests/parity/README.md; adapters: ops_nn_more.c."""
+Run from the repository root: /usr/bin/python3 tests/parity/gen_nn_losses_options.py
+  -> tests/parity/nn_losses_options.h5
+Schema: tests/parity/README.md; adapters: ops_nn_losses_options.c."""
 import os
 import sys
 
@@ -224,7 +225,7 @@ FAMILIES = [losses, optim_amsgrad, transformer_gelu_tanh, mha_unbatched]
 
 
 def main():
-    path = os.path.join(HERE, "nn_more.h5")
+    path = os.path.join(HERE, "nn_losses_options.h5")
     tmp = path + ".tmp"
     with h5py.File(tmp, "w") as f:
         for fam in FAMILIES:

@@ -5,8 +5,8 @@ along a dim with indices, topk, sort, cumsum, vector_norm, any/all, full_like/on
 lt/le/gt/ge/ne/eq with a number. Outputs that are indices or bools are compared too (as
 numbers: an index must match exactly to pass the 1e-5 absolute tolerance).
 
-Run from the repository root: /usr/bin/python3 tests/parity/gen_ops_more.py
-  -> tests/parity/ops_more.h5 (adapters: tests/parity/ops_more.c). Schema: tests/parity/README.md.
+Run from the repository root: /usr/bin/python3 tests/parity/gen_ops_math_select.py
+  -> tests/parity/ops_math_select.h5 (adapters: tests/parity/ops_math_select.c). Schema: tests/parity/README.md.
 An attribute transpose = 1 means the stored in0 is used through transpose(-2, -1), a
 non-contiguous view, on both sides."""
 import math
@@ -191,7 +191,7 @@ def family(f):
 
 
 def main():
-    path = os.path.join(HERE, "ops_more.h5")
+    path = os.path.join(HERE, "ops_math_select.h5")
     tmp = path + ".tmp"
     with h5py.File(tmp, "w") as f:
         family(f)

@@ -1,6 +1,6 @@
 /* Parity adapters for sin, cos, clamp, the activations with parameters, minimum / maximum,
  * max / min with indices, topk, sort, cumsum, norm, any / all, full_like / ones_like and the
- * comparisons with a number (cases: gen_ops_more.py). Attribute transpose = 1: in0 is used
+ * comparisons with a number (cases: gen_ops_math_select.py). Attribute transpose = 1: in0 is used
  * through transpose(-2, -1), a non-contiguous view. */
 #include <math.h>
 #include <string.h>
@@ -139,7 +139,7 @@ static int compare_scalar(parity_case *c, ag_tensor **out) {
     return -1;
 }
 
-const parity_op parity_more_ops[] = {
+const parity_op parity_math_select_ops[] = {
     {"sin", sin_},
     {"cos", cos_},
     {"clamp", clamp},
