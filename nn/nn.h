@@ -22,5 +22,6 @@
 #include "recurrent/lstm.h"
 #include "recurrent/rnn.h"
 #include "training/optim.h"
+#include "decode/decode.h"
 #include "checkpoint/checkpoint.h"
 #endif

@@ -45,6 +45,11 @@ test -f "$example" || fail "the README example is not installed ($example)"
 "$cc" -std=c11 -Wall -Wextra -Werror -o "$root/readme_example" "$example" $san $flags
 LD_LIBRARY_PATH=$root$libdir "$root/readme_example" >"$root/out.txt"
 grep -q '^gradcheck: ok$' "$root/out.txt" || { echo "the example ran but said:"; cat "$root/out.txt"; exit 1; }
+# a user's GRU seq2seq trained and decoded with nn/decode, built against the installed headers
+# shellcheck disable=SC2086  # flags are words
+"$cc" -std=c11 -Wall -Wextra -Werror -o "$root/user_seq2seq" "$(dirname "$0")/user_seq2seq.c" $san $flags
+LD_LIBRARY_PATH=$root$libdir "$root/user_seq2seq" >"$root/seq2seq.txt" ||
+  { echo "user_seq2seq against the installed headers failed:"; cat "$root/seq2seq.txt"; exit 1; }
 # a program of attograd alone does not load MPI; one of attograd-dist does (the witness that
 # ldd would show it)
 loads_mpi() { local libs; libs=$(LD_LIBRARY_PATH=$root$libdir ldd "$1"); grep -q 'libmpi\.so' <<<"$libs"; }
@@ -67,7 +72,7 @@ test -f "$root$datadir/attograd/num-en-fr/train.tsv" || fail "the corpus is not 
 test -x "$root$libexecdir/attograd/mha_walkthrough_torch.py" || fail "mha_walkthrough_torch.py is not installed"
 "$root$bindir/attograd-torch" --help >"$root/help.txt" || fail "attograd-torch --help failed"
 grep -q 'to-torch' "$root/help.txt" || { echo "attograd-torch --help says:"; cat "$root/help.txt"; exit 1; }
-echo "installed under $root$prefix: README example built with pkg-config and ran (gradcheck ok)," \
+echo "installed under $root$prefix: README example and user_seq2seq built with pkg-config and ran (gradcheck ok)," \
      "no libmpi in it or in attograd.pc; $dist; run paths $libdir; attograd-torch --help ok"
 
 [ -n "$readme_src" ] || exit 0

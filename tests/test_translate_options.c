@@ -310,8 +310,8 @@ static void test_unknown_options_are_one_line_errors_in_every_command(void **sta
                           "unknown option '-checkpint' (did you mean --checkpoint?)");
     assert_one_line_error(RUN("attention", "-out", "x.svg"), "attention", "unknown option '-out' (did you mean --out?)");
     /* an abbreviation is refused: it would change meaning when a longer option shares it */
-    assert_one_line_error(RUN("translate", "-m", missing, "--max", "9", "hi"), "translate",
-                          "unknown option '--max' (did you mean --max-input-tokens?)");
+    assert_one_line_error(RUN("translate", "-m", missing, "--max-in", "9", "hi"), "translate",
+                          "unknown option '--max-in' (did you mean --max-input-tokens?)");
     /* a sentence that looks like an option is refused with the way to give it */
     assert_one_line_error(RUN("translate", "-m", missing, "-5 degrees"), "translate",
                           "unknown option '-5 degrees' (an argument that begins with '-' goes after '--')");

@@ -16,6 +16,9 @@ static const opt_range DECODE_RANGES[] = {
     {"--beam", 1, 64, false, false, NULL},
     {"--length-penalty", 0, INFINITY, false, false, NULL},
     {"--max-input-tokens", 1, 65536, false, false, NULL},
+    {"--n-best", 1, 64, false, false, NULL},
+    {"--batch", 1, 4096, false, false, NULL},
+    {"--max-len-ratio", 0, 1000, false, false, NULL},
     {NULL, 0, 0, false, false, NULL},
 };
 
@@ -229,7 +232,7 @@ int cmd_eval(int argc, char **argv) {
 
 static const char *TRANSLATE_USAGE =
     "usage: attograd-translate translate --checkpoint FILE [--beam K] [--length-penalty A] [--max-input-tokens N]\n"
-    "       [--] [SENTENCE ... | -]\n"
+    "       [--n-best N] [--scores] [--max-len-ratio R] [--batch N] [--] [SENTENCE ... | -]\n"
     "Translates the sentences given as arguments, or else each line of stdin as soon as it is read,\n"
     "one line out per sentence. A word the model does not know is named on stderr and read as <unk>.\n"
     "An empty line, and a line over the --max-input-tokens limit (said on stderr), get an empty line.\n"
@@ -243,8 +246,9 @@ enum { BYTES_PER_TOKEN = 16 };
 /* how translate reads and answers: the model, the decoding settings and the input limits */
 typedef struct {
     trained *t;
-    int beam;
-    double alpha;
+    ag_decode_config dc;
+    int batch;
+    bool nbest, scores; /* Marian's n-best lines; the score after each translation */
     int64_t max_tokens;
     size_t max_bytes;
     const char *where; /* "stdin:" or "argument " before a line's number in messages; NULL: none */
@@ -286,22 +290,32 @@ static char *accept_line(const translator *x, const input_line *line, const char
  * stdout cannot be written or memory ran out. */
 static int translate_print(const translator *x, const input_line *in, int n) {
     size_t m = (size_t)(n ? n : 1);
-    char **text = calloc(m, sizeof *text), **out = calloc(m, sizeof *out);
+    char **text = calloc(m, sizeof *text), **out = NULL;
     const char **todo = calloc(m, sizeof *todo);
-    bool oom = !text || !out || !todo;
+    bool oom = !text || !todo;
     int k = 0;
     for (int i = 0; i < n && !oom; i++) {
         char at[64] = "";
         if (x->where) snprintf(at, sizeof at, "%s%lld: ", x->where, (long long)in[i].no);
         if ((text[i] = accept_line(x, &in[i], at, &oom))) todo[k++] = text[i];
     }
-    if (!oom) translate_sentences(x->t, todo, k, x->beam, x->alpha, out);
+    int64_t nb = x->dc.n_best;
+    double *score = calloc(m * (size_t)nb, sizeof *score);
+    oom = oom || !score || !(out = calloc(m * (size_t)nb, sizeof *out)) ||
+          !translate_texts(x->t, todo, k, &x->dc, x->batch, out, score);
     for (int i = 0, j = 0; i < n && !oom; i++) {
-        const char *line = text[i] ? out[j++] : "";
-        if (!(oom = !line)) printf("%s\n", line);
+        /* a line not translated stands as an empty translation, of score 0 */
+        for (int64_t h = 0; h < (text[i] ? nb : 1); h++) {
+            int64_t o = text[i] ? j * nb + h : -1;
+            if (o >= 0 && score[o] == -INFINITY) continue; /* the beam found fewer */
+            translate_print_hyp(stdout, o >= 0 ? out[o] : "", o >= 0 ? score[o] : 0.0, in[i].no - 1, x->nbest, x->scores);
+        }
+        j += text[i] != NULL;
     }
+    k *= (int)nb;
+    free(score);
     for (int i = 0; i < n && text; i++) free(text[i]);
-    for (int j = 0; j < k; j++) free(out[j]);
+    for (int j = 0; out && j < k; j++) free(out[j]);
     free(text);
     free(out);
     free(todo);
@@ -343,13 +357,19 @@ static int translate_stdin(const translator *x) {
 
 int cmd_translate(int argc, char **argv) {
     const char *ckpt = NULL;
-    int64_t beam = 1, max_tokens = 4096;
-    double alpha = 0.6;
-    bool help = false;
+    int64_t beam = 1, max_tokens = 4096, n_best = 0, batch = 64;
+    double alpha = 0.6, ratio = 2;
+    const char *norm = NULL;
+    bool help = false, scores = false;
     const opt_def defs[] = {
         {"--checkpoint", OPT_STRING, &ckpt, "FILE  a checkpoint written by train"},
         {"--beam", OPT_INT, &beam, "K     beam size (1, the default: greedy)"},
-        {"--length-penalty", OPT_DOUBLE, &alpha, "A     GNMT length penalty ((5+len)/6)^A for beams (0.6)"},
+        {"--length-penalty", OPT_DOUBLE, &alpha, "A     length penalty exponent for beams (0.6)"},
+        {"--length-norm", OPT_STRING, &norm, "NAME  gnmt: score / ((5+len)/6)^A (default); marian: score / len^A"},
+        {"--n-best", OPT_INT, &n_best, "N     the N best translations of each sentence (a beam of at least N): 'id ||| text ||| score'"},
+        {"--scores", OPT_FLAG, &scores, "      append ' ||| score' (the normalised log-probability) to each line"},
+        {"--max-len-ratio", OPT_DOUBLE, &ratio, "R     at most R * source tokens + 8 tokens out (2)"},
+        {"--batch", OPT_INT, &batch, "N     sentences decoded together (64)"},
         {"--max-input-tokens", OPT_INT, &max_tokens,
          "N     longest line translated, in tokens (4096); 16 bytes a token at most"},
         {"--help", OPT_FLAG, &help, "      this text"},
@@ -369,13 +389,18 @@ int cmd_translate(int argc, char **argv) {
         return stdout_ok() ? 0 : 1;
     }
     char msg[2048];
+    ag_decode_config dc;
+    if (!translate_decode_config(&dc, beam, alpha, norm, n_best, ratio, msg, sizeof msg)) {
+        free(pos);
+        return opts_error(argv, 2, "%s", msg);
+    }
     trained t;
     if (!trained_load(&t, ckpt, msg, sizeof msg)) {
         fprintf(stderr, "attograd-translate: %s\n", msg);
         free(pos);
         return 1;
     }
-    translator x = {&t, (int)beam, alpha, max_tokens, (size_t)(BYTES_PER_TOKEN * max_tokens), "stdin:"};
+    translator x = {&t, dc, (int)batch, n_best > 0, scores, max_tokens, (size_t)(BYTES_PER_TOKEN * max_tokens), "stdin:"};
     int status = 0;
     if (npos == 1 && strcmp(pos[0], "-") == 0) npos = 0; /* stdin, as cat reads it */
     if (npos > 0) {

@@ -503,48 +503,15 @@ int64_t translate_width(const trained *t) { return 2 * t->max_len + 8; }
 
 void translate_ids(trained *t, const char *const *in, int n, int beam, double length_penalty, int64_t *hyp) {
     enum { CHUNK = 64 };
-    int64_t L = t->max_len, W = translate_width(t);
-    ag_arena *arena = ag_arena_new(1 << 20), *prev = ag_arena_use(arena);
+    int64_t W = translate_width(t);
+    ag_arena *arena = translate_arena(), *prev = ag_arena_use(arena);
     for (int at = 0; at < n; at += CHUNK) {
-        /* the chunk's longest sentence as the model reads it (at most L - 1 ids and <eos>) sizes
-         * the batch, not max_len: a model of a large --max-len reads short sentences cheaply */
         int B = n - at < CHUNK ? n - at : CHUNK;
-        int64_t S = 1;
-        for (int b = 0; b < B; b++) {
-            int64_t len = tr_vocab_encode(&t->src, in[at + b], t->mode, NULL, 0);
-            if (len > L - 1) len = L - 1;
-            if (len + 1 > S) S = len + 1;
-        }
-        ag_tensor *s = ag_zeros(AG_I64, AG_SHAPE(B, S));
-        for (int b = 0; b < B; b++) {
-            int64_t *row = (int64_t *)s->data + b * S;
-            int len = tr_vocab_encode(&t->src, in[at + b], t->mode, row, (int)S - 1);
-            row[len < S - 1 ? len : S - 1] = TR_EOS;
-        }
+        ag_tensor *s = translate_source(t, in + at, B);
         model_translate(t->m, s, W, beam, length_penalty, hyp + (int64_t)at * W);
         ag_arena_reset(arena);
     }
     ag_arena_use(prev);
-    ag_arena_free(arena);
-}
-
-void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out) {
-    enum { PART = 64 }; /* ids of a part at a time: a long input stays small */
-    int64_t W = translate_width(t);
-    int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(PART * W));
-    for (int at = 0; at < n; at += PART) {
-        int k = n - at < PART ? n - at : PART;
-        translate_ids(t, in + at, k, beam, length_penalty, hyp);
-        for (int i = 0; i < k; i++) {
-            /* the text may hold any byte a byte piece decodes to, NUL too: its length counts */
-            size_t len = tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, NULL, 0);
-            char *raw = malloc(len + 1);
-            if (raw) tr_vocab_decode(&t->tgt, hyp + i * W, (int)W, t->mode, raw, len + 1);
-            out[at + i] = raw ? tr_text_clean_dup(raw, len, TR_TEXT_LINE) : NULL;
-            free(raw);
-        }
-    }
-    free(hyp);
 }
 
 static const char *MAIN_USAGE =

@@ -266,197 +266,93 @@ ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smooth
     return ag_cross_entropy(ag_reshape(logits, AG_SHAPE(-1, V)), ag_reshape(tgt_out, AG_SHAPE(-1)), &lc);
 }
 
-/* ---- decoding ---- */
+/* ---- decoding: the model's side of nn/decode ---- */
 
-/* Decoding one position at a time: the Transformer decoder's key/value cache, or the recurrent
- * decoder's state. Rows are sentences (or beams). */
+/* The Transformer decodes from its key/value cache; a recurrent decoder from its state (h, the
+ * LSTM's c) and the encoder outputs it attends over, kept in an ag_decode_state. */
+enum { ST_H, ST_C, ST_MEMORY, ST_KEYS, ST_PAD };
 typedef struct {
-    encoded e;
-    ag_decoder_cache *cache; /* Transformer */
-    ag_tensor *h, *c;        /* recurrent: (R,H); the LSTM's c, NULL before the first step */
-    int64_t t;               /* positions fed */
-} stepper;
+    model *m;
+    ag_decoder_cache *cache;
+    ag_decode_state *state;
+    int64_t t; /* positions fed */
+} decoding;
 
-static stepper stepper_new(model *m, ag_tensor *src, int64_t max_len) {
-    stepper st = {.e = encode(m, src, false, NULL)};
-    if (m->cfg.kind == MODEL_TRANSFORMER) st.cache = ag_decoder_cache_new(&m->tf.decoder, st.e.memory, st.e.src_pad, max_len);
-    else st.h = st.e.h0;
-    return st;
+static bool decoding_start(void *self, ag_tensor *src, int64_t max_rows, int64_t max_steps) {
+    decoding *d = self;
+    model *m = d->m;
+    encoded e = encode(m, src, false, NULL);
+    d->t = 0;
+    if (m->cfg.kind == MODEL_TRANSFORMER) {
+        d->cache = ag_decoder_cache_new_rows(&m->tf.decoder, e.memory, e.src_pad, max_steps, max_rows);
+        return d->cache != NULL;
+    }
+    d->state = ag_decode_state_new(src->shape[0], max_rows);
+    return d->state && ag_decode_state_set(d->state, ST_H, e.h0, false) &&
+           ag_decode_state_set(d->state, ST_MEMORY, e.memory, true) &&
+           ag_decode_state_set(d->state, ST_KEYS, e.keys_proj, true) && ag_decode_state_set(d->state, ST_PAD, e.src_pad, true);
 }
 
-/* feed ids (R) at the next position: log-probabilities of the token after it into out (R,V) */
-static void stepper_next(model *m, stepper *st, ag_tensor *ids, double *out) {
+/* ids (R) -> logits (R,V) of the token after each */
+static ag_tensor *decoding_step(void *self, ag_tensor *ids) {
+    decoding *d = self;
+    model *m = d->m;
     ag_tensor *logits;
     if (m->cfg.kind == MODEL_TRANSFORMER) {
-        ag_tensor *x = embed(m, &m->tgt_embed, ag_unsqueeze(ids, 1), st->t, false, NULL); /* (R,1,d) */
-        logits = ag_linear_forward(&m->generator, ag_decoder_step(&m->tf.decoder, st->cache, ag_squeeze(x, 1)));
+        ag_tensor *x = embed(m, &m->tgt_embed, ag_unsqueeze(ids, 1), d->t, false, NULL); /* (R,1,d) */
+        logits = ag_linear_forward(&m->generator, ag_decoder_step(&m->tf.decoder, d->cache, ag_squeeze(x, 1)));
     } else {
-        logits = rnn_step(m, &st->e, &st->h, &st->c, ids, false, NULL, NULL);
+        ag_decode_state *st = d->state;
+        encoded e = {.memory = ag_decode_state_get(st, ST_MEMORY), .keys_proj = ag_decode_state_get(st, ST_KEYS),
+                     .src_pad = ag_decode_state_get(st, ST_PAD)};
+        ag_tensor *h = ag_decode_state_get(st, ST_H), *c = ag_decode_state_get(st, ST_C);
+        logits = rnn_step(m, &e, &h, &c, ids, false, NULL, NULL);
+        if (!ag_decode_state_set(st, ST_H, h, false) || (c && !ag_decode_state_set(st, ST_C, c, false))) return NULL;
     }
-    st->t++;
-    ag_to_buffer(ag_log_softmax(logits, -1), AG_F64, out);
+    d->t++;
+    return logits;
 }
 
-/* row r continues row rows[r] (beam search); then forget this step's tensors (back to mark) */
-static void stepper_end_step(model *m, stepper *st, ag_tensor *rows, ag_arena *arena, ag_arena_mark mark) {
-    if (m->cfg.kind == MODEL_TRANSFORMER) {
-        if (rows) ag_decoder_cache_reorder(st->cache, rows);
-        ag_arena_rewind(arena, mark);
-    } else if (!st->c) { /* the state survives the rewind, moved down to the mark */
-        st->h = ag_arena_rewind_keep(arena, mark, rows ? ag_index_select(st->h, 0, rows) : st->h);
-    } else { /* h and c kept as one (2,R,H) tensor */
-        ag_tensor *hc = ag_stack(2, (ag_tensor *[]){st->h, st->c}, 0);
-        hc = ag_arena_rewind_keep(arena, mark, rows ? ag_index_select(hc, 1, rows) : hc);
-        st->h = ag_select(hc, 0, 0);
-        st->c = ag_select(hc, 0, 1);
-    }
+static void decoding_reorder(void *self, ag_tensor *rows) {
+    decoding *d = self;
+    if (d->cache) ag_decoder_cache_reorder(d->cache, rows);
+    else ag_decode_state_reorder(d->state, rows);
 }
 
-static double length_penalty(int64_t len, double alpha) { return alpha == 0 ? 1.0 : pow((5.0 + (double)len) / 6.0, alpha); }
-
-/* The beams of a batch: K rows per sentence, each a token sequence (W wide, starting with
- * <bos>) with its score, generated length and whether it has finished. */
-typedef struct {
-    double score;
-    int64_t len;
-    bool done;
-} hyp;
-typedef struct {
-    double score;
-    int64_t row, token;
-} cand;
-typedef struct {
-    int64_t K, W, V;
-    int64_t *tok, *ntok; /* (R, W), this step's and the next */
-    hyp *h, *nh;
-    cand *c; /* K·V candidates of one sentence */
-} beams;
-
-/* Sentence b's beams after step t (lp: (R, V) log-probabilities of the next token; over: its
- * limit is passed, so its beams end as finished ones do) into the next buffers; parent[j] the
- * row beam j continues. True when a beam moved to another row. */
-static bool advance_sentence(beams *bm, int64_t b, int64_t t, bool over, const double *lp, int64_t *parent) {
-    int64_t K = bm->K, V = bm->V, W = bm->W, n = 0;
-    bool moved = false;
-    cand *c = bm->c;
-    for (int64_t r = b * K; r < b * K + K; r++) {
-        if (bm->h[r].score == -INFINITY) continue;
-        if (bm->h[r].done || over) c[n++] = (cand){bm->h[r].score, r, PAD_ID};
-        else /* <pad> and <bos> are never words of a translation */
-            for (int64_t v = 0; v < V; v++)
-                if (v != PAD_ID && v != BOS_ID) c[n++] = (cand){bm->h[r].score + lp[r * V + v], r, v};
-    }
-    for (int64_t k = 0; k < K; k++) { /* k-th best candidate (K is small) */
-        int64_t best = -1;
-        for (int64_t i = 0; i < n; i++)
-            if (c[i].score > -INFINITY && (best < 0 || c[i].score > c[best].score)) best = i;
-        int64_t j = b * K + k;
-        parent[j] = best < 0 ? j : c[best].row;
-        moved |= parent[j] != j;
-        if (best < 0) {
-            bm->nh[j] = (hyp){-INFINITY, 0, true};
-            continue;
-        }
-        const hyp *from = &bm->h[c[best].row];
-        memcpy(bm->ntok + j * W, bm->tok + c[best].row * W, sizeof(int64_t) * (size_t)W);
-        bm->ntok[j * W + t] = c[best].token;
-        bm->nh[j] = from->done || over ? (hyp){from->score, from->len, true}
-                                       : (hyp){c[best].score, from->len + 1, c[best].token == EOS_ID};
-        c[best].score = -INFINITY;
-    }
-    return moved;
+static void decoding_end(void *self) {
+    decoding *d = self;
+    ag_decode_state_free(d->state);
+    *d = (decoding){.m = d->m};
 }
 
-/* each sentence's own limit (2·n + 8 for its n source ids, at most max_len), so that its
- * translation does not depend on the sentences padded into the same batch; malloc'd */
-static int64_t *sentence_limits(ag_tensor *src, int64_t max_len) {
-    int64_t B = src->shape[0], S = src->shape[1], *ids = malloc(sizeof(int64_t) * (size_t)(B * S));
-    int64_t *limit = malloc(sizeof(int64_t) * (size_t)B);
-    ag_to_buffer(src, AG_I64, ids);
-    for (int64_t b = 0; b < B; b++) {
-        int64_t len = 0;
-        for (int64_t i = 0; i < S; i++) len += ids[b * S + i] != PAD_ID;
-        limit[b] = 2 * len + 8 < max_len ? 2 * len + 8 : max_len;
-    }
-    free(ids);
-    return limit;
+bool model_decode(model *m, ag_tensor *src, const ag_decode_config *cfg, ag_decode_result *out) {
+    decoding d = {.m = m};
+    /* the positions the model has, one kept free as before */
+    ag_decode_model dm = {&d, decoding_start, decoding_step, decoding_reorder, decoding_end, m->cfg.max_len - 1};
+    return ag_decode(&dm, src, cfg, out);
 }
 
-/* sentence b's best beam by score / length penalty (greedy: by score) into out (max_len ids) */
-static void write_best(const beams *bm, int64_t b, int64_t max_len, double alpha, int64_t *out) {
-    int64_t K = bm->K, best = b * K;
-    double bs = -INFINITY;
-    for (int64_t r = b * K; r < b * K + K; r++) {
-        if (bm->h[r].score == -INFINITY) continue;
-        double s = K > 1 ? bm->h[r].score / length_penalty(bm->h[r].len > 0 ? bm->h[r].len : 1, alpha)
-                         : bm->h[r].score;
-        if (s > bs) {
-            bs = s;
-            best = r;
-        }
-    }
-    for (int64_t i = 0; i < max_len; i++) {
-        int64_t v = bm->tok[best * bm->W + 1 + i];
-        out[i] = v;
-        if (v == EOS_ID || v == PAD_ID) break;
-    }
-}
-
-/* Beam search over B sentences with K beams each (K = 1 is greedy). A finished beam (it produced
- * <eos>) is carried on unchanged with its score; the best beam by score / length penalty wins. */
 void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double alpha, int64_t *out) {
-    bool grad = ag_set_grad_enabled(false);
-    int64_t B = src->shape[0], V = m->cfg.tgt_vocab, K = beam > 1 ? beam : 1, R = B * K, stride = max_len;
-    memset(out, 0, sizeof(int64_t) * (size_t)(B * stride));
-    /* no translation runs longer than twice its source and a little (nor the positions) */
-    if (max_len > 2 * src->shape[1] + 8) max_len = 2 * src->shape[1] + 8;
-    if (max_len > m->cfg.max_len - 1) max_len = m->cfg.max_len - 1;
+    int64_t B = src->shape[0];
+    memset(out, 0, sizeof(int64_t) * (size_t)(B * max_len));
+    ag_decode_config c = model_decode_defaults();
+    c.method = beam > 1 ? AG_DECODE_BEAM : AG_DECODE_GREEDY;
+    c.beam_size = beam > 1 ? beam : 1;
+    c.length_penalty = alpha;
+    c.max_len = max_len;
+    ag_decode_result r;
+    if (!model_decode(m, src, &c, &r)) return;
+    int64_t W = r.width < max_len ? r.width : max_len;
+    for (int64_t b = 0; b < B; b++) memcpy(out + b * max_len, r.tokens + b * r.n_best * r.width, sizeof(int64_t) * (size_t)W);
+    ag_decode_result_free(&r);
+}
 
-    /* every sentence repeated K times: rows b*K .. b*K+K-1 */
-    ag_tensor *rows = ag_empty(AG_I64, AG_SHAPE(R));
-    for (int64_t r = 0; r < R; r++) ((int64_t *)rows->data)[r] = r / K;
-    stepper st = stepper_new(m, ag_index_select(src, 0, rows), max_len);
-    /* each row's last token, and the row each new beam continues */
-    ag_tensor *last = ag_empty(AG_I64, AG_SHAPE(R)), *parent = ag_empty(AG_I64, AG_SHAPE(R));
-    int64_t *lastp = (int64_t *)last->data, *parentp = (int64_t *)parent->data;
-    /* each step's tensors are dropped once its log-probabilities are read */
-    ag_arena *arena = ag_arena_current();
-    ag_arena_mark mark = ag_arena_get_mark(arena);
-
-    int64_t W = max_len + 1;
-    beams bm = {K, W, V, calloc((size_t)(R * W), sizeof(int64_t)), calloc((size_t)(R * W), sizeof(int64_t)),
-                calloc((size_t)R, sizeof(hyp)), calloc((size_t)R, sizeof(hyp)), malloc(sizeof(cand) * (size_t)(K * V))};
-    double *lp = malloc(sizeof(double) * (size_t)(R * V));
-    for (int64_t r = 0; r < R; r++) {
-        bm.tok[r * W] = BOS_ID;
-        bm.h[r].score = r % K == 0 ? 0.0 : -INFINITY; /* identical beams at the start: keep one */
-    }
-    int64_t *limit = sentence_limits(src, max_len);
-    for (int64_t t = 1; t <= max_len; t++) {
-        bool live = false;
-        for (int64_t r = 0; r < R; r++) live |= !bm.h[r].done && bm.h[r].score > -INFINITY;
-        if (!live) break;
-        for (int64_t r = 0; r < R; r++) lastp[r] = bm.tok[r * W + t - 1];
-        stepper_next(m, &st, last, lp);
-        bool moved = false;
-        for (int64_t b = 0; b < B; b++) moved |= advance_sentence(&bm, b, t, t > limit[b], lp, parentp);
-        int64_t *tt = bm.tok;
-        bm.tok = bm.ntok;
-        bm.ntok = tt;
-        hyp *th = bm.h;
-        bm.h = bm.nh;
-        bm.nh = th;
-        stepper_end_step(m, &st, moved ? parent : NULL, arena, mark);
-    }
-    for (int64_t b = 0; b < B; b++) write_best(&bm, b, max_len, alpha, out + b * stride);
-    free(bm.tok);
-    free(bm.ntok);
-    free(bm.h);
-    free(bm.nh);
-    free(bm.c);
-    free(lp);
-    free(limit);
-    ag_set_grad_enabled(grad);
+ag_decode_config model_decode_defaults(void) {
+    ag_decode_config c = ag_decode_defaults();
+    c.pad_id = PAD_ID;
+    c.bos_id = BOS_ID;
+    c.eos_id = EOS_ID;
+    return c;
 }
 
 const double *model_attention(model *m, ag_tensor *src, ag_tensor *tgt_in, int *maps) {

@@ -54,7 +54,13 @@ ag_tensor *model_forward(model *m, ag_tensor *src, ag_tensor *tgt_in, bool train
 /* Mean label-smoothed cross entropy of logits (B,T,V) against tgt_out (B,T), pads ignored. */
 ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smoothing);
 
-/* Greedy or beam decoding (eval mode). src (B,S). Writes up to max_len ids per sentence (without
+/* nn/decode's defaults with this model's <pad>, <bos> and <eos> ids */
+ag_decode_config model_decode_defaults(void);
+/* Decode src (B,S) with nn/decode (eval mode): greedy, beam search or sampling as cfg says, each
+ * sentence at most the model's positions less one; false after reporting. */
+bool model_decode(model *m, ag_tensor *src, const ag_decode_config *cfg, ag_decode_result *out);
+
+/* Greedy or beam decoding (eval mode) with model_decode's defaults. src (B,S). Writes up to max_len ids per sentence (without
  * <bos>, ending at and including <eos> when produced) into out (B*max_len, rest 0 = pad); no
  * sentence runs longer than 2·n + 8 for its n source ids (<eos> included, pads not).
  * beam <= 1: greedy; length_penalty alpha as in GNMT ((5+len)/6)^alpha. */

@@ -104,9 +104,25 @@ void trained_free(trained *t);
 bool config_store(ag_train_state *st, const model_config *c, const tr_vocab *src, const tr_vocab *tgt,
                   tr_tok_mode mode, int64_t max_len, char *msg, size_t msgsize);
 
-/* Translate n sentences (beam <= 1: greedy) into out[i]: malloc'd strings, each one line of
- * printable UTF-8 (textio.h's TR_TEXT_LINE: control characters dropped), NULL when out of memory. */
-void translate_sentences(trained *t, const char *const *in, int n, int beam, double length_penalty, char **out);
+/* Translate n sentences, batch at a time, as dc says (model_decode) into text[i·n_best + k]:
+ * hypothesis k of sentence i, a malloc'd string, one line of printable UTF-8 (textio.h's
+ * TR_TEXT_LINE: control characters dropped), and score[i·n_best + k] (may be NULL) its
+ * normalised score. False when memory ran out (entries left NULL). decode_out.c */
+bool translate_texts(trained *t, const char *const *in, int n, const ag_decode_config *dc, int batch, char **text,
+                     double *score);
+/* The arena translating decodes in, kept for the process: its pages stay mapped from one batch
+ * of sentences to the next (reset after each) */
+ag_arena *translate_arena(void);
+/* The sentences in[0..B) as the model reads them: (B,S) ids, each at most max_len - 1 of them
+ * and <eos>, padded; in the current arena */
+ag_tensor *translate_source(const trained *t, const char *const *in, int B);
+/* translate's line for one hypothesis: the text; with scores "text ||| score"; with nbest
+ * Marian's n-best line "id ||| text ||| score" */
+void translate_print_hyp(FILE *f, const char *text, double score, int64_t id, bool nbest, bool scores);
+/* translate's decoding options as a config (--beam, --length-penalty, --length-norm gnmt|marian,
+ * --n-best, --max-len-ratio); false with msg for a bad combination */
+bool translate_decode_config(ag_decode_config *dc, int64_t beam, double alpha, const char *norm, int64_t n_best,
+                             double ratio, char *msg, size_t msgsize);
 /* The same as ids: hyp (n, translate_width(t)), each row as model_translate writes it. Metrics
  * compare these, not the text: "<unk>" as text would read back as three tokens. */
 void translate_ids(trained *t, const char *const *in, int n, int beam, double length_penalty, int64_t *hyp);

@@ -149,10 +149,15 @@ ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_module *m
 
 struct ag_decoder_cache {
     int64_t N, S, E, H, max_len, t;
+    int64_t cap, B;     /* rows the buffers hold; memory rows */
+    int64_t *src_row;   /* (cap): the memory row each row holds the keys and values of */
     int layers;
-    ag_tensor *k[AG_TRANSFORMER_MAX_LAYERS], *v[AG_TRANSFORMER_MAX_LAYERS];   /* (N,H,max_len,Dh) */
-    ag_tensor *mk[AG_TRANSFORMER_MAX_LAYERS], *mv[AG_TRANSFORMER_MAX_LAYERS]; /* (N,H,S,Dh) */
-    ag_tensor *mask;                                                          /* (N,1,1,S) or NULL */
+    ag_tensor *k[AG_TRANSFORMER_MAX_LAYERS], *v[AG_TRANSFORMER_MAX_LAYERS];   /* (cap,H,max_len,Dh) */
+    ag_tensor *mk[AG_TRANSFORMER_MAX_LAYERS], *mv[AG_TRANSFORMER_MAX_LAYERS]; /* (cap,H,S,Dh) per row */
+    ag_tensor *mask;                                                          /* (cap,1,1,S) or NULL */
+    /* with cap > B: the memory's own (B,...), where a row that changes memory row reads from;
+     * else the same tensors as the per-row ones */
+    ag_tensor *mk0[AG_TRANSFORMER_MAX_LAYERS], *mv0[AG_TRANSFORMER_MAX_LAYERS], *mask0;
 };
 
 /* (N,L,E) rows as (N,H,L,Dh) heads, contiguous */
@@ -172,42 +177,70 @@ static bool step_supported(const char *op, const ag_mha_module *a) {
     return false;
 }
 
-ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_module *m, ag_tensor *memory,
-                                       ag_tensor *memory_key_padding_mask, int64_t max_len) {
+/* x (N,...) contiguous into the first N of cap rows of a new tensor */
+static ag_tensor *rows_copy(ag_tensor *x, int64_t cap) {
+    int64_t shape[AG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[0] = cap;
+    ag_tensor *y = ag_empty(x->dtype, x->ndim, shape);
+    if (y) ag_copy_(ag_narrow(y, 0, 0, x->shape[0]), x);
+    return y;
+}
+
+ag_decoder_cache *ag_decoder_cache_new_rows(const ag_transformer_decoder_module *m, ag_tensor *memory,
+                                            ag_tensor *memory_key_padding_mask, int64_t max_len, int64_t max_rows) {
     const char *op = "ag_decoder_cache_new";
     char b[128];
     if (!m || m->num_layers < 1 || !ag__check_float(op, memory) || !inference_only(op)) return NULL;
     const ag_transformer_config *cf = &m->layers[0].cfg;
     int64_t E = cf->d_model, H = cf->nhead;
-    if (memory->ndim != 3 || memory->shape[2] != E || max_len < 1) {
-        ag_error(op, "memory %s, max_len %lld: expected (N,S,%lld) and max_len >= 1", ag_shape_str(memory, b),
-                 (long long)max_len, (long long)E);
+    if (memory->ndim != 3 || memory->shape[2] != E || max_len < 1 || max_rows < memory->shape[0]) {
+        ag_error(op, "memory %s, max_len %lld, max_rows %lld: expected (N,S,%lld), max_len >= 1 and max_rows >= N",
+                 ag_shape_str(memory, b), (long long)max_len, (long long)max_rows, (long long)E);
         return NULL;
     }
-    int64_t N = memory->shape[0], S = memory->shape[1], Dh = E / H;
-    ag_decoder_cache *c = ag_arena_alloc(ag_arena_current(), sizeof *c);
-    if (!c) {
-        ag_error(op, "cannot allocate %zu bytes for the cache: out of memory", sizeof *c);
+    int64_t N = memory->shape[0], S = memory->shape[1], Dh = E / H, cap = max_rows;
+    ag_arena *a = ag_arena_current();
+    ag_decoder_cache *c = ag_arena_alloc(a, sizeof *c);
+    int64_t *src_row = ag_arena_alloc(a, sizeof(int64_t) * (size_t)cap);
+    if (!c || !src_row) {
+        ag_error(op, "cannot allocate %zu bytes for the cache: out of memory", sizeof *c + sizeof(int64_t) * (size_t)cap);
         return NULL;
     }
-    *c = (ag_decoder_cache){.N = N, .S = S, .E = E, .H = H, .max_len = max_len, .layers = m->num_layers};
+    *c = (ag_decoder_cache){.N = N, .S = S, .E = E, .H = H, .max_len = max_len, .cap = cap, .B = N,
+                            .src_row = src_row, .layers = m->num_layers};
+    for (int64_t i = 0; i < N; i++) src_row[i] = i;
     if (memory_key_padding_mask) {
-        TRY(c->mask = ag_attention_mask(NULL, memory_key_padding_mask, N, H));
-        c->mask = ag_clone(c->mask); /* the cache's own: reordered with the rows */
+        TRY(c->mask0 = ag_attention_mask(NULL, memory_key_padding_mask, N, H));
+        c->mask0 = c->mask = ag_clone(c->mask0); /* the cache's own */
+        if (cap > N) TRY(c->mask = rows_copy(c->mask0, cap));
     }
     for (int l = 0; l < m->num_layers; l++) {
         const ag_mha_module *ca = &m->layers[l].multihead_attn;
         if (!step_supported(op, &m->layers[l].self_attn) || !step_supported(op, ca)) return NULL;
-        TRY(c->k[l] = ag_zeros(memory->dtype, AG_SHAPE(N, H, max_len, Dh)));
-        TRY(c->v[l] = ag_zeros(memory->dtype, AG_SHAPE(N, H, max_len, Dh)));
+        /* positions past those fed are never read: no need to clear them */
+        TRY(c->k[l] = ag_empty(memory->dtype, AG_SHAPE(cap, H, max_len, Dh)));
+        TRY(c->v[l] = ag_empty(memory->dtype, AG_SHAPE(cap, H, max_len, Dh)));
         ag_tensor *bkv = ca->in_proj_bias ? ag_narrow(ca->in_proj_bias, 0, E, 2 * E) : NULL;
         ag_tensor *kv = ag_linear(memory, ag_narrow(ca->in_proj_weight, 0, E, 2 * E), bkv); /* (N,S,2E) */
         TRY(kv);
-        c->mk[l] = split_heads(ag_narrow(kv, 2, 0, E), N, S, H);
-        c->mv[l] = split_heads(ag_narrow(kv, 2, E, E), N, S, H);
+        c->mk0[l] = c->mk[l] = split_heads(ag_narrow(kv, 2, 0, E), N, S, H);
+        c->mv0[l] = c->mv[l] = split_heads(ag_narrow(kv, 2, E, E), N, S, H);
+        if (cap > N) {
+            TRY(c->mk[l] = rows_copy(c->mk0[l], cap));
+            TRY(c->mv[l] = rows_copy(c->mv0[l], cap));
+        }
     }
     return c;
 }
+
+ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_module *m, ag_tensor *memory,
+                                       ag_tensor *memory_key_padding_mask, int64_t max_len) {
+    return ag_decoder_cache_new_rows(m, memory, memory_key_padding_mask, max_len, memory ? memory->shape[0] : 0);
+}
+
+/* the first N rows of x (cap or B rows) */
+static ag_tensor *rows_of(ag_tensor *x, int64_t N) { return x && x->shape[0] != N ? ag_narrow(x, 0, 0, N) : x; }
 
 /* softmax(q kᵀ/√Dh) v of one query row per sequence: q (N,E) from the projection's columns
  * [0,E), keys and values (N,H,len,Dh)  ->  (N,E) with the heads merged */
@@ -225,10 +258,10 @@ static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_module *
     ag_tensor *h = cf->norm_first ? ag_layer_norm_forward(&L->norm1, x) : x;
     ag_tensor *qkv = ag_linear(h, L->self_attn.in_proj_weight, L->self_attn.in_proj_bias); /* (N,3E) */
     TRY(qkv);
-    ag_copy_(ag_select(c->k[l], 2, t), ag_reshape(ag_narrow(qkv, 1, E, E), AG_SHAPE(N, H, E / H)));
-    ag_copy_(ag_select(c->v[l], 2, t), ag_reshape(ag_narrow(qkv, 1, 2 * E, E), AG_SHAPE(N, H, E / H)));
-    ag_tensor *o = attend_one(ag_narrow(qkv, 1, 0, E), ag_narrow(c->k[l], 2, 0, t + 1),
-                              ag_narrow(c->v[l], 2, 0, t + 1), NULL, N, H);
+    ag_copy_(ag_select(rows_of(c->k[l], N), 2, t), ag_reshape(ag_narrow(qkv, 1, E, E), AG_SHAPE(N, H, E / H)));
+    ag_copy_(ag_select(rows_of(c->v[l], N), 2, t), ag_reshape(ag_narrow(qkv, 1, 2 * E, E), AG_SHAPE(N, H, E / H)));
+    ag_tensor *o = attend_one(ag_narrow(qkv, 1, 0, E), ag_narrow(rows_of(c->k[l], N), 2, 0, t + 1),
+                              ag_narrow(rows_of(c->v[l], N), 2, 0, t + 1), NULL, N, H);
     ag_tensor *y;
     TRY(y = ag_linear_forward(&L->self_attn.out_proj, o));
     x = cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm1, ag_add_(y, x));
@@ -238,7 +271,8 @@ static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_module *
     ag_tensor *q = ag_linear(h, ag_narrow(ca->in_proj_weight, 0, 0, E),
                              ca->in_proj_bias ? ag_narrow(ca->in_proj_bias, 0, 0, E) : NULL);
     TRY(q);
-    TRY(y = ag_linear_forward(&ca->out_proj, attend_one(q, c->mk[l], c->mv[l], c->mask, N, H)));
+    TRY(y = ag_linear_forward(&ca->out_proj, attend_one(q, rows_of(c->mk[l], N), rows_of(c->mv[l], N),
+                                                       rows_of(c->mask, N), N, H)));
     x = cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm2, ag_add_(y, x));
     /* feed-forward */
     h = cf->norm_first ? ag_layer_norm_forward(&L->norm3, x) : x;
@@ -264,22 +298,85 @@ ag_tensor *ag_decoder_step(const ag_transformer_decoder_module *m, ag_decoder_ca
     return ag_arena_rewind_keep(ag_arena_current(), mark, x);
 }
 
+/* Rows i of x (contiguous, row-major) whose rows[i] != i take row rows[i]'s values: blocks
+ * of len elements at pitch elements apart in each row (the fed positions of every head), read
+ * into scratch first so that a row both read and written moves right. */
+static void move_rows(ag_tensor *x, const int64_t *rows, int64_t M, int64_t blocks, int64_t pitch, int64_t len,
+                      char *scratch) {
+    size_t es = ag_dtype_size(x->dtype), row = (size_t)(x->stride[0]) * es, bytes = (size_t)len * es;
+    char *base = x->data + (size_t)x->offset * es, *at = scratch;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t b = 0; b < blocks && rows[i] != i; b++, at += bytes)
+            memcpy(at, base + (size_t)rows[i] * row + (size_t)(b * pitch) * es, bytes);
+    at = scratch;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t b = 0; b < blocks && rows[i] != i; b++, at += bytes)
+            memcpy(base + (size_t)i * row + (size_t)(b * pitch) * es, at, bytes);
+}
+
+/* row i of x (per row) gets row src of x0 (per memory row) */
+static void copy_row(ag_tensor *x, int64_t i, const ag_tensor *x0, int64_t src) {
+    size_t es = ag_dtype_size(x->dtype), row = (size_t)x->stride[0] * es;
+    memcpy(x->data + (size_t)x->offset * es + (size_t)i * row, x0->data + (size_t)x0->offset * es + (size_t)src * row, row);
+}
+
+/* rows (M) as int64 into out, each a row of the cache's N: false (reported) otherwise */
+static bool read_rows(const char *op, const ag_decoder_cache *c, ag_tensor *rows, int64_t *out) {
+    int64_t n = rows->shape[0];
+    ag_to_buffer(rows, AG_I64, out);
+    for (int64_t j = 0; j < n; j++)
+        if (out[j] < 0 || out[j] >= c->N) {
+            ag_error(op, "rows[%lld] = %lld: expected a row of the cache's %lld", (long long)j, (long long)out[j],
+                     (long long)c->N);
+            return false;
+        }
+    return true;
+}
+
 void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows) {
     const char *op = "ag_decoder_cache_reorder";
     char b[128];
     if (!c || !ag__check_not_null(op, rows)) return;
-    if (rows->ndim != 1 || rows->shape[0] != c->N || (rows->dtype != AG_I64 && rows->dtype != AG_I32)) {
-        ag_error(op, "rows %s %s: expected (%lld) integer indices", ag_shape_str(rows, b), ag_dtype_name(rows->dtype),
-                 (long long)c->N);
+    if (rows->ndim != 1 || rows->shape[0] < 1 || rows->shape[0] > c->cap || (rows->dtype != AG_I64 && rows->dtype != AG_I32)) {
+        ag_error(op, "rows %s %s: expected (M) integer indices, 1 <= M <= %lld", ag_shape_str(rows, b),
+                 ag_dtype_name(rows->dtype), (long long)c->cap);
         return;
     }
+    int64_t M = rows->shape[0], Dh = c->E / c->H, t = c->t;
     ag_arena *a = ag_arena_current();
-    ag_arena_mark mark = ag_arena_get_mark(a); /* the gathered copies are scratch */
-    for (int l = 0; l < c->layers; l++) {
-        ag_tensor *cached[4] = {ag_narrow(c->k[l], 2, 0, c->t), ag_narrow(c->v[l], 2, 0, c->t), c->mk[l], c->mv[l]};
-        for (int i = 0; i < 4; i++) ag_copy_(cached[i], ag_index_select(cached[i], 0, rows));
+    ag_arena_mark mark = ag_arena_get_mark(a); /* scratch */
+    int64_t *idx = ag_arena_alloc(a, sizeof(int64_t) * (size_t)M);
+    size_t es = ag_dtype_size(c->k[0]->dtype), per_row = (size_t)(c->H * (t > c->S ? t : c->S) * Dh) + 1;
+    char *scratch = ag_arena_alloc(a, (size_t)M * per_row * (es > 1 ? es : 1) + 64);
+    if (!idx || !scratch || !read_rows(op, c, rows, idx)) {
+        if (!idx || !scratch) ag_error(op, "out of memory for the scratch of %lld rows", (long long)M);
+        ag_arena_rewind(a, mark);
+        return;
     }
-    if (c->mask) ag_copy_(c->mask, ag_index_select(c->mask, 0, rows));
+    /* only the rows that change move: a beam that continues in its own row costs nothing */
+    for (int l = 0; l < c->layers && t > 0; l++) {
+        move_rows(c->k[l], idx, M, c->H, c->max_len * Dh, t * Dh, scratch);
+        move_rows(c->v[l], idx, M, c->H, c->max_len * Dh, t * Dh, scratch);
+    }
+    bool shared = c->mk[0] == c->mk0[0]; /* no memory rows of their own: the rows move */
+    for (int l = 0; l < c->layers && shared; l++) {
+        move_rows(c->mk[l], idx, M, 1, 0, c->mk[l]->stride[0], scratch);
+        move_rows(c->mv[l], idx, M, 1, 0, c->mv[l]->stride[0], scratch);
+    }
+    if (shared && c->mask) move_rows(c->mask, idx, M, 1, 0, c->mask->stride[0], scratch);
+    for (int64_t i = 0; i < M; i++) {
+        int64_t src = c->src_row[idx[i]];
+        if (!shared && src != c->src_row[i]) { /* beams of one sentence share the memory's keys and values */
+            for (int l = 0; l < c->layers; l++) {
+                copy_row(c->mk[l], i, c->mk0[l], src);
+                copy_row(c->mv[l], i, c->mv0[l], src);
+            }
+            if (c->mask) copy_row(c->mask, i, c->mask0, src);
+        }
+        idx[i] = src;
+    }
+    memcpy(c->src_row, idx, sizeof(int64_t) * (size_t)M);
+    c->N = M;
     ag_arena_rewind(a, mark);
 }
 

@@ -162,8 +162,17 @@ AG_API ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder_modul
 /* x (N,E): the embedded target token at the next position  ->  (N,E), after the stack's final
  * norm if it has one. Reports (and returns NULL) with grad mode on or past max_len. */
 AG_API ag_tensor *ag_decoder_step(const ag_transformer_decoder_module *m, ag_decoder_cache *c, ag_tensor *x);
+/* The same for up to max_rows rows (max_rows >= N; beam search: the sentences' beams): the
+ * rows start as memory's N rows, and a reorder may grow or shrink them. Rows that read the same
+ * memory row share its cross-attention keys and values: they are gathered again only when the
+ * memory rows the rows read change. */
+AG_API ag_decoder_cache *ag_decoder_cache_new_rows(const ag_transformer_decoder_module *m, ag_tensor *memory,
+                                                   ag_tensor *memory_key_padding_mask, int64_t max_len,
+                                                   int64_t max_rows);
 /* Row r of the cache becomes row rows[r] of it (beam search keeping, copying or dropping beams);
- * rows (N) i64. The positions fed so far stay. */
+ * rows (M) i64 or i32 indices of the current rows, 1 <= M <= max_rows (N for
+ * ag_decoder_cache_new): the cache then has M rows, and steps take (M,E). The positions fed so
+ * far stay. */
 AG_API void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows);
 /* positions fed so far */
 AG_API int64_t ag_decoder_cache_len(const ag_decoder_cache *c);
