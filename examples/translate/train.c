@@ -488,7 +488,7 @@ static const char *TRAIN_USAGE =
     "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/log.jsonl, OUT/curves.svg and OUT/attention.svg.";
 
 int cmd_train(int argc, char **argv) {
-    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 4000, .batch = 64, .d_model = 128,
+    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 8000, .batch = 64, .d_model = 128,
                     .tokenizer = "spm", .spm_type = "unigram",
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
                     .eval_every = 100, .save_every = 500, .warmup = 100, .seed = 1, .samples = 3, .beam = 1,
@@ -502,7 +502,7 @@ int cmd_train(int argc, char **argv) {
         {"--test", OPT_STRING, &o.test, "FILE  corpus evaluated with the best checkpoint at the end"},
         {"--out", OPT_STRING, &o.out, "DIR   where checkpoints and pictures go (runs/translate)"},
         {"--model", OPT_STRING, &o.model, "NAME  transformer, gru, lstm or rnn (transformer)"},
-        {"--steps", OPT_INT, &o.steps, "N     optimizer steps (4000)"},
+        {"--steps", OPT_INT, &o.steps, "N     optimizer steps at most (8000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
         {"--accum", OPT_INT, &o.accum, "N     batches per optimizer step (gradient accumulation: a step sees N x --batch pairs; 1)"},
         {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (2e-3)"},
