@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 . scripts/common.sh
 ag_ensure_packages
-ag_build build
+ag_build build -- examples/translate/attograd-translate # only what the run needs: ./test.sh builds the rest
 data=examples/translate/data/num-en-fr
 exec build/examples/translate/attograd-translate train --train "$data/train.tsv" --test "$data/test.tsv" \
     --out runs/num-en-fr "$@"

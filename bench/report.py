@@ -53,15 +53,18 @@ for (name, shape, threads), r in rows.items():
     a = min(r["attograd"]) if r["attograd"] else None
     t = min(r["pytorch"]) if r["pytorch"] else None
     rss = name.endswith("_rss")
+    secs = name.startswith("translate_to")  # time_to.py's rows: wall time in s, steps in the notes
+    if secs:
+        a, t = (None if v is None else v / 1e3 for v in (a, t))
     ratio = a / t if a is not None and t else None
-    gf = r["gflop"] / a * 1e3 if a and not rss and r["gflop"] > 0 else None
-    tgf = r["gflop"] / t * 1e3 if t and not rss and r["gflop"] > 0 else None
+    gf = r["gflop"] / a * 1e3 if a and not rss and not secs and r["gflop"] > 0 else None
+    tgf = r["gflop"] / t * 1e3 if t and not rss and not secs and r["gflop"] > 0 else None
     pk = 100 * gf / peak[threads] if gf and threads in peak else None
     spread = None
     if len(r["attograd"]) > 1:
         spread = 100 * (max(r["attograd"]) - a) / a
     note = ";".join(f"{k[:2]}:{v}" for k, v in r["notes"].items() if v != "-")
-    unit = " MiB" if rss else ""
+    unit = " MiB" if rss else " s" if secs else ""
     table.append((name, shape, str(threads), fmt(a, ".3f") + unit if a is not None else "-",
                   fmt(t, ".3f") + unit if t is not None else "-", fmt(ratio, ".2f"), fmt(gf, ".1f"),
                   fmt(pk, ".0f"), fmt(tgf, ".1f"), f"{len(r['attograd'])} ({fmt(spread, '.0f')})", note))
@@ -73,6 +76,20 @@ print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)).rstrip())
 print("  ".join("-" * w[i] for i in range(len(hdr))))
 for row in table:
     print("  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip())
+
+# time to a dev exact match (time_to.py's rows): attograd's seconds and steps at each thread count
+# against PyTorch's at 1 thread, the same recipe
+for (name, shape, threads), r in rows.items():
+    if not name.startswith("translate_to") or not r["attograd"]:
+        continue
+    torch1 = rows.get((name, shape, 1), {}).get("pytorch")
+    a = min(r["attograd"])
+    line = (f"# {name} {shape}: attograd {a / 1e3:.1f} s ({r['notes'].get('attograd', '-')}) at {threads} "
+            f"thread{'s' if threads > 1 else ''}")
+    if torch1:
+        line += (f", PyTorch {min(torch1) / 1e3:.1f} s ({rows[(name, shape, 1)]['notes'].get('pytorch', '-')}) at 1 "
+                 f"thread: attograd takes {a / min(torch1):.2f} of PyTorch's time")
+    print(line)
 
 # thread scaling and thread-count independence, for benchmarks run at several thread counts
 by_bench = collections.defaultdict(dict)

@@ -122,5 +122,23 @@ for r in $(seq "$rounds"); do
       --stop-at 2 --threads 1 >>"$OUT" 2>>"$log"
     rm -rf "$tmp"
   fi
+  # time to 99 % dev exact match with the default recipe, in wall seconds from the start
+  # (bench/time_to.py): attograd at 1 thread and at its default threads, then PyTorch at 1 thread
+  # with the recipe and SentencePiece models of attograd's run (torch_translate.py --like): once
+  if [ "$r" = 1 ] && { [ -z "$only" ] || [ "$only" = translate ]; }; then
+    data=examples/translate/data/num-en-fr tmp=$(mktemp -d) log="$BUILD/translate_to99.log"
+    dflt=$(env -u OMP_NUM_THREADS "$BUILD/bench/bench_threads")
+    echo "translation runs to 99 % dev exact match (output in $log) ..." >&2
+    : >"$log"
+    for t in 1 "$dflt"; do
+      [ "$t" = 1 ] && env=(OMP_NUM_THREADS=1) thr=(--threads 1) || env=() thr=()
+      env -u OMP_NUM_THREADS "${env[@]}" "$PYTHON" bench/time_to.py attograd translate_to99 num-en-fr "$t" 0.99 -- \
+        "$BUILD/examples/translate/attograd-translate" train --train $data/train.tsv --out "$tmp/t$t" \
+        --stop-at 0.99 --samples 0 "${thr[@]}" >>"$OUT" 2>>"$log"
+    done
+    OMP_NUM_THREADS=1 "$PYTHON" bench/time_to.py pytorch translate_to99 num-en-fr 1 0.99 -- "$PYTHON" \
+      bench/torch_translate.py --like "$tmp/t1/best.h5" --threads 1 --stop-at 0.99 --no-test >>"$OUT" 2>>"$log"
+    rm -rf "$tmp"
+  fi
 done
 "$PYTHON" bench/report.py "$OUT"

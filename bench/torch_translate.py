@@ -3,16 +3,19 @@
 hyperparameters as `attograd-translate train` (defaults), trained with torch 1.13 on CPU.
 
     /usr/bin/python3 bench/torch_translate.py [--steps N] [--threads T] [--eval-every N]
-                                              [--lr X] [--warmup N] [--stop-at A]
+        [--max-eval N] [--lr X] [--warmup N] [--batch N] [--label-smoothing E] [--dropout P]
+        [--stop-at A] [--no-test] [--like CHECKPOINT]
 
-Prints dev exact match every --eval-every steps and, at the end, the test exact match, the
-steps and the wall time to the first evaluation at or above --stop-at (0.99). Mirrors
-examples/translate: word tokens (punctuation and hyphens split off), vocabularies from the
-training file with <pad> <bos> <eos> <unk> first, 5% of the training file held out (not the same
-pairs as attograd's draw), batches of 64 pairs of similar length in a shuffled order each
-epoch, embeddings initialised N(0, 1/d) then * sqrt(d) + sinusoidal positions, nn.Transformer (d 128, 4 heads, 2+2 layers,
-ff 512, dropout 0.1, post-norm, batch-first), Linear generator, cross entropy with label
-smoothing 0.1 ignoring <pad>, Adam(0.9, 0.98, 1e-9), linear warmup then inverse square root,
+Prints dev exact match every --eval-every steps (on --max-eval dev pairs) and, at the end, the
+test exact match, the steps and the wall time to the first evaluation at or above --stop-at
+(0.99). The defaults are attograd-translate train's (RECIPE); --like takes the recipe and the
+SentencePiece models of an attograd-translate checkpoint, so both sides train on the same ids
+(bench/run.sh's time-to-99 % row). Mirrors examples/translate: without --like, word tokens
+(punctuation and hyphens split off), vocabularies from the training file with <pad> <bos> <eos>
+<unk> first; 5% of the training file held out (not the same pairs as attograd's draw), batches
+of --batch pairs of similar length in a shuffled order each epoch, embeddings initialised N(0, 1/d) then * sqrt(d) + sinusoidal positions, nn.Transformer (d 128, 4 heads, 2+2 layers,
+ff 512, dropout, post-norm, batch-first), Linear generator, cross entropy with label
+smoothing ignoring <pad>, Adam(0.9, 0.98, 1e-9), linear warmup then inverse square root,
 gradient clipping 1.0, greedy decoding.
 
 The model's state_dict has attograd's parameter names and nothing else (the positional table is
@@ -23,6 +26,7 @@ import argparse
 import math
 import os
 import random
+import sys
 import time
 import unicodedata
 
@@ -32,6 +36,9 @@ from torch import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "examples", "translate", "data", "num-en-fr")
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
+# attograd-translate train's defaults for the Transformer (examples/translate/train.c)
+RECIPE = {"steps": 8000, "lr": 2e-3, "warmup": 100, "batch": 64, "label_smoothing": 0.1, "dropout": 0.1,
+          "eval_every": 100, "max_eval": 1000}
 
 
 def tokenize(s):
@@ -178,46 +185,78 @@ def greedy(model, src):
 
 
 @torch.no_grad()
-def exact_match(model, pairs, src_stoi, tgt_stoi):
+def exact_match(model, pairs, src_stoi, tgt_stoi, enc=encode):
     model.eval()
     hits = 0
     for k in range(0, len(pairs), 128):
         chunk = pairs[k:k + 128]
-        got = greedy(model, pad([encode(s, src_stoi) for s, _ in chunk]))
-        hits += sum(g == encode(t, tgt_stoi) for g, (_, t) in zip(got, chunk))
+        got = greedy(model, pad([enc(s, src_stoi) for s, _ in chunk]))
+        hits += sum(g == enc(t, tgt_stoi) for g, (_, t) in zip(got, chunk))
     model.train()
     return hits / len(pairs)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=6000)
+    # attograd-translate train's defaults (examples/translate/train.c), or --like's
+    ap.add_argument("--steps", type=int, default=RECIPE["steps"])
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--eval-every", type=int, default=500)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=400)
+    ap.add_argument("--eval-every", type=int, default=RECIPE["eval_every"])
+    ap.add_argument("--max-eval", type=int, default=RECIPE["max_eval"], help="dev pairs per evaluation (0: all)")
+    ap.add_argument("--lr", type=float, default=RECIPE["lr"])
+    ap.add_argument("--warmup", type=int, default=RECIPE["warmup"])
+    ap.add_argument("--batch", type=int, default=RECIPE["batch"])
+    ap.add_argument("--label-smoothing", type=float, default=RECIPE["label_smoothing"])
+    ap.add_argument("--dropout", type=float, default=RECIPE["dropout"])
     ap.add_argument("--stop-at", type=float, default=0.99)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-test", action="store_true", help="skip the test split at the end")
+    ap.add_argument("--like", metavar="CHECKPOINT",
+                    help="an attograd-translate checkpoint: its SentencePiece models and recipe (lr, warmup, batch, "
+                         "label smoothing, dropout, sizes; evaluation when it records them) replace the defaults")
     a = ap.parse_args()
+    cfg = {}
+    enc_fn = encode
+    if a.like:
+        sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+        import checkpoint_torch
+        cfg = checkpoint_torch.read_config(a.like)
+        given = {k for k in vars(a) if "--" + k.replace("_", "-") in sys.argv}
+        for k in ("lr", "warmup", "batch", "label_smoothing", "dropout", "eval_every", "max_eval"):
+            if k in cfg and k not in given:
+                setattr(a, k, type(getattr(a, k))(cfg[k]))
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
     train = read(os.path.join(DATA, "train.tsv"))
     test = read(os.path.join(DATA, "test.tsv"))
-    src_stoi, _ = vocab(s for s, _ in train)
-    tgt_stoi, _ = vocab(t for _, t in train)
+    if cfg.get("tokens") == "spm":  # the checkpoint's pieces: ids as attograd's
+        import base64
+        import sentencepiece as spm
+        src_stoi, tgt_stoi = (spm.SentencePieceProcessor(model_proto=base64.b64decode(cfg[k]))
+                              for k in ("src_spm", "tgt_spm"))
+        enc_fn = lambda s, sp: sp.encode(s) + [EOS]  # noqa: E731
+    else:
+        src_stoi, _ = vocab(s for s, _ in train)
+        tgt_stoi, _ = vocab(t for _, t in train)
+    vs, vt = (len(src_stoi), len(tgt_stoi)) if not cfg.get("tokens") == "spm" else \
+        (src_stoi.get_piece_size(), tgt_stoi.get_piece_size())
     idx = list(range(len(train)))
     rng.shuffle(idx)
     n_dev = round(0.05 * len(train))
     dev = [train[i] for i in sorted(idx[:n_dev])]
     train = [train[i] for i in sorted(idx[n_dev:])]
-    enc = [(encode(s, src_stoi), encode(t, tgt_stoi)) for s, t in train]
-    model = Seq2Seq(len(src_stoi), len(tgt_stoi))
+    dev_eval = [dev[i] for i in sorted(rng.sample(range(len(dev)), a.max_eval))] if 0 < a.max_eval < len(dev) else dev
+    enc = [(enc_fn(s, src_stoi), enc_fn(t, tgt_stoi)) for s, t in train]
+    sizes = {k: cfg[c] for k, c in (("d", "d_model"), ("heads", "nhead"), ("layers", "encoder_layers"),
+                                    ("ff", "dim_feedforward"), ("dec_layers", "decoder_layers")) if c in cfg}
+    model = Seq2Seq(vs, vt, dropout=a.dropout, **sizes)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-9)
-    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
-    bs = batches(enc, 64, rng)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=a.label_smoothing)
+    bs = batches(enc, a.batch, rng)
     print(f"torch {torch.__version__}, {a.threads} thread(s), {sum(p.numel() for p in model.parameters())} "
-          f"parameters, {len(train)} training pairs", flush=True)
+          f"parameters, {len(train)} training pairs; lr {a.lr}, warmup {a.warmup}, batch {a.batch}, label smoothing "
+          f"{a.label_smoothing}, dropout {a.dropout}; {len(dev_eval)} dev pairs every {a.eval_every} steps", flush=True)
     step, t0, reached = 0, time.time(), None
     while step < a.steps and reached is None:
         rng.shuffle(bs)
@@ -235,7 +274,7 @@ def main():
                 g["lr"] = a.lr * min(step / a.warmup, math.sqrt(a.warmup / step))
             opt.step()
             if step % a.eval_every == 0 or step == a.steps:
-                acc = exact_match(model, dev, src_stoi, tgt_stoi)
+                acc = exact_match(model, dev_eval, src_stoi, tgt_stoi, enc_fn)
                 el = time.time() - t0
                 print(f"step {step}: loss {loss.item():.4f}, dev exact match {100 * acc:.2f}%, {el:.1f} s", flush=True)
                 if acc >= a.stop_at:
@@ -243,8 +282,9 @@ def main():
                     break
             if step >= a.steps:
                 break
-    acc = exact_match(model, test, src_stoi, tgt_stoi)
-    print(f"test exact match {100 * acc:.2f}% after {step} steps, {time.time() - t0:.1f} s")
+    if not a.no_test:
+        acc = exact_match(model, test, src_stoi, tgt_stoi, enc_fn)
+        print(f"test exact match {100 * acc:.2f}% after {step} steps, {time.time() - t0:.1f} s")
     if reached:
         print(f"reached {100 * a.stop_at:.0f}% dev exact match at step {reached[0]}, {reached[1]:.1f} s")
 

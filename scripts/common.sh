@@ -5,9 +5,11 @@ AG_PACKAGES=(gcc meson ninja-build pkg-config libopenblas-dev libhdf5-dev libcmo
 
 # Install the Debian packages that are not installed yet (apt-get only when something is missing).
 ag_ensure_packages() {
-    local missing=()
+    local missing=() installed
+    # one dpkg-query for all of them: "name status" per line, a package it does not know absent
+    installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${AG_PACKAGES[@]}" "$@" 2>/dev/null || true)
     for p in "${AG_PACKAGES[@]}" "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+        grep -qx "$p install ok installed" <<<"$installed" || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     echo "attograd: installing ${missing[*]}" >&2
@@ -17,14 +19,17 @@ ag_ensure_packages() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-# Configure dir $1 (default build) with the remaining arguments if needed, then build it.
+# Configure dir $1 (default build) with the remaining arguments if needed, then build it: all of
+# it, or the ninja targets given after a `--` (ag_build build -- examples/translate/attograd-translate).
 ag_build() {
-    local dir="${1:-build}"
+    local dir="${1:-build}" setup=() targets=()
     shift || true
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do setup+=("$1"); shift; done
+    [ $# -gt 0 ] && shift && targets=("$@")
     if [ ! -f "$dir/build.ninja" ]; then
-        meson setup "$dir" "$@" >&2
+        meson setup "$dir" "${setup[@]}" >&2
     fi
-    ninja -C "$dir" >&2
+    ninja -C "$dir" "${targets[@]}" >&2
 }
 
 # Run the suite in dir $1 and print one closing line "N passed, N failed" counting every test

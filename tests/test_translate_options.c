@@ -103,7 +103,7 @@ static void test_h_and_help_print_the_usage_with_defaults_and_ranges_on_stdout(v
     /* each option with its short name, default and range */
     assert_option_line(help[0], "-t, --train", "FILE  training corpus (TSV)");
     assert_option_line(help[0], "-o, --out", "DIR ");
-    assert_option_line(help[0], "    --steps", "N     optimizer steps (4000) [an integer >= 1]");
+    assert_option_line(help[0], "    --steps", "N     optimizer steps at most (8000) [an integer >= 1]");
     assert_option_line(help[0], "    --dropout", "P     dropout (0.1) [a probability from 0 to 1 (1 excluded)]");
     assert_option_line(help[0], "    --chars", "the same as --tokenizer char");
     assert_option_line(help[1], "-m, --checkpoint", "FILE  a checkpoint written by train");

@@ -37,7 +37,7 @@ static const char *toy(void) {
     return p;
 }
 
-/* a 6-step Transformer with the default --warmup (400, longer than the run), tested on the
+/* a 6-step Transformer with the default --warmup (100, longer than the run), tested on the
  * training file; its stdout and stderr */
 static char *tiny_log[2];
 static const char *tiny(void) {
@@ -209,7 +209,7 @@ static void test_each_option_error_is_one_line_and_a_pointer_to_help(void **stat
         {{"train", "--train", T, "--stop-at", "99"},
          "--stop-at expects an exact match fraction from 0 to 1 (0: off), got '99'"},
         {{"train", "--train", T, "--seed", "-1"}, "--seed expects an integer >= 0, got '-1'"},
-        {{"train", "--train", T, "--threads", "-1"}, "--threads expects an integer from 0 to 1024 (0: 1 thread), got '-1'"},
+        {{"train", "--train", T, "--threads", "-1"}, "--threads expects an integer from 0 to 1024 (0: the free cores), got '-1'"},
         {{"train", "--train", T, "--resume=yes"}, "--resume takes no value, got 'yes'"},
         {{"train", "--train", T, "stray"}, "unexpected argument 'stray'"},
         {{"train", "--out", out_dir}, "--train FILE is required (the training corpus)"},
@@ -454,9 +454,9 @@ static void test_curves_plot_the_train_loss_at_every_logged_step_from_step_0(voi
 }
 
 static void test_a_warmup_longer_than_the_run_is_warned_about(void **state) {
-    tiny(); /* 6 steps, the default --warmup 400 */
-    assert_contains(tiny_log[1], "attograd-translate: warning: --warmup 400 is longer than the run (--steps 6): the "
-                                 "learning rate only rises to 1.5e-05 of --lr 0.001 and never decays; a --warmup of 1 "
+    tiny(); /* 6 steps, the default --warmup 100 and --lr 0.002 */
+    assert_contains(tiny_log[1], "attograd-translate: warning: --warmup 100 is longer than the run (--steps 6): the "
+                                 "learning rate only rises to 0.00012 of --lr 0.002 and never decays; a --warmup of 1 "
                                  "(a fifth of the steps) would reach it\n");
     assert_status(RUN("train", "--train", toy(), "--out", tt_in_dir("run-warm"), TINY, "--steps", "10", "--warmup",
                       "10", "--eval-every", "10"),

@@ -488,11 +488,11 @@ static const char *TRAIN_USAGE =
     "OUT/last.h5, OUT/best.h5 (best dev exact match), OUT/log.jsonl, OUT/curves.svg and OUT/attention.svg.";
 
 int cmd_train(int argc, char **argv) {
-    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 4000, .batch = 64, .d_model = 128,
+    train_opts o = {.out = "runs/translate", .model = "transformer", .steps = 8000, .batch = 64, .d_model = 128,
                     .tokenizer = "spm", .spm_type = "unigram",
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
-                    .eval_every = 250, .save_every = 500, .warmup = 400, .seed = 1, .samples = 3, .beam = 1,
-                    .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
+                    .eval_every = 100, .save_every = 500, .warmup = 100, .seed = 1, .samples = 3, .beam = 1,
+                    .max_eval = 1000, .lr = 2e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
                     .heldout = 0.05, .teacher_forcing = 1.0, .accum = 1};
     o.patience = TRAIN_DEFAULT_PATIENCE;
     const opt_def defs[] = {
@@ -502,11 +502,11 @@ int cmd_train(int argc, char **argv) {
         {"--test", OPT_STRING, &o.test, "FILE  corpus evaluated with the best checkpoint at the end"},
         {"--out", OPT_STRING, &o.out, "DIR   where checkpoints and pictures go (runs/translate)"},
         {"--model", OPT_STRING, &o.model, "NAME  transformer, gru, lstm or rnn (transformer)"},
-        {"--steps", OPT_INT, &o.steps, "N     optimizer steps (4000)"},
+        {"--steps", OPT_INT, &o.steps, "N     optimizer steps at most (8000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
         {"--accum", OPT_INT, &o.accum, "N     batches per optimizer step (gradient accumulation: a step sees N x --batch pairs; 1)"},
-        {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
-        {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (400)"},
+        {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (2e-3)"},
+        {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (100)"},
         {"--d-model", OPT_INT, &o.d_model, "N     embedding / model size (128)"},
         {"--heads", OPT_INT, &o.heads, "N     attention heads (4)"},
         {"--layers", OPT_INT, &o.layers, "N     encoder and decoder layers each (Transformer 2, recurrent 1)"},
@@ -524,7 +524,7 @@ int cmd_train(int argc, char **argv) {
         {"--spm-model", OPT_STRING, &o.spm_model, "FILE  a trained SentencePiece model for both sides, or SRC,TGT"},
         {"--chars", OPT_FLAG, &o.chars, "      the same as --tokenizer char"},
         {"--strict", OPT_FLAG, &o.strict, "      stop at the first bad corpus line instead of skipping it"},
-        {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (250)"},
+        {"--eval-every", OPT_INT, &o.eval_every, "N     evaluate on the dev set every N steps (100)"},
         {"--max-eval", OPT_INT, &o.max_eval, "N     dev pairs (a fixed random subset) decoded per evaluation (1000; 0 = all)"},
         {"--save-every", OPT_INT, &o.save_every, "N     write OUT/last.h5 every N steps (500)"},
         {"--keep-last", OPT_INT, &o.keep_last, "N     also keep OUT/step-S.h5 of the last N evaluations and saves (0)"},
@@ -533,7 +533,7 @@ int cmd_train(int argc, char **argv) {
         {"--patience", OPT_INT, &o.patience, "N     stop after N evaluations without a better dev exact match ("
                                              TRAIN_STR(TRAIN_DEFAULT_PATIENCE) "; 0 = off)"},
         {"--seed", OPT_INT, &o.seed, "N     (1)"},
-        {"--threads", OPT_INT, &o.threads, "N     threads (1; the toy model gains little from more, and loses on a busy machine)"},
+        {"--threads", OPT_INT, &o.threads, "N     threads (0: the library's default, the free cores)"},
         {"--resume", OPT_FLAG, &o.resume, "      continue exactly from OUT/last.h5"},
         {"--recompute-attention", OPT_FLAG, &o.recompute_attention,
          "      Transformer: recompute attention in backward (less memory, slower steps, same results)"},
@@ -563,7 +563,7 @@ int cmd_train(int argc, char **argv) {
                           AG_RECURRENT_MAX_LAYERS, o.model, (long long)o.layers);
     const char *bad = train_opts_problem(&o); /* what the ranges above cannot say */
     if (bad) return opts_error(argv, 2, "%s", bad);
-    ag_set_num_threads(o.threads > 0 ? (int)o.threads : 1);
+    if (o.threads > 0) ag_set_num_threads((int)o.threads); /* else the library's: the free cores */
     if (!tr_dist_begin()) return 1;
     int status = train_run(&o, defs, flagged);
     tr_dist_end();

@@ -41,7 +41,7 @@ const opt_range TRAIN_RANGES[] = {
     {"--stop-at", 0, 1, false, false, "an exact match fraction from 0 to 1 (0: off)"},
     {"--patience", 0, INFINITY, false, false, "an integer >= 0 (0: off)"},
     {"--seed", 0, INFINITY, false, false, NULL},
-    {"--threads", 0, TR_MAX_THREADS, false, false, "an integer from 0 to 1024 (0: 1 thread)"},
+    {"--threads", 0, TR_MAX_THREADS, false, false, "an integer from 0 to 1024 (0: the free cores)"},
     {NULL, 0, 0, false, false, NULL},
 };
 
