@@ -127,10 +127,11 @@ class Seq2Seq(nn.Module):
 
     # Incremental decoding, as fairseq's incremental state: the cross-attention keys and values of
     # the memory are computed once, the self-attention keys and values grow by one position a
-    # step, and beam search reorders them. Rows are sentences times beams; a sentence's K beams
-    # share its memory (queried as K positions at once, not copied K times).
-    def begin(self, src, K):
-        """decoding state for the padded batch src (B, S), K rows per sentence"""
+    # step (written into buffers of T positions, position-major so that the filled part is one
+    # contiguous block), and beam search reorders them. Rows are sentences times beams; a
+    # sentence's K beams share its memory (queried as K positions at once, not copied K times).
+    def begin(self, src, K, T):
+        """decoding state for the padded batch src (B, S), K rows per sentence, T positions"""
         memory = self.encode(src)
         B, S = src.shape
         if memory.shape[1] < S:  # the encoder's nested-tensor path pads to the longest sentence only
@@ -143,7 +144,9 @@ class Seq2Seq(nn.Module):
             kv = F.linear(memory, ca.in_proj_weight[d:], ca.in_proj_bias[d:]).view(B, S, 2, h, d // h)
             cross.append((kv[:, :, 0].transpose(1, 2).contiguous(), kv[:, :, 1].transpose(1, 2).contiguous()))
         bias = torch.zeros(B, 1, 1, S).masked_fill_((src == PAD)[:, None, None, :], float("-inf"))
-        return {"B": B, "K": K, "h": h, "t": 0, "cross": cross, "bias": bias, "cache": [None] * len(layers)}
+        # per layer: keys, values and a spare buffer for reordering, each (T, R, h, dh)
+        cache = [[torch.empty(T, B * K, h, d // h) for _ in range(3)] for _ in layers]
+        return {"B": B, "K": K, "h": h, "t": 0, "cross": cross, "bias": bias, "cache": cache}
 
     def step(self, st, ids):
         """feed ids (R) at the next position: log-probabilities (R, V) of the token after it"""
@@ -153,13 +156,12 @@ class Seq2Seq(nn.Module):
         x = self.tgt_embed(ids) * math.sqrt(d) + self.pe[t]
         for i, L in enumerate(self.transformer.decoder.layers):
             sa, ca = L.self_attn, L.multihead_attn
-            q, k, v = F.linear(x, sa.in_proj_weight, sa.in_proj_bias).view(R, 3, h, 1, dh).unbind(1)
-            if st["cache"][i] is not None:
-                k, v = torch.cat((st["cache"][i][0], k), 2), torch.cat((st["cache"][i][1], v), 2)
-            st["cache"][i] = (k, v)  # (R, h, t+1, dh)
+            q, k, v = F.linear(x, sa.in_proj_weight, sa.in_proj_bias).view(R, 3, h, dh).unbind(1)
+            kc, vc = st["cache"][i][0], st["cache"][i][1]
+            kc[t], vc[t] = k, v
             # one query against t+1 keys: products and sums, faster on CPU than R h tiny GEMMs
-            w = torch.softmax((k * (q * scale)).sum(-1), -1)  # (R, h, t+1)
-            a = (w.unsqueeze(-1) * v).sum(2)
+            w = torch.softmax((kc[:t + 1] * (q * scale)).sum(-1), 0)  # (t+1, R, h)
+            a = (w.unsqueeze(-1) * vc[:t + 1]).sum(0)
             x = L.norm1(x + F.linear(a.view(R, d), sa.out_proj.weight, sa.out_proj.bias))
             q = (F.linear(x, ca.in_proj_weight[:d], ca.in_proj_bias[:d]) * scale).view(B, K, h, 1, dh).transpose(1, 2)
             ck, cv = st["cross"][i]  # (B, h, S, dh)
@@ -172,7 +174,11 @@ class Seq2Seq(nn.Module):
 
     def reorder(self, st, rows):
         """row r continues row rows[r]"""
-        st["cache"] = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in st["cache"]]
+        t = st["t"]
+        for c in st["cache"]:
+            for i in (0, 1):  # gathered into the spare buffer, which then takes its place
+                torch.index_select(c[i][:t], 1, rows, out=c[2][:t])
+                c[i], c[2] = c[2], c[i]
 
 
 class AdditiveAttention(nn.Module):
@@ -204,7 +210,7 @@ class RecurrentSeq2Seq(nn.Module):
         self.decoder = {"gru": nn.GRUCell, "lstm": nn.LSTMCell, "rnn": nn.RNNCell}[kind](E + 2 * H, H)
         self.generator = nn.Linear(3 * H, vt)
 
-    def begin(self, src, K):
+    def begin(self, src, K, T):
         """decoding state for the padded batch src (B, S), K rows per sentence: the encoder's
         outputs and their attention projection per sentence, the decoder state per row"""
         B, S = src.shape
@@ -299,7 +305,7 @@ def translate(model, src, beam=1, alpha=0.6, max_len=None, margins=None):
         T = min(T, model.pe.shape[0] - 1)
     limit = (2 * (src != PAD).sum(1) + 8).clamp(max=T)  # (B)
     V = model.generator.out_features
-    st = model.begin(src, K)
+    st = model.begin(src, K, T)
     neg = float("-inf")
     score = torch.full((B, K), neg, dtype=torch.float64)
     score[:, 0] = 0.0  # identical beams at the start: keep one
