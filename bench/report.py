@@ -134,3 +134,16 @@ for (name, shape, threads), r in rows.items():
         if r["pytorch"]:
             line += f", half of DDP's step is {min(r['pytorch']) / 2:.0f} ms"
     print(line)
+
+# decoding rows (bench_decode.py): time per sentence in ms; sentences per second both sides, and
+# the lines where PyTorch's translation differs from attograd's (the same search on the same
+# checkpoint: 0 expected)
+for (name, shape, threads), r in rows.items():
+    if not name.startswith("decode_") or not r["attograd"] or not r["pytorch"]:
+        continue
+    a, t = min(r["attograd"]), min(r["pytorch"])
+    note = r["notes"].get("pytorch", "")
+    mismatch = note.split("mismatch=")[1].split(",")[0] if "mismatch=" in note else "not compared"
+    print(f"# {name}, {threads} thread{'s' if threads > 1 else ''}: attograd {1e3 / a:.0f} sentences/s, PyTorch "
+          f"{1e3 / t:.0f}: attograd takes {a / t:.2f} of PyTorch's time per sentence; translations that differ: "
+          f"{mismatch}")

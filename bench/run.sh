@@ -4,7 +4,7 @@
 # data, thread count and repetitions, in alternating rounds, and prints one table
 # (bench/report.py). Raw RESULT lines are kept in $BENCH_OUT (default build dir/bench.txt).
 #
-# usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train|translate] [--avx2]
+# usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train|translate|decode] [--avx2]
 #   --quick   fewer repetitions and one round, a 300-step translation run (a smoke run, ~3 minutes)
 #   --rounds  rounds per benchmark (default 3): the table shows the best round's median
 #   --avx2    on an AVX-512 CPU, both sides at AVX2 (a stand-in for an AVX2-only CPU): attograd's
@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift ;;
     --only) only=$2; shift ;;
     --avx2) export AG_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 ;;
-    *) echo "usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train|translate] [--avx2]" >&2; exit 2 ;;
+    *) echo "usage: bench/run.sh [--quick] [--rounds N] [--only sgemm|mha|train|translate|decode] [--avx2]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -81,8 +81,34 @@ ddp_pair() { # args...
    done; wait)
 }
 
+# decoding: the test split of num-en-fr translated greedy and with beam 4 by attograd-translate
+# and by bench/torch_translate.py (the same search), same checkpoint and threads, alternating;
+# the checkpoint is the default Transformer on word tokens, trained here by attograd for 600
+# steps (about 98 % dev exact match; 30 s of CPU). bench_decode.py counts the lines where
+# PyTorch's translation differs from attograd's.
+decode_ckpt=""
+decode_pair() { # threads beam
+  local t=$1 k=$2 out="$decode_dir/attograd_t$1_b$2.txt"
+  OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t AG_FOLLOW_LOAD=0 "$PYTHON" bench/bench_decode.py attograd \
+    --bin "$BUILD/examples/translate/attograd-translate" --checkpoint "$decode_ckpt" --beam "$k" --out "$out" \
+    "${quick[@]}" >>"$OUT"
+  OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$PYTHON" bench/bench_decode.py pytorch --checkpoint "$decode_ckpt" \
+    --beam "$k" --compare "$out" "${quick[@]}" >>"$OUT"
+}
+if [ -z "$only" ] || [ "$only" = decode ]; then
+  decode_dir="$BUILD/decode" && mkdir -p "$decode_dir"
+  decode_ckpt="$decode_dir/run/last.h5"
+  echo "training the decoding benchmark's checkpoint (600 steps, output in $decode_dir/train.log) ..." >&2
+  OMP_NUM_THREADS=1 "$BUILD/examples/translate/attograd-translate" train \
+    --train examples/translate/data/num-en-fr/train.tsv --out "$decode_dir/run" --tokenizer word --steps 600 \
+    --eval-every 600 --max-eval 300 --samples 0 --threads 1 --seed 1 >"$decode_dir/train.log" 2>&1
+fi
+
 for r in $(seq "$rounds"); do
   echo "round $r/$rounds ..." >&2
+  if [ -z "$only" ] || [ "$only" = decode ]; then
+    for t in 1 2; do for k in 1 4; do decode_pair $t $k; done; done
+  fi
   if [ -z "$only" ] || [ "$only" = sgemm ]; then
     for t in 1 2; do pair $t bench_sgemm bench_sgemm.py; done
   fi

@@ -13,11 +13,12 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 sys.path.insert(0, os.path.join(HERE, "parity"))
+sys.path.insert(0, os.path.join(HERE, "..", "bench"))
 try:
     import torch
-    from torch import nn
 
     import checkpoint_torch as ct
+    import torch_translate as tt
     from gen_gru import AdditiveAttention  # attograd's ag_additive_attention_module
 except (ImportError, SystemExit) as e:
     print(f"translate_torch_recurrent: skipped, cannot import torch or h5py ({e})", file=sys.stderr)
@@ -27,20 +28,13 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SENTENCES = ["a b c", "f", "e e d a", "c d e f a b c", "b b b b"]
 
 
-class Seq2Seq(nn.Module):
-    """examples/translate/model.c's recurrent encoder-decoder, parameters in its order"""
+class Seq2Seq(tt.RecurrentSeq2Seq):
+    """examples/translate/model.c's recurrent encoder-decoder (bench/torch_translate.py's
+    modules), with a greedy search of its own: one sentence at a time, step by step"""
 
     def __init__(self, kind, src_vocab, tgt_vocab, E, H, layers):
-        super().__init__()
-        self.kind = kind
-        self.src_embed = nn.Embedding(src_vocab, E, padding_idx=PAD)
-        self.tgt_embed = nn.Embedding(tgt_vocab, E, padding_idx=PAD)
-        rnn = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}[kind]
-        self.encoder = rnn(E, H, num_layers=layers, bidirectional=True, batch_first=True)
-        self.bridge = nn.Linear(2 * H, H)
-        self.attention = AdditiveAttention(H, 2 * H, H)
-        self.decoder = {"gru": nn.GRUCell, "lstm": nn.LSTMCell, "rnn": nn.RNNCell}[kind](E + 2 * H, H)
-        self.generator = nn.Linear(3 * H, tgt_vocab)
+        super().__init__(kind, src_vocab, tgt_vocab, E, H, layers)
+        self.attention = AdditiveAttention(H, 2 * H, H)  # the same parameters, and a forward
 
     @torch.no_grad()
     def greedy(self, src):

@@ -13,20 +13,15 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_parity import leaf, module_params, run_with, safe_softmax, write_case  # noqa: E402
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+from gen_parity import leaf, module_params, run_with, safe_softmax, write_case  # noqa: E402
+import torch_translate  # noqa: E402
 
 
-class AdditiveAttention(nn.Module):
+class AdditiveAttention(torch_translate.AdditiveAttention):
     """Bahdanau: score(s, h_j) = v^T tanh(W1 h_j + W2 s); attograd's ag_additive_attention_module"""
-
-    def __init__(self, query_size, key_size, attn_size):
-        super().__init__()
-        self.W1 = nn.Linear(key_size, attn_size, bias=False)
-        self.W2 = nn.Linear(query_size, attn_size, bias=False)
-        self.v = nn.Linear(attn_size, 1, bias=False)
 
     def forward(self, query, keys, mask=None):
         scores = self.v(torch.tanh(self.W1(keys) + self.W2(query).unsqueeze(1))).squeeze(-1)
