@@ -141,7 +141,7 @@ for r in $(seq "$rounds"); do
     echo "translation runs of $steps steps (output in $log) ..." >&2
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$PYTHON" bench/peak_rss.py attograd translate_run_rss \
       "num-en-fr,${steps}steps" 1 ru_maxrss -- "$BUILD/examples/translate/attograd-translate" train \
-      --train $data/train.tsv --test $data/test.tsv --out "$tmp" --steps $steps --eval-every 250 --threads 1 \
+      --train $data/train.tsv --test $data/test.tsv --out "$tmp" --steps $steps --eval-every 250 --patience 0 --threads 1 \
       --tokenizer word >>"$OUT" 2>"$log"
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$PYTHON" bench/peak_rss.py pytorch translate_run_rss \
       "num-en-fr,${steps}steps" 1 ru_maxrss -- "$PYTHON" bench/torch_translate.py --steps $steps --eval-every 250 \

@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "examples", "translate", "data", "num-en-fr")
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 # attograd-translate train's defaults for the Transformer (examples/translate/train.c)
-RECIPE = {"steps": 8000, "lr": 2e-3, "warmup": 100, "batch": 64, "label_smoothing": 0.1, "dropout": 0.1,
+RECIPE = {"steps": 8000, "lr": 1e-3, "warmup": 100, "batch": 64, "label_smoothing": 0.1, "dropout": 0.1,
           "eval_every": 100, "max_eval": 1000}
 
 

@@ -329,11 +329,11 @@ static void test_resume_says_when_the_training_or_dev_pairs_changed(void **state
     /* the same files again: recorded by the last run, nothing to say */
     assert_status(RUN("train", "--train", more, "--dev", dev, "--out", out, "--resume", "--steps", "6"), 0);
     assert_not_contains(tt.err, "note:");
-    /* a flag that differs in the last bits of a double (the default --lr, 0.002) prints differently */
+    /* a flag that differs in the last bits of a double (the default --lr, 0.001) prints differently */
     assert_status(RUN("train", "--train", more, "--dev", dev, "--out", out, "--resume", "--steps", "7", "--lr",
-                      "0.0020000000000000005"), 1);
-    assert_contains(tt.err, "attograd-translate: cannot resume: --lr 0.0020000000000000005 differs from the "
-                            "checkpoint's 0.002 (");
+                      "0.0010000000000000002"), 1);
+    assert_contains(tt.err, "attograd-translate: cannot resume: --lr 0.0010000000000000002 differs from the "
+                            "checkpoint's 0.001 (");
 }
 
 #define TEST(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)

@@ -454,9 +454,9 @@ static void test_curves_plot_the_train_loss_at_every_logged_step_from_step_0(voi
 }
 
 static void test_a_warmup_longer_than_the_run_is_warned_about(void **state) {
-    tiny(); /* 6 steps, the default --warmup 100 and --lr 0.002 */
+    tiny(); /* 6 steps, the default --warmup 100 and --lr 0.001 */
     assert_contains(tiny_log[1], "attograd-translate: warning: --warmup 100 is longer than the run (--steps 6): the "
-                                 "learning rate only rises to 0.00012 of --lr 0.002 and never decays; a --warmup of 1 "
+                                 "learning rate only rises to 6e-05 of --lr 0.001 and never decays; a --warmup of 1 "
                                  "(a fifth of the steps) would reach it\n");
     assert_status(RUN("train", "--train", toy(), "--out", tt_in_dir("run-warm"), TINY, "--steps", "10", "--warmup",
                       "10", "--eval-every", "10"),

@@ -492,7 +492,7 @@ int cmd_train(int argc, char **argv) {
                     .tokenizer = "spm", .spm_type = "unigram",
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
                     .eval_every = 100, .save_every = 500, .warmup = 100, .seed = 1, .samples = 3, .beam = 1,
-                    .max_eval = 1000, .lr = 2e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
+                    .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
                     .heldout = 0.05, .teacher_forcing = 1.0, .accum = 1};
     o.patience = TRAIN_DEFAULT_PATIENCE;
     const opt_def defs[] = {
@@ -505,7 +505,7 @@ int cmd_train(int argc, char **argv) {
         {"--steps", OPT_INT, &o.steps, "N     optimizer steps at most (8000)"},
         {"--batch", OPT_INT, &o.batch, "N     sentence pairs per batch (64)"},
         {"--accum", OPT_INT, &o.accum, "N     batches per optimizer step (gradient accumulation: a step sees N x --batch pairs; 1)"},
-        {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (2e-3)"},
+        {"--lr", OPT_DOUBLE, &o.lr, "X     peak learning rate after warmup (1e-3)"},
         {"--warmup", OPT_INT, &o.warmup, "N     linear warmup steps, then inverse square root decay (100)"},
         {"--d-model", OPT_INT, &o.d_model, "N     embedding / model size (128)"},
         {"--heads", OPT_INT, &o.heads, "N     attention heads (4)"},
