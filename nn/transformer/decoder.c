@@ -209,7 +209,8 @@ ag_decoder_cache *ag_decoder_cache_new_rows(const ag_transformer_decoder_module 
     }
     *c = (ag_decoder_cache){.N = N, .S = S, .E = E, .H = H, .max_len = max_len, .cap = cap, .B = N,
                             .src_row = src_row, .layers = m->num_layers};
-    for (int64_t i = 0; i < N; i++) src_row[i] = i;
+    /* rows past the sentences hold no memory row yet: the first reorder into them copies one */
+    for (int64_t i = 0; i < cap; i++) src_row[i] = i < N ? i : -1;
     if (memory_key_padding_mask) {
         TRY(c->mask0 = ag_attention_mask(NULL, memory_key_padding_mask, N, H));
         c->mask0 = c->mask = ag_clone(c->mask0); /* the cache's own */
