@@ -109,6 +109,9 @@ ag_tensor *ag__linear_rows(ag_tensor *x, ag_tensor *w, ag_tensor *b, int64_t m, 
 ag_tensor *ag__mha_forward_rows(const ag_mha_module *m, ag_tensor *q, const ag__rowset *qr, ag_tensor *kv,
                                 const ag__rowset *kr, const ag_mha_args *a);
 
+/* v, or 1 when v < 1: a size that never allocates or divides by zero */
+static inline int64_t max1(int64_t v) { return v > 1 ? v : 1; }
+
 /* ts[i] (may be NULL) of ref's dtype, else reported through op naming names[i]
  * (recurrent/recurrent.c; the recurrent layers and the seq2seq attention check with it) */
 bool ag__same_dtype(const char *op, const ag_tensor *ref, int n, ag_tensor *const *ts, const char *const *names);

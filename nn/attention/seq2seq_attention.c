@@ -9,8 +9,6 @@
 #include "../nn_internal.h"
 #include "seq2seq_attention.h"
 
-static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-
 /* ---- kernels: add_scores_fwd_f32, add_scores_bwd_f32, ... ---- */
 #define T float
 #define FN(name) name##_f32

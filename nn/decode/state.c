@@ -21,6 +21,7 @@ typedef struct {
 struct ag_decode_state {
     int64_t B, cap, R;
     int64_t *sent;    /* (cap) the sentence each row reads */
+    int64_t *idx;     /* (2·cap) reorder scratch: the rows, then their sentences */
     uint64_t version; /* of sent */
     bool identity;    /* row r reads sentence r */
     char *tmp;        /* reorder scratch, cap rows of the widest slot */
@@ -36,12 +37,14 @@ ag_decode_state *ag_decode_state_new(int64_t sentences, int64_t max_rows) {
     }
     ag_decode_state *s = calloc(1, sizeof *s);
     if (s) s->sent = malloc(sizeof(int64_t) * (size_t)max_rows);
-    if (!s || !s->sent) {
+    if (s) s->idx = malloc(sizeof(int64_t) * (size_t)max_rows * 2);
+    if (!s || !s->sent || !s->idx) {
+        if (s) free(s->sent);
         free(s);
         ag_error("ag_decode_state_new", "out of memory for %lld rows", (long long)max_rows);
         return NULL;
     }
-    *s = (ag_decode_state){.B = sentences, .cap = max_rows, .R = sentences, .sent = s->sent, .version = 1,
+    *s = (ag_decode_state){.B = sentences, .cap = max_rows, .R = sentences, .sent = s->sent, .idx = s->idx, .version = 1,
                            .identity = true};
     for (int64_t r = 0; r < max_rows; r++) s->sent[r] = r;
     return s;
@@ -54,6 +57,7 @@ void ag_decode_state_free(ag_decode_state *s) {
         free(s->slot[i].gathered);
     }
     free(s->sent);
+    free(s->idx);
     free(s->tmp);
     free(s);
 }
@@ -135,24 +139,24 @@ bool ag_decode_state_reorder(ag_decode_state *s, ag_tensor *rows) {
                  ag_dtype_name(rows->dtype), (long long)s->cap);
         return false;
     }
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)M * 2);
-    if (!idx) {
-        ag_error(op, "out of memory for %lld rows", (long long)M);
-        return false;
-    }
+    int64_t *idx = s->idx;
     ag_to_buffer(rows, AG_I64, idx);
     for (int64_t j = 0; j < M; j++)
         if (idx[j] < 0 || idx[j] >= s->R) {
             ag_error(op, "rows[%lld] = %lld: expected a row of the %lld", (long long)j, (long long)idx[j], (long long)s->R);
-            free(idx);
             return false;
         }
     for (int i = 0; i < AG_DECODE_STATE_SLOTS; i++) {
         state_slot *x = &s->slot[i];
         if (!x->set || x->per_sentence) continue;
+        /* only rows that continue another row move; through tmp, so that a row both read and
+         * written moves right */
+        char *at = s->tmp;
         for (int64_t j = 0; j < M; j++)
-            memcpy(s->tmp + (size_t)j * x->row_bytes, x->data + (size_t)idx[j] * x->row_bytes, x->row_bytes);
-        memcpy(x->data, s->tmp, (size_t)M * x->row_bytes);
+            if (idx[j] != j) memcpy(at, x->data + (size_t)idx[j] * x->row_bytes, x->row_bytes), at += x->row_bytes;
+        at = s->tmp;
+        for (int64_t j = 0; j < M; j++)
+            if (idx[j] != j) memcpy(x->data + (size_t)j * x->row_bytes, at, x->row_bytes), at += x->row_bytes;
     }
     int64_t *sent = idx + M;
     bool same = M == s->R, identity = M <= s->B;
@@ -165,6 +169,5 @@ bool ag_decode_state_reorder(ag_decode_state *s, ag_tensor *rows) {
     s->R = M;
     s->identity = identity;
     if (!same) s->version++;
-    free(idx);
     return true;
 }

@@ -13,8 +13,6 @@
 /* columns handled by one thread in column reductions (a block's partial sums stay in registers/L1) */
 #define COLS 64
 
-static inline int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-
 /* An m×k operand for row-major BLAS (op.h): stored as is (trans false, rows ld apart) or
  * stored as its k×m transpose (trans true, rows of the transpose ld apart). */
 typedef ag__blas_mat mat;

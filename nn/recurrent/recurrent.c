@@ -8,8 +8,6 @@
 #include "recurrent_internal.h"
 #include "../nn_internal.h"
 
-static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-
 /* C (m×n, rows ldc apart) = beta·C + op(A) op(B) for row-major A, B with leading dims lda, ldb */
 static void gemm(ag_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                  const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {

@@ -149,14 +149,14 @@ ag_tensor *ag_transformer_decoder_forward(const ag_transformer_decoder_module *m
 
 struct ag_decoder_cache {
     int64_t N, S, E, H, max_len, t;
-    int64_t cap, B;     /* rows the buffers hold; memory rows */
+    int64_t cap;        /* rows the buffers hold */
     int64_t *src_row;   /* (cap): the memory row each row holds the keys and values of */
     int layers;
     ag_tensor *k[AG_TRANSFORMER_MAX_LAYERS], *v[AG_TRANSFORMER_MAX_LAYERS];   /* (cap,H,max_len,Dh) */
     ag_tensor *mk[AG_TRANSFORMER_MAX_LAYERS], *mv[AG_TRANSFORMER_MAX_LAYERS]; /* (cap,H,S,Dh) per row */
     ag_tensor *mask;                                                          /* (cap,1,1,S) or NULL */
-    /* with cap > B: the memory's own (B,...), where a row that changes memory row reads from;
-     * else the same tensors as the per-row ones */
+    /* with more rows than sentences: the memory's own (one row per sentence), which a row that
+     * changes memory row reads from; else the same tensors as the per-row ones */
     ag_tensor *mk0[AG_TRANSFORMER_MAX_LAYERS], *mv0[AG_TRANSFORMER_MAX_LAYERS], *mask0;
 };
 
@@ -207,7 +207,7 @@ ag_decoder_cache *ag_decoder_cache_new_rows(const ag_transformer_decoder_module 
         ag_error(op, "cannot allocate %zu bytes for the cache: out of memory", sizeof *c + sizeof(int64_t) * (size_t)cap);
         return NULL;
     }
-    *c = (ag_decoder_cache){.N = N, .S = S, .E = E, .H = H, .max_len = max_len, .cap = cap, .B = N,
+    *c = (ag_decoder_cache){.N = N, .S = S, .E = E, .H = H, .max_len = max_len, .cap = cap,
                             .src_row = src_row, .layers = m->num_layers};
     /* rows past the sentences hold no memory row yet: the first reorder into them copies one */
     for (int64_t i = 0; i < cap; i++) src_row[i] = i < N ? i : -1;
@@ -259,10 +259,10 @@ static ag_tensor *decoder_layer_step(const ag_transformer_decoder_layer_module *
     ag_tensor *h = cf->norm_first ? ag_layer_norm_forward(&L->norm1, x) : x;
     ag_tensor *qkv = ag_linear(h, L->self_attn.in_proj_weight, L->self_attn.in_proj_bias); /* (N,3E) */
     TRY(qkv);
-    ag_copy_(ag_select(rows_of(c->k[l], N), 2, t), ag_reshape(ag_narrow(qkv, 1, E, E), AG_SHAPE(N, H, E / H)));
-    ag_copy_(ag_select(rows_of(c->v[l], N), 2, t), ag_reshape(ag_narrow(qkv, 1, 2 * E, E), AG_SHAPE(N, H, E / H)));
-    ag_tensor *o = attend_one(ag_narrow(qkv, 1, 0, E), ag_narrow(rows_of(c->k[l], N), 2, 0, t + 1),
-                              ag_narrow(rows_of(c->v[l], N), 2, 0, t + 1), NULL, N, H);
+    ag_tensor *k = rows_of(c->k[l], N), *v = rows_of(c->v[l], N);
+    ag_copy_(ag_select(k, 2, t), ag_reshape(ag_narrow(qkv, 1, E, E), AG_SHAPE(N, H, E / H)));
+    ag_copy_(ag_select(v, 2, t), ag_reshape(ag_narrow(qkv, 1, 2 * E, E), AG_SHAPE(N, H, E / H)));
+    ag_tensor *o = attend_one(ag_narrow(qkv, 1, 0, E), ag_narrow(k, 2, 0, t + 1), ag_narrow(v, 2, 0, t + 1), NULL, N, H);
     ag_tensor *y;
     TRY(y = ag_linear_forward(&L->self_attn.out_proj, o));
     x = cf->norm_first ? ag_add_(y, x) : ag_layer_norm_forward(&L->norm1, ag_add_(y, x));
@@ -346,11 +346,10 @@ void ag_decoder_cache_reorder(ag_decoder_cache *c, ag_tensor *rows) {
     int64_t M = rows->shape[0], Dh = c->E / c->H, t = c->t;
     ag_arena *a = ag_arena_current();
     ag_arena_mark mark = ag_arena_get_mark(a); /* scratch */
-    int64_t *idx = ag_arena_alloc(a, sizeof(int64_t) * (size_t)M);
     size_t es = ag_dtype_size(c->k[0]->dtype), per_row = (size_t)(c->H * (t > c->S ? t : c->S) * Dh) + 1;
-    char *scratch = ag_arena_alloc(a, (size_t)M * per_row * (es > 1 ? es : 1) + 64);
-    if (!idx || !scratch || !read_rows(op, c, rows, idx)) {
-        if (!idx || !scratch) ag_error(op, "out of memory for the scratch of %lld rows", (long long)M);
+    int64_t *idx = ag__alloc(op, a, sizeof(int64_t) * (size_t)M, "the row indices");
+    char *scratch = idx ? ag__alloc(op, a, (size_t)M * per_row * es + 64, "the reorder scratch") : NULL;
+    if (!scratch || !read_rows(op, c, rows, idx)) {
         ag_arena_rewind(a, mark);
         return;
     }
