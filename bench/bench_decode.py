@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Decoding speed, attograd against PyTorch: the source side of num-en-fr's test split (2000
 sentences) translated with one checkpoint, greedy or beam K, both sides with the same algorithm
-(attograd's model_translate; bench/torch_translate.py's translate) and the same threads.
+(attograd-translate through nn/decode; bench/torch_translate.py's translate) and the same threads.
 
   bench_decode.py attograd --bin BIN --checkpoint C --beam K [--out FILE] [--reps N] [--quick]
   bench_decode.py pytorch --checkpoint C --beam K [--compare FILE] [--reps N] [--quick]

@@ -156,7 +156,9 @@ for r in $(seq "$rounds"); do
     dflt=$(env -u OMP_NUM_THREADS "$BUILD/bench/bench_threads")
     echo "translation runs to 99 % dev exact match (output in $log) ..." >&2
     : >"$log"
-    for t in 1 "$dflt"; do
+    threads=(1)
+    if [ "$dflt" != 1 ]; then threads+=("$dflt"); fi # the default run, unless it is the 1-thread one
+    for t in "${threads[@]}"; do
       [ "$t" = 1 ] && env=(OMP_NUM_THREADS=1) thr=(--threads 1) || env=() thr=()
       env -u OMP_NUM_THREADS "${env[@]}" "$PYTHON" bench/time_to.py attograd translate_to99 num-en-fr "$t" 0.99 -- \
         "$BUILD/examples/translate/attograd-translate" train --train $data/train.tsv --out "$tmp/t$t" \

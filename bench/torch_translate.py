@@ -294,7 +294,7 @@ def length_penalty(length, alpha):
 @torch.inference_mode()
 def translate(model, src, beam=1, alpha=0.6, max_len=None, margins=None):
     """Greedy (beam 1) or beam search over the padded batch src (B, S), as attograd-translate's
-    model_translate: each sentence runs at most min(2 n + 8, max_len) tokens for its n source
+    decoding (nn/decode's defaults): each sentence runs at most min(2 n + 8, max_len) tokens for its n source
     ids, the batch at most min(2 S + 8, max_len, positions - 1); <pad> and <bos> are never
     generated; scores are sums of log-probabilities in float64; a beam that produced <eos> (or
     passed its sentence's limit) is carried on unchanged with its score, competing as one

@@ -304,18 +304,17 @@ static int translate_print(const translator *x, const input_line *in, int n) {
     oom = oom || !score || !(out = calloc(m * (size_t)nb, sizeof *out)) ||
           !translate_texts(x->t, todo, k, &x->dc, x->batch, out, score);
     for (int i = 0, j = 0; i < n && !oom; i++) {
-        /* a line not translated stands as an empty translation, of score 0 */
-        for (int64_t h = 0; h < (text[i] ? nb : 1); h++) {
-            int64_t o = text[i] ? j * nb + h : -1;
-            if (o >= 0 && score[o] == -INFINITY) continue; /* the beam found fewer */
-            translate_print_hyp(stdout, o >= 0 ? out[o] : "", o >= 0 ? score[o] : 0.0, in[i].no - 1, x->nbest, x->scores);
+        if (!text[i]) { /* a line not translated stands as an empty translation, of score 0 */
+            translate_print_hyp(stdout, "", 0.0, in[i].no - 1, x->nbest, x->scores);
+            continue;
         }
-        j += text[i] != NULL;
+        for (int64_t h = 0; h < nb; h++, j++)
+            if (score[j] != -INFINITY) /* else the beam found fewer */
+                translate_print_hyp(stdout, out[j], score[j], in[i].no - 1, x->nbest, x->scores);
     }
-    k *= (int)nb;
     free(score);
     for (int i = 0; i < n && text; i++) free(text[i]);
-    for (int j = 0; out && j < k; j++) free(out[j]);
+    for (int64_t j = 0; out && j < (int64_t)k * nb; j++) free(out[j]);
     free(text);
     free(out);
     free(todo);

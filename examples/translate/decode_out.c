@@ -72,11 +72,8 @@ void translate_print_hyp(FILE *f, const char *text, double score, int64_t id, bo
 
 bool translate_decode_config(ag_decode_config *dc, int64_t beam, double alpha, const char *norm, int64_t n_best,
                              double ratio, char *msg, size_t msgsize) {
-    *dc = model_decode_defaults();
-    if (n_best > beam) beam = n_best; /* an n-best list of N needs N beams */
-    dc->method = beam > 1 ? AG_DECODE_BEAM : AG_DECODE_GREEDY;
-    dc->beam_size = beam;
-    dc->length_penalty = alpha;
+    /* an n-best list of N needs N beams */
+    *dc = model_decode_config(n_best > beam ? n_best : beam, alpha);
     dc->max_len_a = ratio;
     dc->n_best = n_best > 0 ? n_best : 1;
     if (norm && strcmp(norm, "gnmt") != 0 && strcmp(norm, "marian") != 0) {

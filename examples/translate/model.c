@@ -327,7 +327,7 @@ static void decoding_end(void *self) {
 
 bool model_decode(model *m, ag_tensor *src, const ag_decode_config *cfg, ag_decode_result *out) {
     decoding d = {.m = m};
-    /* the positions the model has, one kept free as before */
+    /* outputs of at most the model's positions less one */
     ag_decode_model dm = {&d, decoding_start, decoding_step, decoding_reorder, decoding_end, m->cfg.max_len - 1};
     return ag_decode(&dm, src, cfg, out);
 }
@@ -335,10 +335,7 @@ bool model_decode(model *m, ag_tensor *src, const ag_decode_config *cfg, ag_deco
 void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double alpha, int64_t *out) {
     int64_t B = src->shape[0];
     memset(out, 0, sizeof(int64_t) * (size_t)(B * max_len));
-    ag_decode_config c = model_decode_defaults();
-    c.method = beam > 1 ? AG_DECODE_BEAM : AG_DECODE_GREEDY;
-    c.beam_size = beam > 1 ? beam : 1;
-    c.length_penalty = alpha;
+    ag_decode_config c = model_decode_config(beam, alpha);
     c.max_len = max_len;
     ag_decode_result r;
     if (!model_decode(m, src, &c, &r)) return;
@@ -347,11 +344,14 @@ void model_translate(model *m, ag_tensor *src, int64_t max_len, int beam, double
     ag_decode_result_free(&r);
 }
 
-ag_decode_config model_decode_defaults(void) {
+ag_decode_config model_decode_config(int64_t beam, double alpha) {
     ag_decode_config c = ag_decode_defaults();
     c.pad_id = PAD_ID;
     c.bos_id = BOS_ID;
     c.eos_id = EOS_ID;
+    c.method = beam > 1 ? AG_DECODE_BEAM : AG_DECODE_GREEDY;
+    c.beam_size = beam > 1 ? beam : 1;
+    c.length_penalty = alpha;
     return c;
 }
 

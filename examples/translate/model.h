@@ -54,8 +54,9 @@ ag_tensor *model_forward(model *m, ag_tensor *src, ag_tensor *tgt_in, bool train
 /* Mean label-smoothed cross entropy of logits (B,T,V) against tgt_out (B,T), pads ignored. */
 ag_tensor *model_loss(ag_tensor *logits, ag_tensor *tgt_out, double label_smoothing);
 
-/* nn/decode's defaults with this model's <pad>, <bos> and <eos> ids */
-ag_decode_config model_decode_defaults(void);
+/* nn/decode's defaults with this model's <pad>, <bos> and <eos> ids: greedy for beam <= 1, else
+ * beam search with beam beams and length penalty alpha */
+ag_decode_config model_decode_config(int64_t beam, double alpha);
 /* Decode src (B,S) with nn/decode (eval mode): greedy, beam search or sampling as cfg says, each
  * sentence at most the model's positions less one; false after reporting. */
 bool model_decode(model *m, ag_tensor *src, const ag_decode_config *cfg, ag_decode_result *out);

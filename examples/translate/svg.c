@@ -195,12 +195,7 @@ static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"
 int tr_svg_curves(const char *path, const char *title, const char *xlabel, const char *ylabel_upper,
                   const char *ylabel_lower, int nseries, const tr_svg_series *s, char *err, size_t errsz) {
     bool lower = false;
-    for (int k = 0; s && k < nseries; k++) {
-        if (s[k].panel < 0 || s[k].panel > 1)
-            return tr__fail(err, errsz, "%s: series %d ('%s'): bad point count, arrays or panel %d", path, k,
-                            s[k].label ? s[k].label : "", s[k].panel);
-        lower |= s[k].panel == 1;
-    }
+    for (int k = 0; s && k < nseries; k++) lower |= s[k].panel > 0; /* tr_svg_panels checks the panels */
     const char *ylabels[2] = {ylabel_upper, ylabel_lower};
     return tr_svg_panels(path, title, xlabel, lower ? 2 : 1, ylabels, nseries, s, err, errsz);
 }

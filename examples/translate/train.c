@@ -493,8 +493,7 @@ int cmd_train(int argc, char **argv) {
                     .heads = 4, .layers = 0, .ff = 512, .hidden = 128, .max_len = 64, .min_count = 1,
                     .eval_every = 100, .save_every = 500, .warmup = 100, .seed = 1, .samples = 3, .beam = 1,
                     .max_eval = 1000, .lr = 1e-3, .dropout = 0.1, .label_smoothing = 0.1, .clip = 1.0,
-                    .heldout = 0.05, .teacher_forcing = 1.0, .accum = 1};
-    o.patience = TRAIN_DEFAULT_PATIENCE;
+                    .heldout = 0.05, .teacher_forcing = 1.0, .accum = 1, .patience = TRAIN_DEFAULT_PATIENCE};
     const opt_def defs[] = {
         {"--train", OPT_STRING, &o.train, "FILE  training corpus (TSV)"},
         {"--dev", OPT_STRING, &o.dev, "FILE  development corpus (default: --heldout of the training file)"},

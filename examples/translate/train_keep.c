@@ -12,7 +12,7 @@
 bool train_save(const char *path, model *m, ag_optim *opt, ag_train_state *st) {
     char msg[1024];
     /* between steps the training arena is idle: its pages make room for HDF5's buffers, so a
-     * save does not add its memory to a step's (the run's peak RSS was a save's) */
+     * save does not add its memory to a step's (else a save would set the run's peak RSS) */
     ag_arena_trim(ag_arena_current());
     ag_checkpoint_status s = ag_checkpoint_save(path, model_params(m), opt, st, NULL, msg, sizeof msg);
 #ifdef __GLIBC__
@@ -21,6 +21,11 @@ bool train_save(const char *path, model *m, ag_optim *opt, ag_train_state *st) {
 #endif
     if (s != AG_CHECKPOINT_OK) fprintf(stderr, "attograd-translate: saving %s failed: %s\n", path, msg);
     return s == AG_CHECKPOINT_OK;
+}
+
+/* OUT/step-<step>.h5 into path */
+static void step_path(char *path, size_t size, const char *out, int64_t step) {
+    snprintf(path, size, "%s/step-%lld.h5", out, (long long)step);
 }
 
 /* the step of a file named step-<step>.h5 as train_keep_step writes it (no sign, no leading
@@ -66,7 +71,7 @@ static void prune(const char *out, int64_t keep, int64_t step) {
     if (n > keep) qsort(steps, (size_t)n, sizeof *steps, by_step_down);
     for (int64_t i = keep; i < n; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/step-%lld.h5", out, (long long)steps[i]);
+        step_path(path, sizeof path, out, steps[i]);
         if (unlink(path) != 0 && errno != ENOENT)
             fprintf(stderr, "attograd-translate: warning: cannot delete %s: %s\n", path, strerror(errno));
     }
@@ -75,7 +80,7 @@ static void prune(const char *out, int64_t keep, int64_t step) {
 
 bool train_keep_step(const char *out, int64_t keep, model *m, ag_optim *opt, ag_train_state *st) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/step-%lld.h5", out, (long long)st->global_step);
+    step_path(path, sizeof path, out, st->global_step);
     if (!train_save(path, m, opt, st)) return false; /* the older files stay */
     prune(out, keep, st->global_step);
     return true;
