@@ -50,8 +50,8 @@ AG_API const char *ag__isa_name(ag__isa isa);
 /* A plain C loop (not an intrinsics kernel) that the compiler vectorises much better with AVX2
  * or AVX-512 (a conversion, a variable shift, an expf): compiled for x86-64-v4 (AVX-512), for
  * AVX2 and for the baseline, the loader picks one (GCC's function multiversioning), so a build
- * for any x86-64 runs it at the speed of a -march=native one. C11 contracts no multiply-add and GCC reorders no sum, so both copies
- * give the same bits. Empty where the build already targets AVX2, or has no vector kernels. */
+ * for any x86-64 runs it at the speed of a -march=native one. C11 contracts no multiply-add and
+ * GCC reorders no sum, so every copy gives the same bits. Empty where the build already targets AVX2, or has no vector kernels. */
 #if defined(AG_SIMD) && defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(__AVX2__)
 #define AG_AVX2_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
