@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "id_scores.h"
 #include "subword.h"
 #include "test_util.h"
 #include "translate_run.h"
@@ -138,6 +139,63 @@ static void test_spm_training_gives_the_same_model_bytes_every_time(void **state
     tr_vocab_free(&a);
     tr_vocab_free(&b);
     tr_vocab_free(&other);
+    tr_corpus_free(&c);
+}
+
+/* whether one hypothesis counts as an exact match of one reference */
+static bool exact_of(const tr_vocab *v, const int64_t *hyp, int hn, const int64_t *ref, int rn, const char *text) {
+    tr_id_scores sc;
+    assert_true(tr_id_scores_init(&sc));
+    assert_true(tr_id_scores_add(&sc, v, TR_SPM, hyp, hn, ref, rn, text));
+    double e = tr_scores_exact(&sc.s);
+    assert_true(e == 0.0 || e == 1.0);
+    tr_id_scores_free(&sc);
+    return e == 1.0;
+}
+
+/* ids spelling the same text as ids[0..n) with one piece per character (each character of the
+ * vocabulary is a piece); the count */
+static int one_piece_per_character(const tr_vocab *v, const int64_t *ids, int n, int64_t *out, int max) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const char *p = v->token[ids[i]];
+        for (size_t at = 0, len; p[at]; at += len) {
+            len = 1;
+            while ((p[at + len] & 0xC0) == 0x80) len++;
+            assert_true(k < max);
+            out[k] = tr_vocab_id(v, p + at, (int)len);
+            assert_int_not_equal(out[k++], TR_UNK);
+        }
+    }
+    return k;
+}
+
+static void test_exact_match_is_the_reference_text_whatever_the_pieces(void **state) {
+    char err[TR_ERR_SIZE];
+    tr_corpus c = {0};
+    if (tr_corpus_read(&c, toy(), NULL, err, sizeof err)) fail_msg("%s", err);
+    tr_subword_opts o = {"unigram", 0};
+    tr_vocab v;
+    assert_int_equal(tr_vocab_train_spm(&v, &c, TR_SIDE_TGT, &o, err, sizeof err), 0);
+    int64_t ref[64], alt[256];
+    int rn = tr_vocab_encode(&v, c.tgt[0], TR_SPM, ref, 64);
+    assert_in_range(rn, 1, 64);
+    int an = one_piece_per_character(&v, ref, rn, alt, 256);
+    assert_true(an > rn); /* another spelling of the same text: a model may well produce it */
+    assert_true(exact_of(&v, ref, rn, ref, rn, c.tgt[0]));
+    assert_true(exact_of(&v, alt, an, ref, rn, c.tgt[0]));
+    assert_true(exact_of(&v, alt, an, ref, rn, NULL));
+    /* one character less is wrong */
+    assert_false(exact_of(&v, alt, an - 1, ref, rn, c.tgt[0]));
+    /* a reference with <unk>: its text ends in " ⁇ ", which a hypothesis holding <unk>
+     * reads back as too; only the same ids match it */
+    ref[rn - 1] = TR_UNK;
+    an = one_piece_per_character(&v, ref, rn - 1, alt, 256);
+    alt[an++] = TR_UNK;
+    assert_true(an > rn);
+    assert_true(exact_of(&v, ref, rn, ref, rn, NULL));
+    assert_false(exact_of(&v, alt, an, ref, rn, NULL));
+    tr_vocab_free(&v);
     tr_corpus_free(&c);
 }
 
@@ -343,6 +401,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spm_round_trip_is_exact_on_every_line_of_every_shipped_corpus),
         cmocka_unit_test(test_spm_training_gives_the_same_model_bytes_every_time),
+        cmocka_unit_test(test_exact_match_is_the_reference_text_whatever_the_pieces),
         cmocka_unit_test(test_base64_round_trips_every_byte_and_rejects_other_text),
         cmocka_unit_test(test_the_checkpoint_carries_the_subword_model_to_translate_and_eval),
         cmocka_unit_test(test_spm_model_flag_uses_a_model_trained_elsewhere_shared_or_per_side),

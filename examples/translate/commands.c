@@ -182,22 +182,21 @@ int cmd_eval(int argc, char **argv) {
     }
     char note[1024];
     if (tr_corpus_skip_summary(&c, note, sizeof note) > 0) fprintf(stderr, "attograd-translate: %s: %s\n", data, note);
-    /* decode every source sentence; exact match compares its ids with the reference text's, as
-     * train does (the text would not do: "<unk>" reads back as three tokens), BLEU and chrF its
-     * text with the reference text */
+    /* decode every source sentence; exact match, BLEU and chrF compare it with the reference as
+     * train's evaluations do (tr_id_scores_add) */
     enum { PART = 64, MAXT = 512 };
     int64_t W = translate_width(&t), r[MAXT];
     int64_t *hyp = malloc(sizeof(int64_t) * (size_t)(PART * W));
-    eval_scorer sc;
-    bool ok = eval_scorer_init(&sc) && hyp;
+    tr_id_scores sc;
+    bool ok = tr_id_scores_init(&sc) && hyp;
     for (int64_t at = 0; ok && at < c.n; at += PART) {
         int k = c.n - at < PART ? (int)(c.n - at) : PART;
         translate_ids(&t, (const char *const *)c.src + at, k, (int)beam, 0.6, hyp);
         for (int i = 0; ok && i < k; i++) {
             /* encode returns the full count, which may exceed the buffer: clamp */
             int rn = tr_vocab_encode(&t.tgt, c.tgt[at + i], t.mode, r, MAXT);
-            ok = eval_scorer_add(&sc, &t.tgt, t.mode, hyp + i * W, tr_ids_len(hyp + i * W, (int)W), r,
-                                 rn < MAXT ? rn : MAXT, c.tgt[at + i]);
+            ok = tr_id_scores_add(&sc, &t.tgt, t.mode, hyp + i * W, tr_ids_len(hyp + i * W, (int)W), r,
+                                  rn < MAXT ? rn : MAXT, c.tgt[at + i]);
         }
     }
     free(hyp);
@@ -223,7 +222,7 @@ int cmd_eval(int argc, char **argv) {
     } else {
         fprintf(stderr, "attograd-translate: eval: out of memory\n");
     }
-    eval_scorer_free(&sc);
+    tr_id_scores_free(&sc);
     tr_dataset_free(&d);
     tr_corpus_free(&c);
     trained_free(&t);

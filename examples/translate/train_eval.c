@@ -58,50 +58,6 @@ static void sample_text(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mod
     tr_text_clean(raw, len < sizeof raw ? len : sizeof raw - 1, TR_TEXT_LINE, out, size);
 }
 
-bool eval_scorer_init(eval_scorer *e) {
-    memset(e, 0, sizeof *e);
-    return tr_scores_init(&e->s) == 0;
-}
-
-void eval_scorer_free(eval_scorer *e) {
-    tr_scores_free(&e->s);
-    free(e->hyp);
-    free(e->ref);
-    memset(e, 0, sizeof *e);
-}
-
-/* the text of n ids into *buf (grown as needed); false when out of memory */
-static bool decode_into(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mode mode, char **buf, size_t *cap) {
-    size_t need = tr_vocab_decode(v, ids, n, mode, NULL, 0) + 1;
-    if (need > *cap) {
-        char *b = realloc(*buf, need);
-        if (!b) return false;
-        *buf = b;
-        *cap = need;
-    }
-    tr_vocab_decode(v, ids, n, mode, *buf, *cap);
-    return true;
-}
-
-bool eval_scorer_add(eval_scorer *e, const tr_vocab *tgt, tr_tok_mode mode, const int64_t *hyp, int hn,
-                     const int64_t *ref, int rn, const char *ref_text) {
-    if (!decode_into(tgt, hyp, hn, mode, &e->hyp, &e->hyp_cap)) return false;
-    if (!ref_text) {
-        if (!decode_into(tgt, ref, rn, mode, &e->ref, &e->ref_cap)) return false;
-    } else {
-        size_t len = strlen(ref_text) + 1;
-        if (len > e->ref_cap) {
-            char *b = realloc(e->ref, len);
-            if (!b) return false;
-            e->ref = b;
-            e->ref_cap = len;
-        }
-        memcpy(e->ref, ref_text, len);
-    }
-    bool exact = hn == rn && memcmp(hyp, ref, sizeof(int64_t) * (size_t)hn) == 0;
-    const char *refs[1] = {e->ref};
-    return tr_scores_add(&e->s, e->hyp, refs, 1, exact) == 0;
-}
 
 /* the target text of each pair of d in text (matched by corpus line; both in file order), NULL
  * where there is none; a malloc'd array, NULL without text or memory */
@@ -120,12 +76,12 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_corpus *text, const
     char err[TR_ERR_SIZE];
     tr_batcher b;
     tr_batch bt;
-    eval_scorer sc;
-    if (!eval_scorer_init(&sc)) snprintf(err, sizeof err, "out of memory");
+    tr_id_scores sc;
+    if (!tr_id_scores_init(&sc)) snprintf(err, sizeof err, "out of memory");
     if (!sc.s.work || tr_batcher_init(&b, d, EVAL_BATCH, 0, false, err, sizeof err) != 0 ||
         tr_batch_alloc(&bt, &b, err, sizeof err) != 0) {
         fprintf(stderr, "attograd-translate: evaluation: %s\n", err);
-        eval_scorer_free(&sc);
+        tr_id_scores_free(&sc);
         r.loss = NAN;
         return r;
     }
@@ -147,8 +103,8 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_corpus *text, const
         model_translate(m, src, W, beam, 0.6, hyp);
         for (int i = 0; i < bt.B; i++) {
             const int64_t *h = hyp + i * W, *ref = bt.tgt_out + (int64_t)i * bt.Lt;
-            oom |= !eval_scorer_add(&sc, tgt_v, mode, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt),
-                                    ref_text ? ref_text[bt.index[i]] : NULL);
+            oom |= !tr_id_scores_add(&sc, tgt_v, mode, h, tr_ids_len(h, (int)W), ref, tr_ids_len(ref, bt.Lt),
+                                     ref_text ? ref_text[bt.index[i]] : NULL);
             if (f && shown < samples && !oom) {
                 char s[512], t[512], rf[512]; /* each one line, as translate prints it */
                 sample_text(src_v, bt.src + (int64_t)i * bt.Ls, bt.Ls, mode, s, sizeof s);
@@ -172,7 +128,7 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_corpus *text, const
     r.chrf_stats = sc.s.chrf;
     free(ref_text);
     free(hyp);
-    eval_scorer_free(&sc);
+    tr_id_scores_free(&sc);
     tr_batch_free(&bt);
     tr_batcher_free(&b);
     return r;

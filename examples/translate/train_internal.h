@@ -5,6 +5,7 @@
 #define TRANSLATE_TRAIN_INTERNAL_H
 #include <stdio.h>
 
+#include "id_scores.h"
 #include "metrics.h"
 #include "translate.h"
 
@@ -98,19 +99,6 @@ eval_result evaluate(model *m, const tr_dataset *d, const tr_corpus *text, const
 void eval_report_test(model *m, const tr_dataset *d, const tr_corpus *text, const tr_vocab *src_v,
                       const tr_vocab *tgt_v, tr_tok_mode mode, int samples, int limit);
 
-/* sacreBLEU's metrics of translations, their ids read back as text (evaluate and eval share it) */
-typedef struct {
-    tr_scores s;
-    char *hyp, *ref; /* the last pair's texts */
-    size_t hyp_cap, ref_cap;
-} eval_scorer;
-bool eval_scorer_init(eval_scorer *e);
-/* Add hyp (hn ids) against ref_text, or when it is NULL the rn reference ids read back as text;
- * exact match compares the ids ("<unk>" as text would read back as three tokens). False when
- * out of memory. */
-bool eval_scorer_add(eval_scorer *e, const tr_vocab *tgt, tr_tok_mode mode, const int64_t *hyp, int hn,
-                     const int64_t *ref, int rn, const char *ref_text);
-void eval_scorer_free(eval_scorer *e);
 
 /* The teacher-forced cross entropy per target token (no label smoothing) of m on d, as
  * evaluate computes it, alone; in the current arena (rewound after). NaN without tokens. */

@@ -123,8 +123,8 @@ void translate_print_hyp(FILE *f, const char *text, double score, int64_t id, bo
  * --n-best, --max-len-ratio); false with msg for a bad combination */
 bool translate_decode_config(ag_decode_config *dc, int64_t beam, double alpha, const char *norm, int64_t n_best,
                              double ratio, char *msg, size_t msgsize);
-/* The same as ids: hyp (n, translate_width(t)), each row as model_translate writes it. Metrics
- * compare these, not the text: "<unk>" as text would read back as three tokens. */
+/* The same as ids: hyp (n, translate_width(t)), each row as model_translate writes it, for
+ * metrics: tr_id_scores_add compares them with the reference's ids and text. */
 void translate_ids(trained *t, const char *const *in, int n, int beam, double length_penalty, int64_t *hyp);
 int64_t translate_width(const trained *t);
 
