@@ -420,6 +420,16 @@ def translate_lines(model, codec, lines, beam=1, alpha=0.6, batch=64, margins=No
         out.extend(codec.decode(x) for x in ids)
     return out
 
+def same_translation(got, ref, stoi, enc):
+    """attograd-translate's exact match: the reference's ids, or with SentencePiece its text in
+    other pieces; a translation holding <unk> matches by ids only"""
+    if got == enc(ref, stoi):
+        return True
+    if isinstance(stoi, dict) or UNK in got:
+        return False
+    return stoi.decode([i for i in got if i != EOS]).rstrip() == ref.rstrip()
+
+
 @torch.no_grad()
 def exact_match(model, pairs, src_stoi, tgt_stoi, enc=encode):
     model.eval()
@@ -427,7 +437,7 @@ def exact_match(model, pairs, src_stoi, tgt_stoi, enc=encode):
     for k in range(0, len(pairs), 128):
         chunk = pairs[k:k + 128]
         got = greedy(model, pad([enc(s, src_stoi) for s, _ in chunk]))
-        hits += sum(g == enc(t, tgt_stoi) for g, (_, t) in zip(got, chunk))
+        hits += sum(same_translation(g, t, tgt_stoi, enc) for g, (_, t) in zip(got, chunk))
     model.train()
     return hits / len(pairs)
 
