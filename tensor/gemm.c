@@ -136,8 +136,8 @@ static float *grow(float **buf, size_t *cap, size_t n) {
 }
 
 /* op(A)(i, k) with A row-major: a[i·lda + k], or transposed: a[k·lda + i]; panels MR high */
-static void pack_a(const float *a, int64_t lda, bool ta, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float *ap,
-                   int64_t MR) {
+AG_AVX2_CLONES static void pack_a(const float *a, int64_t lda, bool ta, int64_t i0, int64_t mc, int64_t k0,
+                                  int64_t kc, float *ap, int64_t MR) {
     for (int64_t ir = 0; ir < mc; ir += MR) {
         int64_t mr = mc - ir < MR ? mc - ir : MR;
         float *dst = ap + ir * kc;
@@ -176,8 +176,8 @@ static void pack_bt(const ag__sgemm_kernels *K, const float *b, int64_t ldb, int
 
 /* op(B)(k, j) with B row-major: b[k·ldb + j], or transposed: b[j·ldb + k]; the NR-wide panel
  * of columns j0.. (nc of them left) */
-static void pack_b_panel(const ag__sgemm_kernels *K, const float *b, int64_t ldb, bool tb, int64_t k0, int64_t kc,
-                         int64_t j0, int64_t nc, float *bp, int64_t NR) {
+AG_AVX2_CLONES static void pack_b_panel(const ag__sgemm_kernels *K, const float *b, int64_t ldb, bool tb, int64_t k0,
+                                        int64_t kc, int64_t j0, int64_t nc, float *bp, int64_t NR) {
     int64_t nr = nc < NR ? nc : NR;
     if (!tb) {
         for (int64_t k = 0; k < kc; k++) {
