@@ -1,6 +1,7 @@
 /* SentencePiece subwords in attograd-translate: the tokenizer is lossless on every shipped
- * corpus, deterministic, travels inside the checkpoint, and the program's flags and warnings
- * around vocabularies (--tokenizer, --spm-model, --max-len, the vocabulary warning). */
+ * corpus, deterministic, travels inside the checkpoint, exact match holds whatever pieces spell
+ * the reference, and the program's flags and warnings around vocabularies (--tokenizer,
+ * --spm-model, --max-len, the vocabulary warning). */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>

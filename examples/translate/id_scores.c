@@ -30,7 +30,7 @@ static bool decode_into(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mod
 }
 
 bool tr_id_scores_add(tr_id_scores *e, const tr_vocab *tgt, tr_tok_mode mode, const int64_t *hyp, int hn,
-                     const int64_t *ref, int rn, const char *ref_text) {
+                      const int64_t *ref, int rn, const char *ref_text) {
     if (!decode_into(tgt, hyp, hn, mode, &e->hyp, &e->hyp_cap)) return false;
     if (!ref_text) {
         if (!decode_into(tgt, ref, rn, mode, &e->ref, &e->ref_cap)) return false;

@@ -18,8 +18,8 @@ typedef struct {
 bool tr_id_scores_init(tr_id_scores *e);
 /* Add hyp (hn ids) against ref_text, or when it is NULL the rn reference ids read back as text.
  * An exact match is the reference's ids, or its text spelt with other pieces ("zwei|tausend" for
- * "zweitausend"); a hypothesis holding <unk> matches by ids only, since "<unk>" read back as text
- * is three tokens. False when out of memory. */
+ * "zweitausend"); a hypothesis holding <unk> matches by ids only, since its text shows a
+ * placeholder (" ⁇ ", "<unk>") where a word was. False when out of memory. */
 bool tr_id_scores_add(tr_id_scores *e, const tr_vocab *tgt, tr_tok_mode mode, const int64_t *hyp, int hn,
                       const int64_t *ref, int rn, const char *ref_text);
 void tr_id_scores_free(tr_id_scores *e);

@@ -58,7 +58,6 @@ static void sample_text(const tr_vocab *v, const int64_t *ids, int n, tr_tok_mod
     tr_text_clean(raw, len < sizeof raw ? len : sizeof raw - 1, TR_TEXT_LINE, out, size);
 }
 
-
 /* the target text of each pair of d in text (matched by corpus line; both in file order), NULL
  * where there is none; a malloc'd array, NULL without text or memory */
 static const char **reference_texts(const tr_dataset *d, const tr_corpus *text) {
