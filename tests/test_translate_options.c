@@ -21,11 +21,8 @@ enum { NCOMMANDS = 6 };
 /* ---- fixtures ---- */
 
 static const char *toy(void) {
-    static char p[512];
-    if (!p[0]) {
-        tu_write_toy_corpus(tt_in_dir("toy.tsv"), 40, 777);
-        snprintf(p, sizeof p, "%s", tt_in_dir("toy.tsv"));
-    }
+    static const char *p;
+    if (!p) tu_write_toy_corpus(p = tt_in_dir("toy.tsv"), 40, 777);
     return p;
 }
 

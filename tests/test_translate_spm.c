@@ -32,11 +32,7 @@ static ag_train_state load_state(const char *path) {
 
 static const char *toy(void) {
     static const char *p;
-    if (!p) {
-        static char path[512];
-        snprintf(path, sizeof path, "%s/toy.tsv", tt.dir);
-        tu_write_toy_corpus(p = path, 40, 12345);
-    }
+    if (!p) tu_write_toy_corpus(p = tt_in_dir("toy.tsv"), 40, 12345);
     return p;
 }
 

@@ -210,3 +210,16 @@ void tt_assert_contains_(const char *file, int line, const char *hay, const char
                 hay ? hay : "(null)");
     fail();
 }
+
+const char *tt_tiny_model(const char *name, unsigned seed, const char *tokenizer, const char *steps) {
+    char file[256];
+    snprintf(file, sizeof file, "%s.tsv", name);
+    const char *corpus = tt_in_dir(file), *out = tt_in_dir(name);
+    tu_write_toy_corpus(corpus, 40, seed);
+    assert_status(RUN("train", "--train", corpus, "--out", out, "--d-model", "16", "--heads", "2", "--layers", "1",
+                      "--ff", "32", "--batch", "8", "--max-eval", "8", "--threads", "1", "--seed", "1", "--tokenizer",
+                      tokenizer, "--steps", steps, "--eval-every", steps),
+                  0);
+    snprintf(file, sizeof file, "%s/best.h5", name);
+    return tt_in_dir(file);
+}

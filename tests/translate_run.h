@@ -58,6 +58,12 @@ int tt_run(const char *stdin_text, const char *const *args);
 #define RUN(...) tt_run(NULL, (const char *[]){__VA_ARGS__, NULL})
 #define RUN_STDIN(text, ...) tt_run((text), (const char *[]){__VA_ARGS__, NULL})
 
+/* A tiny Transformer (d_model 16, 1 layer, batches of 8, 1 thread) trained by the program for
+ * steps steps on a toy corpus of 40 pairs drawn with seed, cut by tokenizer ("word", "spm"), in
+ * tt.dir/name (the corpus in tt.dir/name.tsv); its best.h5, kept until tt_end. Fails the test when
+ * the run fails. */
+const char *tt_tiny_model(const char *name, unsigned seed, const char *tokenizer, const char *steps);
+
 /* fails showing the last run's output unless status is expected */
 #define assert_status(status, expected) tt_assert_status_(__FILE__, __LINE__, (status), (expected))
 void tt_assert_status_(const char *file, int line, int status, int expected);
